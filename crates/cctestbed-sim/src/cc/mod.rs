@@ -1,0 +1,244 @@
+//! The congestion-control interface shared by every algorithm.
+//!
+//! Modelled on Linux `struct tcp_congestion_ops` (include/net/tcp.h): the transport owns loss
+//! detection, recovery, the delivery-rate sampler and pacing; an algorithm only decides the
+//! congestion window (in packets) and, if it wants, the pacing rate. Two styles exist, as in
+//! Linux:
+//! - *classic* algorithms (Reno, CUBIC, Vegas, H-TCP) implement [`CongestionControl::ssthresh`]
+//!   and [`CongestionControl::cong_avoid`]; the transport applies Proportional Rate Reduction
+//!   in recovery and sets cwnd = ssthresh on leaving it (`tcp_cwnd_reduction`,
+//!   `tcp_end_cwnd_reduction`);
+//! - *model-based* algorithms (BBR) return `true` from [`CongestionControl::controls_cwnd`] and
+//!   set cwnd and pacing themselves in [`CongestionControl::cong_control`], called on every ACK
+//!   with the shared [`RateSample`] (Linux `cong_control`).
+
+use crate::config::Nanos;
+use std::collections::BTreeMap;
+
+pub mod cubic;
+pub mod reno;
+
+/// Loss-recovery state of the connection, as Linux `enum tcp_ca_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaState {
+    Open,
+    /// SACKs or dupACKs seen, nothing marked lost yet.
+    Disorder,
+    /// Fast recovery after losses detected by SACK/RACK.
+    Recovery,
+    /// After a retransmission timeout.
+    Loss,
+}
+
+/// What the transport knows about the connection, read-only for the algorithm.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub now: Nanos,
+    pub mss: u32,
+    /// Smoothed RTT (0 before the first sample).
+    pub srtt_ns: Nanos,
+    /// Minimum RTT seen over the connection's life (Linux `tcp_min_rtt`, windowed there).
+    pub min_rtt_ns: Nanos,
+    /// Packets in flight: packets_out - sacked_out - lost_out + retrans_out (`tcp_packets_in_flight`).
+    pub packets_in_flight: u32,
+    /// Packets delivered (ACKed or SACKed) since the start (`tp->delivered`).
+    pub delivered: u64,
+    /// Packets marked lost since the start (`tp->lost`).
+    pub lost: u64,
+    /// Whether the sender filled cwnd recently (`tcp_is_cwnd_limited`).
+    pub is_cwnd_limited: bool,
+    /// Non-zero while the connection is application-limited (`tp->app_limited`).
+    pub app_limited: u64,
+    pub ca_state: CaState,
+    /// Current cwnd (packets) and ssthresh, so algorithms may read them.
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    /// Initial window, packets.
+    pub initial_cwnd: u32,
+}
+
+/// The values an algorithm may write.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// Congestion window in packets (`tp->snd_cwnd`).
+    pub cwnd: u32,
+    /// Slow-start threshold in packets (`tp->snd_ssthresh`); `u32::MAX` is "infinite".
+    pub ssthresh: u32,
+    /// Pacing rate in bytes per second set by the algorithm (`sk->sk_pacing_rate`); `None`
+    /// lets the transport derive it from cwnd/srtt as Linux does (`tcp_update_pacing_rate`).
+    pub pacing_rate: Option<f64>,
+}
+
+/// One delivery-rate sample (Linux `struct rate_sample`, net/ipv4/tcp_rate.c), produced once
+/// per ACK by the transport's single rate estimator and handed to every algorithm.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateSample {
+    /// `tp->delivered` when the sampled packet was sent.
+    pub prior_delivered: u64,
+    /// Send time of ... the delivered_mstamp recorded in the sampled packet.
+    pub prior_time: Nanos,
+    /// Packets delivered over the interval; negative means invalid sample.
+    pub delivered: i64,
+    /// Sampling interval; <= 0 means invalid sample.
+    pub interval_ns: Nanos,
+    /// RTT of the most recently sent packet this ACK covers (-1 if none).
+    pub rtt_ns: Nanos,
+    /// Packets newly ACKed or SACKed by this ACK.
+    pub acked_sacked: u32,
+    /// Packets newly marked lost while processing this ACK.
+    pub losses: u32,
+    /// Packets in flight before this ACK was processed.
+    pub prior_in_flight: u32,
+    /// Whether the sampled packet was sent while application-limited.
+    pub is_app_limited: bool,
+    /// Whether the sampled packet was a retransmission.
+    pub is_retrans: bool,
+    /// Whether the ACK was delayed by the receiver (`rs->is_ack_delayed`).
+    pub is_ack_delayed: bool,
+    /// Packets in flight when the sampled packet was sent, including it (google/bbr `tx.in_flight`).
+    pub tx_in_flight: u32,
+    /// Packets marked lost between the sampled packet's send and now (google/bbr `rs->lost`).
+    pub lost: u64,
+}
+
+impl RateSample {
+    /// Delivery rate in packets per second, or `None` for an invalid sample.
+    pub fn rate_pps(&self) -> Option<f64> {
+        if self.delivered < 0 || self.interval_ns <= 0 {
+            None
+        } else {
+            Some(self.delivered as f64 * 1e9 / self.interval_ns as f64)
+        }
+    }
+}
+
+/// Transmit-side events passed to [`CongestionControl::cwnd_event`] (Linux `enum tcp_ca_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaEvent {
+    /// First transmission when nothing is in flight (`CA_EVENT_TX_START`).
+    TxStart,
+    /// Congestion window restart after idle (`CA_EVENT_CWND_RESTART`).
+    CwndRestart,
+}
+
+/// One RTT sample from an ACK that advanced the scoreboard (Linux `struct ack_sample`).
+#[derive(Debug, Clone, Copy)]
+pub struct AckSample {
+    pub pkts_acked: u32,
+    /// RTT in ns (-1 if the ACK yielded no valid sample, e.g. only retransmitted data).
+    pub rtt_ns: Nanos,
+    pub in_flight: u32,
+}
+
+/// A congestion-control algorithm. All methods have Linux names and the same call points.
+pub trait CongestionControl: Send {
+    /// Name as given in trial files.
+    fn name(&self) -> &'static str;
+
+    /// Called once before the first packet is sent (`init`).
+    fn init(&mut self, _info: &ConnInfo, _w: &mut Window) {}
+
+    /// Whether the algorithm sets cwnd itself on every ACK (`cong_control` in Linux).
+    fn controls_cwnd(&self) -> bool {
+        false
+    }
+
+    /// Whether the flow should be paced when the trial leaves pacing to the algorithm.
+    fn wants_pacing(&self) -> bool {
+        false
+    }
+
+    /// Slow-start threshold on entering recovery or loss (`ssthresh`).
+    fn ssthresh(&mut self, info: &ConnInfo, w: &Window) -> u32;
+
+    /// Window growth on an ACK outside recovery (`cong_avoid`); `acked` packets newly delivered.
+    fn cong_avoid(&mut self, _info: &ConnInfo, _w: &mut Window, _acked: u32) {}
+
+    /// Model-based control on every ACK (`cong_control`).
+    fn cong_control(&mut self, _info: &ConnInfo, _w: &mut Window, _rs: &RateSample) {}
+
+    /// Called on each ACK that acknowledged data, with its RTT sample (`pkts_acked`).
+    fn pkts_acked(&mut self, _info: &ConnInfo, _w: &Window, _sample: &AckSample) {}
+
+    /// Recovery-state changes (`set_state`).
+    fn set_state(&mut self, _info: &ConnInfo, _w: &mut Window, _new: CaState) {}
+
+    /// Transmit-side events (`cwnd_event`).
+    fn cwnd_event(&mut self, _info: &ConnInfo, _w: &mut Window, _ev: CaEvent) {}
+
+    /// cwnd to restore after a spurious reduction (`undo_cwnd`); default as Reno's.
+    fn undo_cwnd(&mut self, _info: &ConnInfo, w: &Window, prior_cwnd: u32) -> u32 {
+        w.cwnd.max(prior_cwnd)
+    }
+
+    /// Short name of the algorithm's current state, for telemetry.
+    fn state_name(&self) -> &'static str;
+
+    /// Names of the algorithm's internal estimates, as telemetry column suffixes.
+    fn telemetry_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Current values of [`Self::telemetry_keys`], in the same order.
+    fn telemetry(&self, _out: &mut Vec<f64>) {}
+}
+
+/// Names accepted in trial files, with their parameters' defaults.
+pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
+    vec![
+        ("reno", reno::RenoParams::default().to_map()),
+        ("cubic", cubic::CubicParams::default().to_map()),
+    ]
+}
+
+/// Builds an algorithm by name, checking its parameters. Errors read
+/// "cc: 'x': valid are ..." or "params.name: value: ..." so callers can prefix the field path.
+pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn CongestionControl>, String> {
+    match name {
+        "reno" => Ok(Box::new(reno::Reno::new(reno::RenoParams::from_map(params)?))),
+        "cubic" => Ok(Box::new(cubic::Cubic::new(cubic::CubicParams::from_map(params)?))),
+        _ => {
+            let names: Vec<_> = algorithms().iter().map(|(n, _)| *n).collect();
+            Err(format!("cc: '{name}': unknown algorithm; valid are {}", names.join(", ")))
+        }
+    }
+}
+
+/// Declares an algorithm's parameter struct with defaults, docs and range checks, converting
+/// from and to the trial file's `params` table so every algorithm validates the same way.
+#[macro_export]
+macro_rules! cc_params {
+    ($(#[$m:meta])* pub struct $name:ident { $( $(#[$fm:meta])* $field:ident : $default:expr, $lo:expr, $hi:expr; )* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub struct $name { $( $(#[$fm])* pub $field: f64, )* }
+        impl Default for $name {
+            fn default() -> Self { $name { $( $field: $default, )* } }
+        }
+        impl $name {
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+            pub fn to_map(&self) -> std::collections::BTreeMap<&'static str, f64> {
+                let mut m = std::collections::BTreeMap::new();
+                $( m.insert(stringify!($field), self.$field); )*
+                m
+            }
+            pub fn from_map(p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
+                let mut out = Self::default();
+                for (k, v) in p {
+                    match k.as_str() {
+                        $( stringify!($field) => {
+                            if !(*v >= $lo && *v <= $hi) {
+                                return Err(format!("params.{}: {}: must be in [{}, {}]", k, v, $lo, $hi));
+                            }
+                            out.$field = *v;
+                        } )*
+                        _ => return Err(format!(
+                            "params.{}: unknown parameter; valid are {}", k,
+                            if Self::NAMES.is_empty() { "none".to_string() } else { Self::NAMES.join(", ") })),
+                    }
+                }
+                Ok(out)
+            }
+        }
+    };
+}

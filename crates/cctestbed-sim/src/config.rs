@@ -1,0 +1,291 @@
+//! The simulator's input: a fully normalised trial, every quantity in SI integers
+//! (nanoseconds, bits per second, bytes). People-readable units ("80Mbit", "2bdp") are
+//! parsed and validated by the Python front end, which hands this structure over as JSON.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Simulated time and durations, in nanoseconds.
+pub type Nanos = i64;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    pub duration_ns: Nanos,
+    pub seed: u64,
+    /// Telemetry sampling interval.
+    #[serde(default = "default_sample_interval")]
+    pub sample_interval_ns: Nanos,
+    /// IP packet size of a full segment (MTU) and the TCP payload it carries (MSS).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    #[serde(default = "default_mss")]
+    pub mss: u32,
+    pub link: LinkConfig,
+    pub flows: Vec<FlowConfig>,
+}
+
+fn default_sample_interval() -> Nanos {
+    10_000_000
+}
+fn default_mtu() -> u32 {
+    1500
+}
+fn default_mss() -> u32 {
+    1448
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Bottleneck rate at the IP level: a `mtu`-byte packet takes mtu*8/capacity seconds.
+    pub capacity_bps: u64,
+    /// One-way propagation delay sender -> receiver (through the router).
+    pub delay_fwd_ns: Nanos,
+    /// One-way propagation delay receiver -> sender (the uncongested ACK path).
+    pub delay_rev_ns: Nanos,
+    pub queue: QueueConfig,
+    #[serde(default)]
+    pub loss: LossConfig,
+    /// Optional token-bucket shaper in front of the link (like `tc tbf`): packets wait for tokens.
+    #[serde(default)]
+    pub shaper: Option<TokenBucketConfig>,
+    /// Optional token-bucket policer at the router's ingress: non-conforming packets are dropped.
+    #[serde(default)]
+    pub policer: Option<TokenBucketConfig>,
+    /// Capacity changes over time: at `at_ns` the link rate becomes `capacity_bps`.
+    #[serde(default)]
+    pub schedule: Vec<CapacityChange>,
+    /// Sender access-link rate (NIC); `None` means packets reach the router back to back
+    /// with no serialisation of their own.
+    #[serde(default)]
+    pub access_rate_bps: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Drop-tail limit in bytes of IP packets; either or both limits may be set.
+    #[serde(default)]
+    pub limit_bytes: Option<u64>,
+    #[serde(default)]
+    pub limit_packets: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossConfig {
+    #[default]
+    None,
+    /// Independent loss with probability `p` per packet (netem `loss random p`).
+    Bernoulli { p: f64 },
+    /// Gilbert-Elliott bursts (netem `loss gemodel p r 1-h 1-k`): `p` good->bad, `r`
+    /// bad->good transition probabilities per packet; loss probability `loss_good` in the good
+    /// state and `loss_bad` in the bad state.
+    GilbertElliott {
+        p: f64,
+        r: f64,
+        #[serde(default)]
+        loss_good: f64,
+        #[serde(default = "one")]
+        loss_bad: f64,
+    },
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucketConfig {
+    pub rate_bps: u64,
+    pub burst_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityChange {
+    pub at_ns: Nanos,
+    pub capacity_bps: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowConfig {
+    /// Congestion control name (`reno`, `cubic`, ...), see [`crate::cc::ALGORITHMS`].
+    pub cc: String,
+    /// Algorithm parameters by name; unknown names are refused.
+    #[serde(default)]
+    pub params: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub start_ns: Nanos,
+    /// Extra one-way delay on this flow's access link (RTT heterogeneity); its RTprop is
+    /// delay_fwd + delay_rev + extra_delay.
+    #[serde(default)]
+    pub extra_delay_ns: Nanos,
+    /// Bytes to send; `None` is a bulk transfer that lasts the whole trial.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// Receive window (the receiver's buffer) in bytes; `None` is unlimited.
+    #[serde(default)]
+    pub rwnd_bytes: Option<u64>,
+    /// Pacing: `None` lets the algorithm decide (BBR paces, loss-based algorithms do not),
+    /// `Some(true)` paces any algorithm as Linux fq would.
+    #[serde(default)]
+    pub pacing: Option<bool>,
+    #[serde(default = "default_iw")]
+    pub initial_cwnd: u32,
+    #[serde(default)]
+    pub delayed_ack: DelayedAckConfig,
+    /// Label shown in results; defaults to the algorithm name.
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+fn default_iw() -> u32 {
+    10
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayedAckConfig {
+    /// Off: every segment is ACKed at once.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Delayed-ACK timer (Linux TCP_DELACK_MIN, 40 ms).
+    #[serde(default = "default_delack")]
+    pub timeout_ns: Nanos,
+    /// Segments covered by one ACK outside quick-ack mode (Linux: 2; more makes stretch ACKs).
+    #[serde(default = "two")]
+    pub segments_per_ack: u32,
+    /// Immediate ACKs at connection start (Linux TCP_MAX_QUICKACKS, 16).
+    #[serde(default = "sixteen")]
+    pub quickacks: u32,
+}
+
+impl Default for DelayedAckConfig {
+    fn default() -> Self {
+        DelayedAckConfig {
+            enabled: true,
+            timeout_ns: default_delack(),
+            segments_per_ack: 2,
+            quickacks: 16,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_delack() -> Nanos {
+    40_000_000
+}
+fn two() -> u32 {
+    2
+}
+fn sixteen() -> u32 {
+    16
+}
+
+impl SimConfig {
+    /// Checks what serde cannot: ranges and consistency. Returns every problem found, each as
+    /// "field: value: what is valid".
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut errs = Vec::new();
+        if self.duration_ns <= 0 {
+            errs.push(format!("duration_ns: {}: must be > 0", self.duration_ns));
+        }
+        if self.sample_interval_ns <= 0 {
+            errs.push(format!("sample_interval_ns: {}: must be > 0", self.sample_interval_ns));
+        }
+        if self.mss == 0 || self.mss + 20 > self.mtu {
+            errs.push(format!("mss: {}: must be > 0 and at most mtu - 20 ({})", self.mss, self.mtu));
+        }
+        let l = &self.link;
+        if l.capacity_bps == 0 {
+            errs.push("link.capacity_bps: 0: must be > 0".into());
+        }
+        if l.delay_fwd_ns < 0 || l.delay_rev_ns < 0 {
+            errs.push("link.delay: must be >= 0".into());
+        }
+        match (l.queue.limit_bytes, l.queue.limit_packets) {
+            (None, None) => errs.push("link.queue: no limit: give limit_bytes or limit_packets".into()),
+            (Some(b), _) if b < self.mtu as u64 => errs.push(format!(
+                "link.queue.limit_bytes: {b}: must hold at least one packet ({} bytes)",
+                self.mtu
+            )),
+            (_, Some(0)) => errs.push("link.queue.limit_packets: 0: must be >= 1".into()),
+            _ => {}
+        }
+        match l.loss {
+            LossConfig::None => {}
+            LossConfig::Bernoulli { p } => {
+                if !(0.0..=1.0).contains(&p) {
+                    errs.push(format!("link.loss.p: {p}: must be in [0, 1]"));
+                }
+            }
+            LossConfig::GilbertElliott { p, r, loss_good, loss_bad } => {
+                for (n, v) in [("p", p), ("r", r), ("loss_good", loss_good), ("loss_bad", loss_bad)] {
+                    if !(0.0..=1.0).contains(&v) {
+                        errs.push(format!("link.loss.{n}: {v}: must be in [0, 1]"));
+                    }
+                }
+            }
+        }
+        for (name, tb) in [("shaper", &l.shaper), ("policer", &l.policer)] {
+            if let Some(tb) = tb {
+                if tb.rate_bps == 0 {
+                    errs.push(format!("link.{name}.rate_bps: 0: must be > 0"));
+                }
+                if tb.burst_bytes < self.mtu as u64 {
+                    errs.push(format!(
+                        "link.{name}.burst_bytes: {}: must be at least one packet ({} bytes)",
+                        tb.burst_bytes, self.mtu
+                    ));
+                }
+            }
+        }
+        for (i, c) in l.schedule.iter().enumerate() {
+            if c.capacity_bps == 0 {
+                errs.push(format!("link.schedule[{i}].capacity_bps: 0: must be > 0"));
+            }
+            if c.at_ns < 0 {
+                errs.push(format!("link.schedule[{i}].at_ns: {}: must be >= 0", c.at_ns));
+            }
+        }
+        if self.flows.is_empty() {
+            errs.push("flows: empty: give at least one flow".into());
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            if let Err(e) = crate::cc::build(&f.cc, &f.params) {
+                errs.push(format!("flows[{i}].{e}"));
+            }
+            if f.start_ns < 0 {
+                errs.push(format!("flows[{i}].start_ns: {}: must be >= 0", f.start_ns));
+            }
+            if f.extra_delay_ns < 0 {
+                errs.push(format!("flows[{i}].extra_delay_ns: {}: must be >= 0", f.extra_delay_ns));
+            }
+            if f.initial_cwnd == 0 {
+                errs.push(format!("flows[{i}].initial_cwnd: 0: must be >= 1"));
+            }
+            if let Some(0) = f.size_bytes {
+                errs.push(format!("flows[{i}].size_bytes: 0: must be > 0 (or absent for bulk)"));
+            }
+            if let Some(w) = f.rwnd_bytes {
+                if w < self.mss as u64 {
+                    errs.push(format!("flows[{i}].rwnd_bytes: {w}: must be at least one MSS ({})", self.mss));
+                }
+            }
+            if f.delayed_ack.segments_per_ack == 0 {
+                errs.push(format!("flows[{i}].delayed_ack.segments_per_ack: 0: must be >= 1"));
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    }
+}
