@@ -1,0 +1,35 @@
+# Setup and everyday commands. `make demo` and `make test` are all a new checkout needs.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# Python packages the venv gets; keep in step with pyproject.toml ([project] dependencies, [test]).
+PY_DEPS := maturin "pydantic>=2" "polars>=1.0" pyarrow numpy "matplotlib>=3.7" typer rich pytest
+
+.PHONY: venv build demo test bench clean
+
+venv: $(VENV)/.deps
+
+$(VENV)/.deps: Makefile pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(PY_DEPS)
+	touch $@
+
+# cargo rebuilds only what changed; maturin then reinstalls the extension into the venv.
+build: venv
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+
+demo: build
+	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force
+	@echo
+	@echo "results: results/default/ (summary.json, flows.parquet, router.parquet, trial.toml)"
+	@echo "plot:    results/default/trial.png"
+
+test: build
+	cargo test --release --workspace
+	$(PY) -m pytest
+
+bench: build
+	cargo run --release -p cctestbed-sim --bin ccsim-bench
+
+clean:
+	rm -rf $(VENV) results target

@@ -1,0 +1,40 @@
+"""The compiled simulator core (Rust, crates/cctestbed-py)."""
+
+from typing import Any, TypedDict
+
+import numpy.typing as npt
+
+__version__: str
+
+class FlowFinal(TypedDict):
+    sent_pkts: int
+    delivered_pkts: int
+    dropped_pkts: int
+    queued_pkts: int
+    in_transit_pkts: int
+    delivered_bytes: int
+    retrans_segs: int
+    sent_segs: int
+
+class Final(TypedDict):
+    flows: list[FlowFinal]
+    router: dict[str, int]
+    events: int
+
+class SimOutput(TypedDict):
+    flows: dict[str, npt.NDArray[Any]]
+    router: dict[str, npt.NDArray[Any]]
+    state_labels: list[str]
+    final: Final
+
+def simulate(config_json: str) -> SimOutput:
+    """Run one trial given the core's JSON config; releases the GIL.
+
+    Raises ValueError listing the problems for an invalid config.
+    """
+
+def algorithms() -> dict[str, dict[str, float]]:
+    """Algorithm name -> {parameter name: default value}."""
+
+def validate(config_json: str) -> list[str]:
+    """Problems the core finds in a JSON config (empty when it is valid)."""

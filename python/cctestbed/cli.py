@@ -1,0 +1,157 @@
+"""The ``cctestbed`` command: run and validate trial files.
+
+Exit codes: 0 success; 1 the run failed; 2 the trial (or the command line) is invalid, in
+which case nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .config import ConfigError, load_trial
+from .units import human_rate, human_size, human_time
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Congestion-control testbed: run trials on a deterministic packet-level dumbbell simulator.",
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__, core_version
+
+        out.print(f"cctestbed {__version__} (core {core_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Optional[bool] = typer.Option(
+        None, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+    ),
+) -> None:
+    """Congestion-control testbed."""
+
+
+def _refuse(e: ConfigError) -> None:
+    err.print(f"[bold red]error[/]: {e.source or 'trial'} is not valid ({len(e.problems)} problem(s)):")
+    for p in e.problems:
+        err.print(f"  - {p}", markup=False)
+    raise typer.Exit(2)
+
+
+def _fmt(x: Optional[float], spec: str, scale: float = 1.0) -> str:
+    return "-" if x is None else format(x * scale, spec)
+
+
+def _summary_table(summary: dict[str, Any]) -> Table:
+    t = Table(title="per flow (steady window)", title_justify="left", show_edge=False, pad_edge=False)
+    for c in ("flow", "group", "goodput", "retrans %", "RTT p50 ms"):
+        t.add_column(c, justify="left" if c == "group" else "right")
+    for f in summary["flows"]:
+        t.add_row(
+            str(f["id"]),
+            str(f["group"]),
+            "-" if f["goodput_bps"] is None else human_rate(f["goodput_bps"]),
+            _fmt(f["retrans_pct"], ".2f"),
+            _fmt(f["rtt_p50_ms"], ".1f"),
+        )
+    return t
+
+
+def _totals_table(summary: dict[str, Any]) -> Table:
+    tot, q, rtt = summary["total"], summary["queue"], summary["rtt"]
+    t = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row(
+        "total",
+        f"utilization {_fmt(tot['utilization'], '.1f', 100)} %, goodput "
+        f"{'-' if tot['goodput_bps'] is None else human_rate(tot['goodput_bps'])}, "
+        f"loss {_fmt(tot['loss_pct'], '.3f')} %, retrans {_fmt(tot['retrans_pct'], '.3f')} %, "
+        f"Jain {_fmt(tot['jain'], '.3f')}",
+    )
+    for name, g in summary["groups"].items():
+        t.add_row(
+            name,
+            f"{g['flows']} flow(s), share {_fmt(g['share'], '.1f', 100)} %, "
+            f"retrans {_fmt(g['retrans_pct'], '.3f')} %, Jain {_fmt(g['jain'], '.3f')}",
+        )
+    t.add_row("queue", f"mean {_fmt(q['mean_bdp'], '.2f')} BDP, p95 {_fmt(q['p95_bdp'], '.2f')} BDP")
+    t.add_row(
+        "RTT",
+        f"p50 {_fmt(rtt['p50_ms'], '.1f')} ms, p95 {_fmt(rtt['p95_ms'], '.1f')} ms, "
+        f"min {_fmt(rtt['min_ms'], '.1f')} ms",
+    )
+    return t
+
+
+@app.command()
+def run(
+    trial_file: Path = typer.Argument(..., help="Trial file (TOML, or JSON if it ends in .json)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Results directory [default: results/<name>]."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace the results directory if it exists."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Override the trial's seed."),
+) -> None:
+    """Run one trial and write its results directory."""
+    from .runner import run_trial
+
+    try:
+        trial = load_trial(trial_file)
+        if seed is not None:
+            trial = load_trial({**trial.model_dump(mode="json"), "seed": seed})
+    except ConfigError as e:
+        if e.source is None:
+            e.source = str(trial_file)
+        _refuse(e)
+    dest = output if output is not None else Path("results") / trial.name
+    if dest.exists() and not force:
+        err.print(f"[bold red]error[/]: {dest} exists; pass --force to replace it", markup=True)
+        raise typer.Exit(2)
+
+    n_flows = len(trial.expanded())
+    with err.status(
+        f"simulating [bold]{trial.name}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
+        f"of simulated time ...",
+        spinner="dots",
+    ):
+        result = run_trial(trial)
+    with err.status("writing results ...", spinner="dots"):
+        path = result.save(dest, force=force)
+
+    out.print(f"[bold]{trial.name}[/]: {trial.describe()}")
+    out.print(_summary_table(result.summary))
+    out.print(_totals_table(result.summary))
+    out.print(f"results: {path}")
+    out.print(f"plot:    {path / 'trial.png'}")
+
+
+@app.command()
+def validate(trial_file: Path = typer.Argument(..., help="Trial file to check.")) -> None:
+    """Check a trial file and report every problem at once (exit code 2 if any)."""
+    try:
+        trial = load_trial(trial_file)
+    except ConfigError as e:
+        if e.source is None:
+            e.source = str(trial_file)
+        _refuse(e)
+    limit_bytes, limit_pkts = trial.link.queue_limits()
+    limit = human_size(limit_bytes) if limit_bytes is not None else f"{limit_pkts} packets"
+    out.print(
+        f"[green]ok[/]: {trial.name}: {len(trial.expanded())} flow(s), {human_rate(trial.link.capacity)}, "
+        f"RTprop {human_time(trial.link.rtprop_ns)}, BDP {human_size(trial.link.bdp_bytes())}, "
+        f"queue limit {limit}, {human_time(trial.duration)}"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,728 @@
+"""Trial files: the pydantic schema, loading, error reporting and conversion for the core.
+
+A trial file (TOML or JSON) is read into :class:`Trial`, whose fields hold SI integers
+(bits per second, nanoseconds, bytes) parsed by :mod:`cctestbed.units`. Every model forbids
+unknown keys. :func:`load_trial` collects *every* problem at once and raises
+:class:`ConfigError`, whose ``problems`` each read ``field: value: what is valid``.
+
+:meth:`Trial.to_core` produces the JSON structure the simulator core takes (flow groups
+expanded to one entry per flow); :meth:`Trial.to_toml` writes the normalised trial file
+saved beside the results.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import sys
+import typing
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from . import units
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on older interpreters only
+    import tomli as tomllib
+
+__all__ = ["ConfigError", "Trial", "Link", "FlowGroup", "Loss", "load_trial", "parse_trial", "algorithms"]
+
+
+class ConfigError(ValueError):
+    """A trial that cannot run. ``problems`` lists each as ``field: value: what is valid``."""
+
+    def __init__(self, problems: list[str], source: str | None = None):
+        self.problems = list(problems)
+        self.source = source
+        head = f"invalid trial{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
+        super().__init__("\n".join([head, *("  " + p for p in self.problems)]))
+
+
+@functools.lru_cache(maxsize=None)
+def algorithms() -> dict[str, dict[str, float]]:
+    """Congestion-control algorithms the core provides: name -> {parameter: default}."""
+    from . import _core
+
+    return {name: dict(params) for name, params in _core.algorithms().items()}
+
+
+# --- field types ------------------------------------------------------------------------------
+
+
+def _positive(v: int) -> int:
+    if v <= 0:
+        raise ValueError("must be > 0")
+    return v
+
+
+def _non_negative(v: int) -> int:
+    if v < 0:
+        raise ValueError("must be >= 0")
+    return v
+
+
+def _probability(v: float) -> float:
+    if not 0.0 <= v <= 1.0:
+        raise ValueError("must be between 0% and 100% (a fraction between 0 and 1)")
+    return v
+
+
+Rate = Annotated[int, BeforeValidator(units.parse_rate), PlainSerializer(units.format_rate, return_type=str)]
+Time = Annotated[int, BeforeValidator(units.parse_time), PlainSerializer(units.format_time, return_type=str)]
+Size = Annotated[int, BeforeValidator(units.parse_size), PlainSerializer(units.format_size, return_type=str)]
+PositiveRate = Annotated[Rate, AfterValidator(_positive)]
+PositiveTime = Annotated[Time, AfterValidator(_positive)]
+NonNegativeTime = Annotated[Time, AfterValidator(_non_negative)]
+PositiveSize = Annotated[Size, AfterValidator(_positive)]
+Probability = Annotated[
+    float,
+    BeforeValidator(units.parse_fraction),
+    AfterValidator(_probability),
+    PlainSerializer(units.format_percent, return_type=str),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+
+class TokenBucket(_Model):
+    """A token bucket: ``rate`` of refill and ``burst`` (bucket size)."""
+
+    rate: PositiveRate
+    burst: PositiveSize
+
+
+class CapacityChange(_Model):
+    """From time ``at`` on, the bottleneck runs at ``capacity``."""
+
+    at: NonNegativeTime
+    capacity: PositiveRate
+
+
+LOSS_MODELS = ("none", "bernoulli", "gilbert-elliott")
+
+
+def _loss_shorthand(v: Any) -> Any:
+    """``loss = "1%"`` (or 0.01) is Bernoulli loss; ``"0%"`` is none; tables pass through."""
+    if isinstance(v, dict):
+        if isinstance(v.get("model"), str):
+            v = {**v, "model": v["model"].replace("_", "-")}
+        return v
+    p = units.parse_fraction(v)
+    return {"model": "none"} if p == 0 else {"model": "bernoulli", "p": v}
+
+
+class Loss(_Model):
+    """Random loss on the bottleneck, before the queue (netem ``loss``)."""
+
+    model: Literal["none", "bernoulli", "gilbert-elliott"] = "none"
+    p: Optional[Probability] = None
+    r: Optional[Probability] = None
+    loss_good: Optional[Probability] = None
+    loss_bad: Optional[Probability] = None
+
+    @model_validator(mode="after")
+    def _fields_fit_model(self) -> "Loss":
+        given = {k for k in ("p", "r", "loss_good", "loss_bad") if getattr(self, k) is not None}
+        need = {"none": set(), "bernoulli": {"p"}, "gilbert-elliott": {"p", "r"}}[self.model]
+        allowed = {"none": set(), "bernoulli": {"p"}, "gilbert-elliott": {"p", "r", "loss_good", "loss_bad"}}[
+            self.model
+        ]
+        if need - given:
+            raise _field_error(
+                ",".join(sorted(need - given)), None, f"required for loss model '{self.model}'"
+            )
+        if given - allowed:
+            raise _field_error(
+                ",".join(sorted(given - allowed)),
+                None,
+                f"not used by loss model '{self.model}'; it takes {', '.join(sorted(allowed)) or 'nothing'}",
+            )
+        return self
+
+    def to_core(self) -> dict[str, Any]:
+        if self.model == "none":
+            return {"kind": "none"}
+        if self.model == "bernoulli":
+            return {"kind": "bernoulli", "p": self.p}
+        return {
+            "kind": "gilbert_elliott",
+            "p": self.p,
+            "r": self.r,
+            "loss_good": 0.0 if self.loss_good is None else self.loss_good,
+            "loss_bad": 1.0 if self.loss_bad is None else self.loss_bad,
+        }
+
+    def describe(self) -> str:
+        if self.model == "none":
+            return "no random loss"
+        if self.model == "bernoulli":
+            return f"loss {units.format_percent(self.p or 0.0)}"
+        return f"Gilbert-Elliott loss p={units.format_percent(self.p or 0)} r={units.format_percent(self.r or 0)}"
+
+
+def _canonical_queue(v: Any) -> str:
+    kind, amount = units.parse_queue(v)
+    if amount <= 0:
+        raise ValueError("must be > 0 (and hold at least one packet)")
+    if kind == "bdp":
+        return f"{Decimal(repr(amount)).normalize():f}bdp"
+    if kind == "packets":
+        return f"{int(amount)}pkts"
+    return units.format_size(int(amount))
+
+
+class Link(_Model):
+    """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
+
+    capacity: PositiveRate
+    rtt: Optional[NonNegativeTime] = None
+    delay: Optional[NonNegativeTime] = None
+    delay_fwd: Optional[NonNegativeTime] = None
+    delay_rev: Optional[NonNegativeTime] = None
+    queue: Annotated[str, BeforeValidator(_canonical_queue)]
+    loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
+    shaper: Optional[TokenBucket] = None
+    policer: Optional[TokenBucket] = None
+    schedule: list[CapacityChange] = Field(default_factory=list)
+    access_rate: Optional[PositiveRate] = None
+
+    @model_validator(mode="after")
+    def _one_delay(self) -> "Link":
+        forms = [
+            name
+            for name, given in (
+                ("rtt", self.rtt is not None),
+                ("delay", self.delay is not None),
+                ("delay_fwd/delay_rev", self.delay_fwd is not None or self.delay_rev is not None),
+            )
+            if given
+        ]
+        if len(forms) != 1:
+            raise _field_error(
+                "rtt",
+                None,
+                "give exactly one of rtt (round trip), delay (each direction), or delay_fwd and delay_rev"
+                + (f"; got {', '.join(forms)}" if forms else ""),
+            )
+        if (self.delay_fwd is None) != (self.delay_rev is None):
+            raise _field_error("delay_fwd", None, "give both delay_fwd and delay_rev")
+        return self
+
+    @property
+    def delays_ns(self) -> tuple[int, int]:
+        """One-way propagation delay (forward, reverse)."""
+        if self.rtt is not None:
+            fwd = self.rtt // 2
+            return fwd, self.rtt - fwd
+        if self.delay is not None:
+            return self.delay, self.delay
+        assert self.delay_fwd is not None and self.delay_rev is not None
+        return self.delay_fwd, self.delay_rev
+
+    @property
+    def rtprop_ns(self) -> int:
+        fwd, rev = self.delays_ns
+        return fwd + rev
+
+    def bdp_bytes(self) -> float:
+        """Bandwidth-delay product in IP bytes at the initial capacity and the base RTprop."""
+        return self.capacity * self.rtprop_ns / 8e9
+
+    def queue_limits(self) -> tuple[Optional[int], Optional[int]]:
+        """(limit_bytes, limit_packets) for the core."""
+        kind, amount = units.parse_queue(self.queue)
+        if kind == "packets":
+            return None, int(amount)
+        if kind == "bytes":
+            return int(amount), None
+        exact = Fraction(Decimal(repr(amount))) * self.capacity * self.rtprop_ns / (8 * 10**9)
+        return int(exact + Fraction(1, 2)), None
+
+
+class DelayedAck(_Model):
+    """Receiver delayed ACKs (Linux defaults); ``delayed_ack = false`` turns them off."""
+
+    enabled: bool = True
+    timeout: PositiveTime = 40_000_000
+    segments_per_ack: int = Field(default=2, ge=1)
+    quickacks: int = Field(default=16, ge=0)
+
+
+def _delack_shorthand(v: Any) -> Any:
+    return {"enabled": v} if isinstance(v, bool) else v
+
+
+class FlowGroup(_Model):
+    """``count`` flows alike; the k-th starts at ``start + k * stagger``."""
+
+    cc: str
+    count: int = Field(default=1, ge=1)
+    start: NonNegativeTime = 0
+    stagger: NonNegativeTime = 0
+    params: dict[str, float] = Field(default_factory=dict)
+    extra_delay: NonNegativeTime = 0
+    size: Optional[PositiveSize] = None
+    rwnd: Optional[PositiveSize] = None
+    pacing: Optional[bool] = None
+    initial_cwnd: int = Field(default=10, ge=1)
+    delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
+    group: Optional[str] = None
+
+    @field_validator("cc")
+    @classmethod
+    def _known_cc(cls, v: str) -> str:
+        algos = algorithms()
+        if v not in algos:
+            raise ValueError(f"unknown algorithm; valid are {', '.join(sorted(algos))}")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _known_params(cls, v: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        cc = info.data.get("cc")
+        if cc is None:  # the algorithm itself is wrong; reported on its own
+            return v
+        valid = algorithms()[cc]
+        unknown = sorted(k for k in v if k not in valid)
+        if unknown:
+            raise _field_error(
+                unknown[0],
+                v[unknown[0]],
+                f"unknown parameter{'s ' + ', '.join(unknown) if len(unknown) > 1 else ''} for {cc}; "
+                f"valid are {', '.join(sorted(valid)) or 'none'}",
+            )
+        bad = [k for k, x in v.items() if not math.isfinite(x)]
+        if bad:
+            raise _field_error(bad[0], v[bad[0]], "must be a finite number")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.group or self.cc
+
+
+class Trial(_Model):
+    """One trial: a dumbbell with one bottleneck and groups of bulk (or sized) flows."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$", max_length=200)] = "trial"
+    duration: PositiveTime
+    steady: Optional[tuple[NonNegativeTime, NonNegativeTime]] = None
+    seed: int = Field(default=1, ge=0, lt=2**64)
+    sample_interval: PositiveTime = 10_000_000
+    mtu: int = Field(default=1500, ge=68, le=65535)
+    mss: int = Field(default=1448, ge=1)
+    link: Link
+    flows: list[FlowGroup] = Field(min_length=1)
+
+    @field_validator("steady")
+    @classmethod
+    def _steady_inside(cls, v: Optional[tuple[int, int]], info: ValidationInfo) -> Optional[tuple[int, int]]:
+        if v is None:
+            return v
+        start, end = v
+        duration = info.data.get("duration")
+        if start >= end:
+            raise ValueError("the window must start before it ends")
+        if duration is not None and end > duration:
+            raise ValueError(f"must lie within the duration (0 to {units.format_time(duration)})")
+        return v
+
+    @field_validator("sample_interval")
+    @classmethod
+    def _interval_fits(cls, v: int, info: ValidationInfo) -> int:
+        duration = info.data.get("duration")
+        if duration is not None and v > duration:
+            raise ValueError(f"must not exceed the duration ({units.format_time(duration)})")
+        return v
+
+    @field_validator("mss")
+    @classmethod
+    def _mss_fits(cls, v: int, info: ValidationInfo) -> int:
+        mtu = info.data.get("mtu")
+        if mtu is not None and v + 20 > mtu:
+            raise ValueError(f"must be at most mtu - 20 ({mtu - 20})")
+        return v
+
+    @model_validator(mode="after")
+    def _fits_together(self) -> "Trial":
+        # Checks that need fields of more than one model; every problem is reported.
+        problems: list[tuple[str, Any, str]] = []
+        limit_bytes, _ = self.link.queue_limits()
+        if limit_bytes is not None and limit_bytes < self.mtu:
+            problems.append(
+                ("link.queue", self.link.queue, f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)")
+            )
+        for name in ("shaper", "policer"):
+            tb: Optional[TokenBucket] = getattr(self.link, name)
+            if tb is not None and tb.burst < self.mtu:
+                problems.append(
+                    (f"link.{name}.burst", units.format_size(tb.burst), f"must be at least one packet ({self.mtu} B)")
+                )
+        for i, change in enumerate(self.link.schedule):
+            if change.at >= self.duration:
+                problems.append(
+                    (
+                        f"link.schedule[{i}].at",
+                        units.format_time(change.at),
+                        f"must be within the duration ({units.format_time(self.duration)})",
+                    )
+                )
+        for i, g in enumerate(self.flows):
+            last = g.start + (g.count - 1) * g.stagger
+            if last >= self.duration:
+                problems.append(
+                    (
+                        f"flows[{i}].start",
+                        units.format_time(g.start),
+                        f"the group's last flow starts at {units.format_time(last)}; "
+                        f"every flow must start before the end ({units.format_time(self.duration)})",
+                    )
+                )
+            if g.rwnd is not None and g.rwnd < self.mss:
+                problems.append(
+                    (f"flows[{i}].rwnd", units.format_size(g.rwnd), f"must be at least one MSS ({self.mss} B)")
+                )
+        if problems:
+            raise _field_errors(problems, absolute=True)
+        return self
+
+    # --- derived values -----------------------------------------------------------------------
+
+    @property
+    def steady_ns(self) -> tuple[int, int]:
+        """The steady-state window; the whole run when not given."""
+        return self.steady if self.steady is not None else (0, self.duration)
+
+    def expanded(self) -> list[tuple[int, FlowGroup, int]]:
+        """One (group index, group, start_ns) per flow, in flow-id order."""
+        out = []
+        for gi, g in enumerate(self.flows):
+            for k in range(g.count):
+                out.append((gi, g, g.start + k * g.stagger))
+        return out
+
+    def capacity_schedule(self) -> list[tuple[float, int]]:
+        """Piecewise-constant capacity as (from second, bps), starting at 0."""
+        steps = [(0.0, self.link.capacity)]
+        for c in sorted(self.link.schedule, key=lambda c: c.at):
+            steps.append((c.at / 1e9, c.capacity))
+        return steps
+
+    def to_core(self) -> dict[str, Any]:
+        """The core's JSON config: SI integers, one entry per flow."""
+        link = self.link
+        fwd, rev = link.delays_ns
+        limit_bytes, limit_pkts = link.queue_limits()
+
+        def bucket(tb: Optional[TokenBucket]) -> Optional[dict[str, int]]:
+            return None if tb is None else {"rate_bps": tb.rate, "burst_bytes": tb.burst}
+
+        flows = []
+        for _, g, start in self.expanded():
+            flows.append(
+                {
+                    "cc": g.cc,
+                    "params": dict(sorted(g.params.items())),
+                    "start_ns": start,
+                    "extra_delay_ns": g.extra_delay,
+                    "size_bytes": g.size,
+                    "rwnd_bytes": g.rwnd,
+                    "pacing": g.pacing,
+                    "initial_cwnd": g.initial_cwnd,
+                    "delayed_ack": {
+                        "enabled": g.delayed_ack.enabled,
+                        "timeout_ns": g.delayed_ack.timeout,
+                        "segments_per_ack": g.delayed_ack.segments_per_ack,
+                        "quickacks": g.delayed_ack.quickacks,
+                    },
+                    "group": g.label,
+                }
+            )
+        return {
+            "duration_ns": self.duration,
+            "seed": self.seed,
+            "sample_interval_ns": self.sample_interval,
+            "mtu": self.mtu,
+            "mss": self.mss,
+            "link": {
+                "capacity_bps": link.capacity,
+                "delay_fwd_ns": fwd,
+                "delay_rev_ns": rev,
+                "queue": {"limit_bytes": limit_bytes, "limit_packets": limit_pkts},
+                "loss": link.loss.to_core(),
+                "shaper": bucket(link.shaper),
+                "policer": bucket(link.policer),
+                "schedule": [
+                    {"at_ns": c.at, "capacity_bps": c.capacity} for c in sorted(link.schedule, key=lambda c: c.at)
+                ],
+                "access_rate_bps": link.access_rate,
+            },
+            "flows": flows,
+        }
+
+    def to_core_json(self) -> str:
+        return json.dumps(self.to_core(), sort_keys=True)
+
+    def describe(self) -> str:
+        """One line for plot titles: '2 cubic + 2 reno, 80 Mbit/s, RTprop 25 ms, queue 2bdp (625 KB)'."""
+        groups: dict[str, int] = {}
+        for g in self.flows:
+            groups[g.label] = groups.get(g.label, 0) + g.count
+        flows = " + ".join(f"{n} {label}" for label, n in groups.items())
+        limit_bytes, limit_pkts = self.link.queue_limits()
+        q = self.link.queue
+        if limit_bytes is not None and not q.endswith("B"):
+            q += f" ({units.human_size(limit_bytes)})"
+        parts = [
+            flows,
+            units.human_rate(self.link.capacity),
+            f"RTprop {units.human_time(self.link.rtprop_ns)}",
+            f"queue {q}",
+        ]
+        if self.link.loss.model != "none":
+            parts.append(self.link.loss.describe())
+        if self.link.schedule:
+            parts.append("capacity schedule")
+        return ", ".join(parts)
+
+    def to_toml(self) -> str:
+        """The normalised trial file: canonical units, defaults filled in, resolved values as comments."""
+        limit_bytes, limit_pkts = self.link.queue_limits()
+        header = [
+            f"# normalised trial '{self.name}'",
+            f"# rtprop = {units.format_time(self.link.rtprop_ns)}, "
+            f"bdp = {self.link.bdp_bytes():.0f} B, queue limit = "
+            + (f"{limit_bytes} B" if limit_bytes is not None else f"{limit_pkts} packets"),
+            f"# flows = {len(self.expanded())}",
+        ]
+        return "\n".join(header) + "\n\n" + _toml_dumps(_drop_empty(self.model_dump(mode="json", exclude_none=True)))
+
+
+# --- loading and error reporting --------------------------------------------------------------
+
+
+def _field_error(field: str, value: Any, msg: str) -> PydanticCustomError:
+    """An error on ``field`` of the model being validated (the formatter appends it to the loc)."""
+    return _field_errors([(field, value, msg)])
+
+
+def _field_errors(problems: list[tuple[str, Any, str]], absolute: bool = False) -> PydanticCustomError:
+    """Several errors raised as one; ``absolute`` fields are paths from the top of the trial."""
+    return PydanticCustomError(
+        "cctestbed",
+        "{msg}",
+        {"msg": "; ".join(m for _, _, m in problems), "problems": problems, "absolute": absolute},
+    )
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(trial)"
+
+
+def _model_in(annotation: Any) -> Optional[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    cls: Optional[type[BaseModel]] = Trial
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if cls is None or part not in cls.model_fields:
+            return None
+        cls = _model_in(cls.model_fields[part].annotation)
+    return cls
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return ""
+
+
+def format_errors(exc: ValidationError) -> list[str]:
+    """Each pydantic error as ``field: value: what is valid``."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        value = err.get("input")
+        msg = err["msg"]
+        kind = err["type"]
+        if kind == "cctestbed":
+            ctx = err.get("ctx", {})
+            for field, fvalue, fmsg in ctx.get("problems", []):
+                path = field if ctx.get("absolute") else ".".join(p for p in (_fmt_loc(loc) if loc else "", field) if p)
+                shown = _show(fvalue)
+                problems.append(f"{path}: {shown}: {fmsg}" if shown else f"{path}: {fmsg}")
+            continue
+        path = _fmt_loc(loc)
+        if kind == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            valid = ", ".join(parent.model_fields) if parent is not None else "none"
+            problems.append(f"{path}: unknown key; valid are {valid}")
+            continue
+        if kind == "missing":
+            problems.append(f"{path}: missing: required")
+            continue
+        msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
+        if kind in ("int_parsing", "int_type") and isinstance(value, str):
+            msg += " (a plain number, without unit)"
+        shown = _show(value)
+        problems.append(f"{path}: {shown}: {msg}" if shown else f"{path}: {msg}")
+    return problems
+
+
+def parse_trial(data: dict[str, Any], source: str | None = None) -> Trial:
+    """Validate a trial given as a dict; raises :class:`ConfigError` listing every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError(["(trial): expected a table of settings"], source)
+    try:
+        trial = Trial.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_errors(e), source) from None
+    problems = core_problems(trial)
+    if problems:
+        raise ConfigError(problems, source)
+    return trial
+
+
+def core_problems(trial: Trial) -> list[str]:
+    """Problems the core finds that the schema does not, with flow indices mapped to groups."""
+    from . import _core
+
+    groups = [gi for gi, _, _ in trial.expanded()]
+    out: list[str] = []
+    for p in _core.validate(trial.to_core_json()):
+        m = re.match(r"^flows\[(\d+)\]", p)
+        if m and int(m.group(1)) < len(groups):
+            p = f"flows[{groups[int(m.group(1))]}]" + p[m.end() :]
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
+    """The raw table in a TOML or JSON trial file (JSON if it ends in .json)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"]) from None
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return tomllib.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError([f"{path}: line {e.lineno}: not valid JSON: {e.msg}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+
+
+def load_trial(source: Union[str, Path, dict[str, Any], Trial]) -> Trial:
+    """A validated trial from a file path, a dict, or a :class:`Trial` (returned as is)."""
+    if isinstance(source, Trial):
+        return source
+    if isinstance(source, dict):
+        return parse_trial(source)
+    path = Path(source)
+    data = read_trial_file(path)
+    if isinstance(data, dict) and "name" not in data:
+        data = {"name": re.sub(r"[^A-Za-z0-9._+-]", "_", path.stem) or "trial", **data}
+    return parse_trial(data, str(path))
+
+
+# --- a small TOML writer for the normalised trial ----------------------------------------------
+
+
+def _drop_empty(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _drop_empty(x) for k, x in v.items() if x != {} and x != []}
+    if isinstance(v, list):
+        return [_drop_empty(x) for x in v]
+    return v
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isinf(v) or math.isnan(v):
+            raise ValueError("TOML cannot hold inf or nan here")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.match(r"^[A-Za-z0-9_-]+$", k) else json.dumps(k)
+
+
+def _is_table(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _is_table_array(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _toml_dumps(data: dict[str, Any], prefix: str = "") -> str:
+    """Scalars and inline values first, then sub-tables, then arrays of tables."""
+    lines = []
+    for k, v in data.items():
+        if not _is_table(v) and not _is_table_array(v):
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for k, v in data.items():
+        name = f"{prefix}{_toml_key(k)}"
+        if _is_table(v):
+            out += f"\n[{name}]\n" + _toml_dumps(v, name + ".")
+        elif _is_table_array(v):
+            for item in v:
+                out += f"\n[[{name}]]\n" + _toml_dumps(item, name + ".")
+    return out

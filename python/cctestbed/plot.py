@@ -1,0 +1,192 @@
+"""The stacked trial plot: throughput, RTT, cwnd and inflight, queue, loss over time.
+
+Everything is aggregated over 0.5 s intervals (or the sample interval if longer), as the
+testbed plots that users compare against. Flows keep one colour in every panel. The figure is
+built without pyplot, so it holds no global state and works in scripts and notebooks alike.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+
+from .summary import DROP_COLUMNS, TrialInfo
+
+BIN_S = 0.5
+
+
+def flow_colors(n: int) -> list:
+    """One distinct colour per flow id: tab10 up to ten flows, tab20, then a sampled colormap."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    cmap = colormaps["turbo"]
+    return [cmap(0.05 + 0.9 * i / max(n - 1, 1)) for i in range(n)]
+
+
+def _bin_expr(width: float) -> pl.Expr:
+    # a sample at time t covers (t - dt, t]; it belongs to bin k when (k-1) w < t <= k w
+    return ((pl.col("time_s") / width - 1e-9).ceil() * width).alias("t")
+
+
+def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
+    """Per flow and interval: mean goodput, RTT (samples with no RTT skipped), cwnd, inflight."""
+    cols = {
+        "goodput_bps": pl.col("goodput_bps").cast(pl.Float64).mean(),
+        "rtt_ms": pl.col("rtt_ms").cast(pl.Float64).fill_nan(None).mean(),
+        "cwnd_pkts": pl.col("cwnd_pkts").cast(pl.Float64).mean(),
+        "inflight_pkts": pl.col("inflight_pkts").cast(pl.Float64).mean(),
+    }
+    present = {k: v.alias(k) for k, v in cols.items() if k in flows.columns}
+    return flows.with_columns(_bin_expr(width)).group_by(["flow", "t"]).agg(**present).sort(["flow", "t"])
+
+
+def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
+    """Per interval: mean and max queue (bytes), capacity, and the drop rate (drops / arrivals)."""
+    drops = sum(pl.col(c).cast(pl.Float64) for c in DROP_COLUMNS if c in router.columns)
+    b = (
+        router.with_columns(_bin_expr(width), drops.alias("drops"))
+        .group_by("t")
+        .agg(
+            pl.col("queue_bytes").cast(pl.Float64).mean().alias("queue_mean"),
+            pl.col("queue_bytes").cast(pl.Float64).max().alias("queue_max"),
+            pl.col("capacity_bps").cast(pl.Float64).mean().alias("capacity_bps"),
+            pl.col("drops").last().alias("drops_cum"),
+            pl.col("arrivals_pkts").cast(pl.Float64).last().alias("arrivals_cum"),
+        )
+        .sort("t")
+    )
+    d_drops = b["drops_cum"].diff().fill_null(b["drops_cum"][0] if len(b) else 0.0)
+    d_arr = b["arrivals_cum"].diff().fill_null(b["arrivals_cum"][0] if len(b) else 0.0)
+    loss = np.where(d_arr.to_numpy() > 0, 100.0 * d_drops.to_numpy() / np.maximum(d_arr.to_numpy(), 1), np.nan)
+    return b.with_columns(pl.Series("loss_pct", loss))
+
+
+def plot_trial(
+    flows: pl.DataFrame,
+    router: pl.DataFrame,
+    info: TrialInfo,
+    title: Optional[str] = None,
+    queue_limit_bytes: Optional[float] = None,
+) -> Figure:
+    """The stacked plot of one trial; returns a matplotlib Figure (not shown, not saved)."""
+    width = BIN_S
+    if len(flows) > 1:
+        times = flows["time_s"].unique().sort()
+        if len(times) > 1:
+            width = max(BIN_S, float(times[1] - times[0]))
+    bf = binned_flows(flows, width)
+    br = binned_router(router, width)
+    ids = sorted(flows["flow"].unique().to_list())
+    colors = flow_colors(len(ids))
+    meta = (
+        flows.group_by("flow")
+        .agg(*(pl.col(c).first() for c in ("cc", "group") if c in flows.columns))
+        .sort("flow")
+    )
+    labels = {}
+    for r in meta.iter_rows(named=True):
+        name = r.get("group") or r.get("cc") or ""
+        labels[r["flow"]] = f"{r['flow']}: {name}" if name else f"flow {r['flow']}"
+
+    fig = Figure(figsize=(11, 13), layout="constrained")
+    axes = fig.subplots(5, 1, sharex=True, height_ratios=[1.3, 1, 1, 1, 0.8])
+    ax_tp, ax_rtt, ax_cwnd, ax_q, ax_loss = axes
+    mss_over_mtu = info.mss / info.mtu
+
+    # Throughput
+    for i, f in enumerate(ids):
+        d = bf.filter(pl.col("flow") == f)
+        ax_tp.plot(d["t"], d["goodput_bps"] / 1e6, color=colors[i], lw=1.4, label=labels[f])
+    if len(br):
+        ax_tp.plot(br["t"], br["capacity_bps"] * mss_over_mtu / 1e6, color="0.3", lw=1, ls="--",
+                   label="payload capacity")
+    total = bf.group_by("t").agg(pl.col("goodput_bps").sum()).sort("t")
+    if len(ids) > 1:
+        ax_tp.plot(total["t"], total["goodput_bps"] / 1e6, color="black", lw=1, alpha=0.6, label="total")
+    ax_tp.set_ylabel("goodput (Mbit/s)")
+    ax_tp.set_ylim(bottom=0)
+
+    # RTT
+    for i, f in enumerate(ids):
+        d = bf.filter(pl.col("flow") == f)
+        ax_rtt.plot(d["t"], d["rtt_ms"], color=colors[i], lw=1.2)
+    ax_rtt.axhline(info.rtprop_ms, color="0.3", lw=1, ls="--", label=f"RTprop {info.rtprop_ms:g} ms")
+    ax_rtt.set_ylabel("RTT (ms)")
+    ax_rtt.set_ylim(bottom=0)
+    ax_rtt.legend(loc="upper right", fontsize=8)
+
+    # cwnd and inflight
+    for i, f in enumerate(ids):
+        d = bf.filter(pl.col("flow") == f)
+        ax_cwnd.plot(d["t"], d["cwnd_pkts"], color=colors[i], lw=1.3)
+        ax_cwnd.plot(d["t"], d["inflight_pkts"], color=colors[i], lw=0.9, ls=":")
+    bdp_pkts = info.bdp_bytes / info.mtu
+    ax_cwnd.axhline(bdp_pkts, color="0.3", lw=1, ls="--")
+    from matplotlib.lines import Line2D
+
+    ax_cwnd.legend(
+        handles=[
+            Line2D([], [], color="0.2", lw=1.3, label="cwnd"),
+            Line2D([], [], color="0.2", lw=0.9, ls=":", label="inflight"),
+            Line2D([], [], color="0.3", lw=1, ls="--", label=f"BDP {bdp_pkts:.0f} pkts"),
+        ],
+        loc="upper right",
+        fontsize=8,
+    )
+    ax_cwnd.set_ylabel("packets")
+    ax_cwnd.set_ylim(bottom=0)
+
+    # Queue
+    if len(br):
+        q_kb_mean = br["queue_mean"] / 1e3
+        ax_q.fill_between(br["t"], 0, br["queue_max"] / 1e3, color="tab:gray", alpha=0.25, lw=0, label="max")
+        ax_q.plot(br["t"], q_kb_mean, color="black", lw=1.2, label="mean")
+    if queue_limit_bytes:
+        ax_q.axhline(queue_limit_bytes / 1e3, color="tab:red", lw=1, ls="--",
+                     label=f"limit {queue_limit_bytes / max(info.bdp_bytes, 1e-9):.3g} BDP")
+    ax_q.set_ylabel("queue (KB)")
+    ax_q.set_ylim(bottom=0)
+    ax_q.legend(loc="upper right", fontsize=8)
+    if info.bdp_bytes > 0:
+        sec = ax_q.secondary_yaxis(
+            "right", functions=(lambda kb: kb * 1e3 / info.bdp_bytes, lambda bdp: bdp * info.bdp_bytes / 1e3)
+        )
+        sec.set_ylabel("queue (BDP)")
+
+    # Loss
+    if len(br):
+        ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", lw=1.2, drawstyle="steps-pre")
+    ax_loss.set_ylabel("loss at router (%)")
+    ax_loss.set_ylim(bottom=0)
+    ax_loss.set_xlabel("time (s)")
+    ax_loss.set_xlim(0, info.duration_s)
+
+    t0, t1 = info.steady_s
+    if (t0, t1) != (0.0, info.duration_s):
+        for ax in axes:
+            ax.axvspan(t0, t1, color="tab:green", alpha=0.05, lw=0)
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+
+    ncol = min(len(ids) + 2, 6)
+    fig.legend(*ax_tp.get_legend_handles_labels(), loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
+    heading = title or info.name
+    fig.suptitle(f"{heading}\n(seed {info.seed}; {width:g} s averages"
+                 + (f"; shaded: steady window {t0:g}-{t1:g} s)" if (t0, t1) != (0.0, info.duration_s) else ")"),
+                 fontsize=11)
+    return fig
+
+
+def save_figure(fig: Figure, path: str, dpi: int = 110) -> None:
+    """Write the figure as PNG without pyplot; no timestamp or other varying metadata."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})

@@ -1,0 +1,144 @@
+"""A trial's results: the telemetry frames, the summary, and how they are written to disk.
+
+A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet``,
+``router.parquet``, ``summary.json`` and ``trial.png``. It is written into a temporary
+directory beside its destination and renamed into place only once complete, so a directory
+at the destination is never half written. Parquet files are deterministic: the same trial
+and seed give byte-identical files (fixed compression, no timestamps in the metadata).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+import polars as pl
+
+from .config import Trial, load_trial
+from .summary import TrialInfo
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json", "trial.png")
+
+
+@dataclass
+class TrialResult:
+    """One trial's telemetry and summary.
+
+    ``flows``: one row per flow per sample; ``router``: one row per sample (columns in the
+    README). ``summary``: the summary.json document. ``final``: the core's end-of-run counters
+    (absent for results loaded from disk).
+    """
+
+    trial: Trial
+    flows: pl.DataFrame
+    router: pl.DataFrame
+    summary: dict[str, Any]
+    final: Optional[dict[str, Any]] = None
+    backend: str = "sim"
+    info: TrialInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.info = TrialInfo.from_trial(self.trial, backend=self.backend)
+
+    def plot(self) -> "Figure":
+        """The stacked time plot (throughput, RTT, cwnd/inflight, queue, loss)."""
+        from .plot import plot_trial
+
+        limit_bytes, limit_pkts = self.trial.link.queue_limits()
+        limit = float(limit_bytes) if limit_bytes is not None else float(limit_pkts or 0) * self.trial.mtu
+        return plot_trial(
+            self.flows,
+            self.router,
+            self.info,
+            title=f"{self.trial.name}: {self.trial.describe()}",
+            queue_limit_bytes=limit or None,
+        )
+
+    def save(self, directory: Union[str, Path], force: bool = False) -> Path:
+        """Write every result file into ``directory`` atomically; see :func:`write_dir`."""
+        from .plot import save_figure
+
+        def write(tmp: Path) -> None:
+            (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
+            write_parquet(self.flows, tmp / "flows.parquet")
+            write_parquet(self.router, tmp / "router.parquet")
+            (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
+            save_figure(self.plot(), str(tmp / "trial.png"))
+
+        return write_dir(Path(directory), write, force=force)
+
+    @classmethod
+    def load(cls, directory: Union[str, Path]) -> "TrialResult":
+        """Read a results directory written by :meth:`save`."""
+        d = Path(directory)
+        trial = load_trial(d / "trial.toml")
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        flows = pl.read_parquet(d / "flows.parquet")
+        backend = flows["backend"][0] if "backend" in flows.columns and len(flows) else "sim"
+        return cls(trial, flows, pl.read_parquet(d / "router.parquet"), summary, None, backend)
+
+
+def dump_summary(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2, allow_nan=False) + "\n"
+
+
+def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
+    """Deterministic parquet: plain string types, zstd level 3, one row group per 1M rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = df.to_arrow()
+    fields = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_large_string(t) or str(t) == "string_view":
+            t = pa.string()
+        fields.append(pa.field(f.name, t))
+    table = table.cast(pa.schema(fields))
+    pq.write_table(
+        table,
+        str(path),
+        compression="zstd",
+        compression_level=3,
+        row_group_size=1 << 20,
+        write_statistics=True,
+        use_dictionary=True,
+    )
+
+
+def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) -> Path:
+    """Fill a temporary directory beside ``dest`` with ``write`` and rename it to ``dest``.
+
+    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then it is moved
+    aside, the new directory renamed into place, and the old one deleted. On any error the
+    temporary directory is removed and ``dest`` is left as it was.
+    """
+    dest = dest.absolute()
+    if dest.exists() and not force:
+        raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)
+        if dest.exists():
+            if not force:
+                raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            os.rename(dest, old / "previous")
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

@@ -1,0 +1,295 @@
+"""Steady-state metrics over the telemetry frames, and the ``summary.json`` they make.
+
+Every function takes polars frames shaped like ``flows.parquet`` and ``router.parquet`` so the
+same code serves single trials and sweeps. Conventions (see the README's summary.json section):
+
+- A sample at ``time_s`` covers the interval ending at ``time_s``. The window ``(t0, t1]`` holds
+  the samples with ``t0 < time_s <= t1``; cumulative counters are differenced between the last
+  sample at or before ``t1`` and the last one at or before ``t0`` (zero before the first sample).
+- Utilization is delivered payload over the payload capacity, capacity x mss / mtu, integrated
+  over the window with the capacity schedule.
+- Loss is router drops (overflow, random and policer) over packets arriving at the router;
+  retransmission rate is retransmitted segments over segments sent. Both in percent.
+- Percentiles interpolate linearly between samples (numpy's default).
+- Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+import polars as pl
+
+#: Time comparisons tolerate this much float error (sample times are multiples of the interval).
+EPS = 1e-9
+
+DROP_COLUMNS = ("drops_overflow", "drops_random", "drops_policer")
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """What the metrics need to know about the trial besides the telemetry."""
+
+    name: str
+    seed: int
+    duration_s: float
+    steady_s: tuple[float, float]
+    capacity_bps: int
+    rtprop_ms: float
+    bdp_bytes: float
+    mss: int = 1448
+    mtu: int = 1500
+    backend: str = "sim"
+    #: Piecewise-constant capacity: (from second, bps), the first entry at 0.
+    schedule: tuple[tuple[float, int], ...] = field(default=())
+
+    @classmethod
+    def from_trial(cls, trial: Any, backend: str = "sim") -> "TrialInfo":
+        """Built from a :class:`cctestbed.config.Trial`."""
+        t0, t1 = trial.steady_ns
+        return cls(
+            name=trial.name,
+            seed=trial.seed,
+            duration_s=trial.duration / 1e9,
+            steady_s=(t0 / 1e9, t1 / 1e9),
+            capacity_bps=trial.link.capacity,
+            rtprop_ms=trial.link.rtprop_ns / 1e6,
+            bdp_bytes=trial.link.bdp_bytes(),
+            mss=trial.mss,
+            mtu=trial.mtu,
+            backend=backend,
+            schedule=tuple(trial.capacity_schedule()),
+        )
+
+    def capacity_steps(self) -> list[tuple[float, int]]:
+        return list(self.schedule) if self.schedule else [(0.0, self.capacity_bps)]
+
+
+# --- building blocks --------------------------------------------------------------------------
+
+
+def _num(x: Any) -> Optional[float]:
+    """A float for JSON, or None for missing/NaN/inf."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def window(df: pl.DataFrame, t0: float, t1: float) -> pl.DataFrame:
+    """The samples whose interval lies in the window: ``t0 < time_s <= t1``."""
+    return df.filter((pl.col("time_s") > t0 + EPS) & (pl.col("time_s") <= t1 + EPS))
+
+
+def window_bounds(times: pl.Series, t0: float, t1: float) -> tuple[float, float]:
+    """The sample times the counters are read at: last at or before t0 (else 0), last at or before t1."""
+    before_end = times.filter(times <= t1 + EPS)
+    before_start = times.filter(times <= t0 + EPS)
+    s1 = float(before_end.max()) if len(before_end) else 0.0  # type: ignore[arg-type]
+    s0 = float(before_start.max()) if len(before_start) else 0.0  # type: ignore[arg-type]
+    return s0, max(s1, s0)
+
+
+def counter_deltas(
+    df: pl.DataFrame, columns: Sequence[str], t0: float, t1: float, by: Optional[str] = None
+) -> pl.DataFrame:
+    """Increase of cumulative ``columns`` over the window, per ``by`` (or one row overall).
+
+    Each counter is read at the last sample at or before ``t1`` minus the last sample at or
+    before ``t0``; a counter with no sample at or before ``t0`` starts from zero.
+    """
+    keys = [by] if by else []
+
+    def last_at(t: float) -> pl.DataFrame:
+        sub = df.filter(pl.col("time_s") <= t + EPS).sort([*keys, "time_s"])
+        if by:
+            return sub.group_by(by, maintain_order=True).agg([pl.col(c).last() for c in columns])
+        return sub.select([pl.col(c).last() for c in columns]) if len(sub) else pl.DataFrame()
+
+    end, start = last_at(t1), last_at(t0)
+    if by:
+        ids = df.select(pl.col(by).unique().sort())
+        end = ids.join(end, on=by, how="left")
+        start = ids.join(start, on=by, how="left")
+        out = ids
+        for c in columns:
+            a = end[c].cast(pl.Float64).fill_null(0.0)
+            b = start[c].cast(pl.Float64).fill_null(0.0)
+            out = out.with_columns((a - b).alias(c))
+        return out
+    row = {}
+    for c in columns:
+        a = float(end[c][0]) if len(end) and end[c][0] is not None else 0.0
+        b = float(start[c][0]) if len(start) and start[c][0] is not None else 0.0
+        row[c] = [a - b]
+    return pl.DataFrame(row)
+
+
+def payload_capacity_bits(steps: Iterable[tuple[float, int]], t0: float, t1: float, mss: int, mtu: int) -> float:
+    """Payload bits the link could carry over [t0, t1] under a piecewise-constant capacity."""
+    steps = sorted(steps)
+    total = 0.0
+    for i, (start, bps) in enumerate(steps):
+        end = steps[i + 1][0] if i + 1 < len(steps) else math.inf
+        lo, hi = max(start, t0), min(end, t1)
+        if hi > lo:
+            total += bps * (hi - lo)
+    return total * mss / mtu
+
+
+def jain(values: Iterable[float]) -> Optional[float]:
+    """Jain's fairness index (sum x)^2 / (n sum x^2); None when empty or all zero."""
+    xs = [float(v) for v in values]
+    sq = sum(x * x for x in xs)
+    if not xs or sq == 0:
+        return None
+    return sum(xs) ** 2 / (len(xs) * sq)
+
+
+def percentile(values: pl.Series, q: float) -> Optional[float]:
+    """Linear-interpolation percentile (q in 0..1) ignoring nulls and NaN; None if no values."""
+    v = values.cast(pl.Float64).fill_nan(None).drop_nulls()
+    if len(v) == 0:
+        return None
+    return _num(v.quantile(q, interpolation="linear"))
+
+
+def _pct(num: float, den: float) -> Optional[float]:
+    return 100.0 * num / den if den > 0 else None
+
+
+# --- the metrics ------------------------------------------------------------------------------
+
+
+def per_flow(flows: pl.DataFrame, t0: float, t1: float) -> pl.DataFrame:
+    """One row per flow over the window.
+
+    Columns: ``flow, cc, group, delivered_bytes, goodput_bps, sent_segs, retrans_segs,
+    retrans_pct, rtt_p50_ms, rtt_mean_ms``. ``goodput_bps`` is delivered payload over the span
+    between the two counter readings (the window itself when samples fall on its ends).
+    """
+    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    span = s1 - s0
+    deltas = counter_deltas(flows, ["delivered_bytes", "sent_segs", "retrans_segs"], t0, t1, by="flow")
+    meta_cols = [c for c in ("cc", "group") if c in flows.columns]
+    meta = flows.group_by("flow", maintain_order=True).agg([pl.col(c).first() for c in meta_cols]) if meta_cols else None
+    inside = window(flows, t0, t1).with_columns(pl.col("rtt_ms").cast(pl.Float64).fill_nan(None))
+    rtt = inside.group_by("flow").agg(
+        pl.col("rtt_ms").quantile(0.5, interpolation="linear").alias("rtt_p50_ms"),
+        pl.col("rtt_ms").mean().alias("rtt_mean_ms"),
+    )
+    out = deltas
+    if meta is not None:
+        out = out.join(meta, on="flow", how="left")
+    out = out.join(rtt, on="flow", how="left").with_columns(
+        (pl.col("delivered_bytes") * 8 / span if span > 0 else pl.lit(None, pl.Float64)).alias("goodput_bps"),
+        pl.when(pl.col("sent_segs") > 0)
+        .then(100.0 * pl.col("retrans_segs") / pl.col("sent_segs"))
+        .otherwise(None)
+        .alias("retrans_pct"),
+    )
+    for c in ("cc", "group"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, pl.String).alias(c))
+    return out.sort("flow").select(
+        "flow",
+        "cc",
+        "group",
+        "delivered_bytes",
+        "goodput_bps",
+        "sent_segs",
+        "retrans_segs",
+        "retrans_pct",
+        "rtt_p50_ms",
+        "rtt_mean_ms",
+    )
+
+
+def router_metrics(router: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str, Any]:
+    """Loss over the window and queue occupancy statistics, in bytes and in BDP."""
+    d = counter_deltas(router, ["arrivals_pkts", *DROP_COLUMNS], t0, t1)
+    drops = sum(float(d[c][0]) for c in DROP_COLUMNS)
+    arrivals = float(d["arrivals_pkts"][0])
+    q = window(router, t0, t1)["queue_bytes"].cast(pl.Float64)
+    mean_b = _num(q.mean()) if len(q) else None
+    p95_b = percentile(q, 0.95)
+
+    def bdp(x: Optional[float]) -> Optional[float]:
+        return None if x is None or info.bdp_bytes <= 0 else x / info.bdp_bytes
+
+    return {
+        "loss_pct": _pct(drops, arrivals),
+        "queue": {"mean_bdp": bdp(mean_b), "p95_bdp": bdp(p95_b), "mean_bytes": mean_b, "p95_bytes": p95_b},
+    }
+
+
+def rtt_metrics(flows: pl.DataFrame, t0: float, t1: float) -> dict[str, Optional[float]]:
+    """RTT over every flow's per-interval RTT samples in the window."""
+    r = window(flows, t0, t1)["rtt_ms"].cast(pl.Float64).fill_nan(None).drop_nulls()
+    return {
+        "p50_ms": percentile(r, 0.5),
+        "p95_ms": percentile(r, 0.95),
+        "min_ms": _num(r.min()) if len(r) else None,
+        "mean_ms": _num(r.mean()) if len(r) else None,
+    }
+
+
+def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
+    """The ``summary.json`` document (see the README for the contract)."""
+    t0, t1 = info.steady_s
+    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    cap_bits = payload_capacity_bits(info.capacity_steps(), s0, s1, info.mss, info.mtu)
+    span = s1 - s0
+    pf = per_flow(flows, t0, t1)
+    delivered_bits = float(pf["delivered_bytes"].sum()) * 8
+    sent = float(pf["sent_segs"].sum())
+    retrans = float(pf["retrans_segs"].sum())
+    rm = router_metrics(router, info, t0, t1)
+
+    groups: dict[str, Any] = {}
+    for label in pf["group"].unique(maintain_order=True).to_list():
+        g = pf.filter(pl.col("group") == label) if label is not None else pf.filter(pl.col("group").is_null())
+        bits = float(g["delivered_bytes"].sum()) * 8
+        groups[str(label)] = {
+            "share": bits / cap_bits if cap_bits > 0 else None,
+            "goodput_bps": bits / span if span > 0 else None,
+            "flows": len(g),
+            "retrans_pct": _pct(float(g["retrans_segs"].sum()), float(g["sent_segs"].sum())),
+            "jain": jain(g["goodput_bps"].fill_null(0.0)),
+        }
+
+    return {
+        "trial": {
+            "name": info.name,
+            "seed": info.seed,
+            "duration_s": info.duration_s,
+            "steady_s": [t0, t1],
+            "backend": info.backend,
+            "bdp_bytes": info.bdp_bytes,
+            "rtprop_ms": info.rtprop_ms,
+            "capacity_bps": info.capacity_bps,
+        },
+        "total": {
+            "utilization": delivered_bits / cap_bits if cap_bits > 0 else None,
+            "goodput_bps": delivered_bits / span if span > 0 else None,
+            "loss_pct": rm["loss_pct"],
+            "retrans_pct": _pct(retrans, sent),
+            "jain": jain(pf["goodput_bps"].fill_null(0.0)),
+        },
+        "queue": rm["queue"],
+        "rtt": rtt_metrics(flows, t0, t1),
+        "groups": groups,
+        "flows": [
+            {
+                "id": int(r["flow"]),
+                "cc": r["cc"],
+                "group": r["group"],
+                "goodput_bps": _num(r["goodput_bps"]),
+                "retrans_pct": _num(r["retrans_pct"]),
+                "rtt_p50_ms": _num(r["rtt_p50_ms"]),
+            }
+            for r in pf.iter_rows(named=True)
+        ],
+    }
