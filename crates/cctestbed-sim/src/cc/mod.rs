@@ -55,6 +55,15 @@ pub struct ConnInfo {
     pub ssthresh: u32,
     /// Initial window, packets.
     pub initial_cwnd: u32,
+    /// Packets sent and not yet cumulatively ACKed (`tp->packets_out`).
+    pub packets_out: u32,
+    /// Next new segment to send and oldest unacknowledged one, in segments.
+    pub snd_nxt: u64,
+    pub snd_una: u64,
+    /// Time of the last transmission (`tp->lsndtime`).
+    pub last_send_ns: Nanos,
+    /// Whether this flow is paced.
+    pub paced: bool,
 }
 
 /// The values an algorithm may write.
@@ -67,6 +76,40 @@ pub struct Window {
     /// Pacing rate in bytes per second set by the algorithm (`sk->sk_pacing_rate`); `None`
     /// lets the transport derive it from cwnd/srtt as Linux does (`tcp_update_pacing_rate`).
     pub pacing_rate: Option<f64>,
+    /// Fractional additive-increase counter (`tp->snd_cwnd_cnt`).
+    pub cwnd_cnt: u32,
+    /// Set to mark the connection application-limited after this call, as BBR does in
+    /// PROBE_RTT (`tp->app_limited = delivered + in_flight`).
+    pub set_app_limited: bool,
+}
+
+impl Window {
+    /// `tcp_slow_start`: grow by `acked` up to ssthresh; returns the ACKs left over.
+    pub fn slow_start(&mut self, acked: u32) -> u32 {
+        let cwnd = self.cwnd.saturating_add(acked).min(self.ssthresh);
+        let left = acked - (cwnd - self.cwnd).min(acked);
+        self.cwnd = cwnd;
+        left
+    }
+
+    /// `tcp_cong_avoid_ai`: grow by one packet for every `w` packets ACKed.
+    pub fn cong_avoid_ai(&mut self, w: u32, acked: u32) {
+        let w = w.max(1);
+        if self.cwnd_cnt >= w {
+            self.cwnd_cnt = 0;
+            self.cwnd += 1;
+        }
+        self.cwnd_cnt += acked;
+        if self.cwnd_cnt >= w {
+            let delta = self.cwnd_cnt / w;
+            self.cwnd_cnt -= delta * w;
+            self.cwnd += delta;
+        }
+    }
+
+    pub fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
 }
 
 /// One delivery-rate sample (Linux `struct rate_sample`, net/ipv4/tcp_rate.c), produced once
@@ -75,7 +118,7 @@ pub struct Window {
 pub struct RateSample {
     /// `tp->delivered` when the sampled packet was sent.
     pub prior_delivered: u64,
-    /// Send time of ... the delivered_mstamp recorded in the sampled packet.
+    /// `tp->delivered_mstamp` when the sampled packet was sent.
     pub prior_time: Nanos,
     /// Packets delivered over the interval; negative means invalid sample.
     pub delivered: i64,
@@ -135,6 +178,9 @@ pub trait CongestionControl: Send {
     /// Name as given in trial files.
     fn name(&self) -> &'static str;
 
+    /// Gives the algorithm its own random stream (BBR's random ProbeBW phase).
+    fn seed(&mut self, _rng: crate::rng::SimRng) {}
+
     /// Called once before the first packet is sent (`init`).
     fn init(&mut self, _info: &ConnInfo, _w: &mut Window) {}
 
@@ -158,7 +204,7 @@ pub trait CongestionControl: Send {
     fn cong_control(&mut self, _info: &ConnInfo, _w: &mut Window, _rs: &RateSample) {}
 
     /// Called on each ACK that acknowledged data, with its RTT sample (`pkts_acked`).
-    fn pkts_acked(&mut self, _info: &ConnInfo, _w: &Window, _sample: &AckSample) {}
+    fn pkts_acked(&mut self, _info: &ConnInfo, _w: &mut Window, _sample: &AckSample) {}
 
     /// Recovery-state changes (`set_state`).
     fn set_state(&mut self, _info: &ConnInfo, _w: &mut Window, _new: CaState) {}
@@ -171,8 +217,11 @@ pub trait CongestionControl: Send {
         w.cwnd.max(prior_cwnd)
     }
 
-    /// Short name of the algorithm's current state, for telemetry.
-    fn state_name(&self) -> &'static str;
+    /// Name of the algorithm's own state machine state (BBR's STARTUP, ...), for telemetry;
+    /// `None` lets the transport report slow_start / cong_avoid / recovery / loss.
+    fn state_name(&self) -> Option<&'static str> {
+        None
+    }
 
     /// Names of the algorithm's internal estimates, as telemetry column suffixes.
     fn telemetry_keys(&self) -> &'static [&'static str] {
@@ -217,11 +266,13 @@ macro_rules! cc_params {
         }
         impl $name {
             pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+            #[allow(unused_mut)]
             pub fn to_map(&self) -> std::collections::BTreeMap<&'static str, f64> {
                 let mut m = std::collections::BTreeMap::new();
                 $( m.insert(stringify!($field), self.$field); )*
                 m
             }
+            #[allow(unused_mut, unused_variables)]
             pub fn from_map(p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
                 let mut out = Self::default();
                 for (k, v) in p {

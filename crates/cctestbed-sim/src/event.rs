@@ -1,0 +1,210 @@
+//! The event queue and lazily re-armed timers.
+//!
+//! Events are ordered by (time, insertion sequence), so equal times run first-in first-out and
+//! a run is fully determined by its inputs. The queue only ever holds O(links + flows + timers)
+//! entries: packets in flight wait in [`crate::link::DelayLine`]s with one event for the head.
+
+use crate::config::Nanos;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerKind {
+    /// Retransmission timeout.
+    Rto = 0,
+    /// Pacing: the next packet may leave.
+    Pace = 1,
+    /// RACK reordering window expired.
+    Reorder = 2,
+    /// Receiver's delayed-ACK timer.
+    DelAck = 3,
+}
+pub const TIMER_KINDS: usize = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    FlowStart(u32),
+    /// The head of a flow's access line reaches the router.
+    AccessHead(u32),
+    /// The bottleneck finishes a transmission or may begin one (tokens, idle link).
+    BottleneckWake,
+    /// The head of the line from the router to the receivers arrives.
+    ForwardHead,
+    /// The head of a flow's ACK line reaches its sender.
+    AckHead(u32),
+    Timer(u32, TimerKind),
+    Sample,
+    CapacityChange(u32),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    at: Nanos,
+    seq: u64,
+    ev: Event,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        self.at == o.at && self.seq == o.seq
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    // Reversed so that BinaryHeap (a max-heap) pops the earliest, then the first inserted.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.at.cmp(&self.at).then(o.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Default)]
+pub struct EventQueue {
+    heap: BinaryHeap<Entry>,
+    seq: u64,
+    now: Nanos,
+    /// Events popped so far (for benchmarks).
+    pub processed: u64,
+}
+
+impl EventQueue {
+    pub fn push(&mut self, at: Nanos, ev: Event) {
+        debug_assert!(at >= self.now, "event scheduled in the past: {at} < {}", self.now);
+        self.seq += 1;
+        self.heap.push(Entry { at, seq: self.seq, ev });
+    }
+
+    pub fn pop(&mut self) -> Option<(Nanos, Event)> {
+        let e = self.heap.pop()?;
+        assert!(e.at >= self.now, "time went backwards");
+        self.now = e.at;
+        self.processed += 1;
+        Some((e.at, e.ev))
+    }
+
+    pub fn peek_time(&self) -> Option<Nanos> {
+        self.heap.peek().map(|e| e.at)
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+/// A timer that is re-armed far more often than it fires. Re-arming to a later time pushes
+/// nothing; a stale pop finds the real deadline and re-queues itself once.
+#[derive(Debug, Clone, Copy)]
+pub struct Timer {
+    deadline: Option<Nanos>,
+    /// Earliest time for which an event of this timer is in the queue.
+    queued: Nanos,
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Timer { deadline: None, queued: Nanos::MAX }
+    }
+}
+
+impl Timer {
+    pub fn deadline(&self) -> Option<Nanos> {
+        self.deadline
+    }
+
+    /// Arms the timer for `at`; returns the time of an event the caller must queue, if any.
+    #[must_use]
+    pub fn arm(&mut self, at: Nanos) -> Option<Nanos> {
+        self.deadline = Some(at);
+        if at < self.queued {
+            self.queued = at;
+            Some(at)
+        } else {
+            None
+        }
+    }
+
+    pub fn cancel(&mut self) {
+        self.deadline = None;
+    }
+
+    /// Called when one of this timer's events pops at `now`. Returns `Fire` if the timer is due,
+    /// or `Requeue(t)` if the caller must queue an event at `t`.
+    pub fn on_pop(&mut self, now: Nanos) -> TimerPop {
+        if now == self.queued {
+            self.queued = Nanos::MAX;
+        }
+        match self.deadline {
+            Some(d) if d <= now => {
+                self.deadline = None;
+                TimerPop::Fire
+            }
+            Some(d) if d < self.queued => {
+                self.queued = d;
+                TimerPop::Requeue(d)
+            }
+            _ => TimerPop::Stale,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum TimerPop {
+    Fire,
+    Requeue(Nanos),
+    Stale,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_times_pop_in_insertion_order() {
+        let mut q = EventQueue::default();
+        q.push(5, Event::Sample);
+        q.push(3, Event::FlowStart(1));
+        q.push(5, Event::FlowStart(2));
+        q.push(5, Event::ForwardHead);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(
+            order,
+            vec![(3, Event::FlowStart(1)), (5, Event::Sample), (5, Event::FlowStart(2)), (5, Event::ForwardHead)]
+        );
+    }
+
+    #[test]
+    fn timer_rearmed_later_fires_once_at_the_last_deadline() {
+        let mut t = Timer::default();
+        assert_eq!(t.arm(10), Some(10));
+        assert_eq!(t.arm(20), None);
+        assert_eq!(t.arm(30), None);
+        assert_eq!(t.on_pop(10), TimerPop::Requeue(30));
+        assert_eq!(t.on_pop(30), TimerPop::Fire);
+        assert_eq!(t.deadline(), None);
+    }
+
+    #[test]
+    fn timer_rearmed_earlier_fires_early_and_ignores_stale_entry() {
+        let mut t = Timer::default();
+        assert_eq!(t.arm(30), Some(30));
+        assert_eq!(t.arm(10), Some(10));
+        assert_eq!(t.on_pop(10), TimerPop::Fire);
+        assert_eq!(t.on_pop(30), TimerPop::Stale);
+    }
+
+    #[test]
+    fn cancelled_timer_does_not_fire() {
+        let mut t = Timer::default();
+        let _ = t.arm(10);
+        t.cancel();
+        assert_eq!(t.on_pop(10), TimerPop::Stale);
+    }
+}

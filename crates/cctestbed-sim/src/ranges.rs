@@ -1,0 +1,116 @@
+//! A set of disjoint half-open ranges of sequence numbers, kept sorted. Used by the receiver
+//! for out-of-order data and by the sender for its SACK scoreboard. Ranges are few (one per
+//! hole), and inserting at the top, the common case, is O(1).
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    r: Vec<(u64, u64)>,
+}
+
+impl RangeSet {
+    pub fn is_empty(&self) -> bool {
+        self.r.is_empty()
+    }
+
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.r
+    }
+
+    pub fn contains(&self, x: u64) -> bool {
+        let i = self.r.partition_point(|&(_, e)| e <= x);
+        i < self.r.len() && self.r[i].0 <= x
+    }
+
+    /// Adds `[s, e)` and calls `newly(x)` for every x not already present, in increasing order.
+    /// Returns the merged range containing it.
+    pub fn insert_with(&mut self, s: u64, e: u64, mut newly: impl FnMut(u64)) -> (u64, u64) {
+        debug_assert!(s < e);
+        // First range whose end reaches s (could merge), last range whose start <= e.
+        let lo = self.r.partition_point(|&(_, re)| re < s);
+        let mut hi = lo;
+        let mut cur = s;
+        while hi < self.r.len() && self.r[hi].0 <= e {
+            let (rs, re) = self.r[hi];
+            for x in cur..rs.max(cur).min(e) {
+                newly(x);
+            }
+            cur = cur.max(re);
+            hi += 1;
+        }
+        for x in cur..e {
+            newly(x);
+        }
+        let merged = if lo < hi {
+            (self.r[lo].0.min(s), self.r[hi - 1].1.max(e))
+        } else {
+            (s, e)
+        };
+        self.r.splice(lo..hi, std::iter::once(merged));
+        merged
+    }
+
+    pub fn insert(&mut self, s: u64, e: u64) -> (u64, u64) {
+        self.insert_with(s, e, |_| {})
+    }
+
+    /// Drops everything below `x`.
+    pub fn remove_below(&mut self, x: u64) {
+        let n = self.r.partition_point(|&(_, e)| e <= x);
+        self.r.drain(..n);
+        if let Some(first) = self.r.first_mut() {
+            first.0 = first.0.max(x);
+        }
+    }
+
+    /// If a range starts at `x`, removes and returns its end.
+    pub fn pop_starting_at(&mut self, x: u64) -> Option<u64> {
+        match self.r.first() {
+            Some(&(s, e)) if s <= x => {
+                self.r.remove(0);
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.r.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn matches_a_plain_set(ops in proptest::collection::vec((0u64..200, 1u64..20), 1..60)) {
+            let mut rs = RangeSet::default();
+            let mut set = std::collections::BTreeSet::new();
+            for (s, len) in ops {
+                let mut newly = Vec::new();
+                rs.insert_with(s, s + len, |x| newly.push(x));
+                let expect: Vec<u64> = (s..s + len).filter(|x| !set.contains(x)).collect();
+                prop_assert_eq!(newly, expect);
+                set.extend(s..s + len);
+                // Disjoint, sorted, non-adjacent, and the same members.
+                for w in rs.ranges().windows(2) { prop_assert!(w[0].1 < w[1].0); }
+                let members: Vec<u64> = rs.ranges().iter().flat_map(|&(a, b)| a..b).collect();
+                prop_assert_eq!(members, set.iter().copied().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn remove_below_trims() {
+        let mut rs = RangeSet::default();
+        rs.insert(5, 10);
+        rs.insert(20, 30);
+        rs.remove_below(7);
+        assert_eq!(rs.ranges(), &[(7, 10), (20, 30)]);
+        rs.remove_below(25);
+        assert_eq!(rs.ranges(), &[(25, 30)]);
+        assert!(rs.contains(29) && !rs.contains(30) && !rs.contains(24));
+    }
+}

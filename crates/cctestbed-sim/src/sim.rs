@@ -1,0 +1,289 @@
+//! The dumbbell and its event loop.
+//!
+//! ```text
+//!  sender i --access line i (extra delay, NIC rate)--> router --bottleneck--> forward line
+//!     ^                                                       (queue, loss,    (delay_fwd)
+//!     |                                                        shaper, rate)       |
+//!     +------------------- ACK line i (delay_rev, uncongested) <---- receiver i <--+
+//! ```
+//! RTprop of flow i = delay_fwd + delay_rev + extra_delay_i.
+
+use crate::config::{Nanos, SimConfig};
+use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
+use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
+use crate::packet::{AckPacket, DataPacket};
+use crate::rng::{stream, SimRng};
+use crate::tcp::receiver::{AckDecision, Receiver};
+use crate::tcp::sender::{Io, Sender};
+use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
+
+/// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.
+const ACK_SIZE: u32 = 52;
+
+/// Per-flow totals at the end of a run, counted independently at each place a packet can be,
+/// so that conservation (sent = delivered + dropped + queued + in transit) is a real check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlowFinal {
+    pub sent_pkts: u64,
+    pub delivered_pkts: u64,
+    pub dropped_pkts: u64,
+    pub queued_pkts: u64,
+    pub in_transit_pkts: u64,
+    pub delivered_bytes: u64,
+    pub retrans_segs: u64,
+    pub sent_segs: u64,
+    pub lost_segs: u64,
+    pub rto_count: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimOutput {
+    pub flows: FlowSeries,
+    pub router: RouterSeries,
+    pub state_labels: Vec<&'static str>,
+    pub flow_final: Vec<FlowFinal>,
+    pub router_final: RouterStats,
+    /// Router bytes queued or in service at the end.
+    pub router_queued_bytes: u64,
+    pub events: u64,
+}
+
+pub struct Simulation {
+    cfg: SimConfig,
+    q: EventQueue,
+    pub senders: Vec<Sender>,
+    pub receivers: Vec<Receiver>,
+    started: Vec<bool>,
+    access: Vec<DelayLine<DataPacket>>,
+    forward: DelayLine<DataPacket>,
+    acks: Vec<DelayLine<AckPacket>>,
+    pub bottleneck: Bottleneck,
+    bottleneck_wake: Option<Nanos>,
+    delack: Vec<Timer>,
+    out: Vec<DataPacket>,
+    timers: Vec<(Nanos, TimerKind)>,
+    telemetry: Telemetry,
+}
+
+impl Simulation {
+    /// Builds the dumbbell; the configuration must have passed [`SimConfig::validate`].
+    pub fn new(cfg: SimConfig) -> Result<Self, Vec<String>> {
+        cfg.validate()?;
+        let n = cfg.flows.len();
+        let mut senders = Vec::with_capacity(n);
+        let mut receivers = Vec::with_capacity(n);
+        let mut access = Vec::with_capacity(n);
+        let mut acks = Vec::with_capacity(n);
+        for (i, f) in cfg.flows.iter().enumerate() {
+            let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
+            cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
+            senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss));
+            access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
+            acks.push(DelayLine::new(cfg.link.delay_rev_ns, None));
+        }
+        let bottleneck = Bottleneck::new(&cfg.link, n, SimRng::new(cfg.seed, stream::LINK_LOSS));
+        let telemetry = Telemetry::new(&senders, cfg.sample_interval_ns, cfg.duration_ns);
+        let mut q = EventQueue::default();
+        for (i, f) in cfg.flows.iter().enumerate() {
+            q.push(f.start_ns, Event::FlowStart(i as u32));
+        }
+        for (i, c) in cfg.link.schedule.iter().enumerate() {
+            q.push(c.at_ns, Event::CapacityChange(i as u32));
+        }
+        q.push(cfg.sample_interval_ns, Event::Sample);
+        Ok(Simulation {
+            forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
+            cfg,
+            q,
+            senders,
+            receivers,
+            started: vec![false; n],
+            access,
+            acks,
+            bottleneck,
+            bottleneck_wake: None,
+            delack: vec![Timer::default(); n],
+            out: Vec::new(),
+            timers: Vec::new(),
+            telemetry,
+        })
+    }
+
+    /// Runs to the configured duration.
+    pub fn run(mut self) -> SimOutput {
+        let end = self.cfg.duration_ns;
+        self.run_until(end);
+        self.finish()
+    }
+
+    /// Processes every event up to and including time `t`.
+    pub fn run_until(&mut self, t: Nanos) {
+        while let Some(at) = self.q.peek_time() {
+            if at > t {
+                break;
+            }
+            let (now, ev) = self.q.pop().unwrap();
+            self.handle(now, ev);
+        }
+    }
+
+    /// Puts what sender `f` emitted on its access line and queues the timers it armed.
+    fn flush(&mut self, now: Nanos, f: u32) {
+        for p in self.out.drain(..) {
+            if let Some(at) = self.access[f as usize].push(now, p, p.size) {
+                self.q.push(at, Event::AccessHead(f));
+            }
+        }
+        for (at, kind) in self.timers.drain(..) {
+            self.q.push(at, Event::Timer(f, kind));
+        }
+    }
+
+    fn handle(&mut self, now: Nanos, ev: Event) {
+        match ev {
+            Event::FlowStart(f) => {
+                self.started[f as usize] = true;
+                self.with_sender(now, f, |s, now, io| s.start(now, io));
+            }
+            Event::AccessHead(f) => {
+                let line = &mut self.access[f as usize];
+                while let Some(p) = line.pop_due(now) {
+                    self.bottleneck.arrive(now, p);
+                }
+                if let Some(at) = self.access[f as usize].head_time() {
+                    self.q.push(at, Event::AccessHead(f));
+                }
+                if self.bottleneck_wake.is_none() {
+                    if let Some(at) = self.bottleneck.try_begin(now) {
+                        self.bottleneck_wake = Some(at);
+                        self.q.push(at, Event::BottleneckWake);
+                    }
+                }
+            }
+            Event::BottleneckWake => {
+                if self.bottleneck_wake != Some(now) {
+                    return;
+                }
+                let (p, next) = self.bottleneck.wake(now);
+                if let Some(p) = p {
+                    if let Some(at) = self.forward.push(now, p, p.size) {
+                        self.q.push(at, Event::ForwardHead);
+                    }
+                }
+                self.bottleneck_wake = next;
+                if let Some(at) = next {
+                    self.q.push(at, Event::BottleneckWake);
+                }
+            }
+            Event::ForwardHead => {
+                while let Some(p) = self.forward.pop_due(now) {
+                    let f = p.flow as usize;
+                    match self.receivers[f].on_data(now, &p) {
+                        AckDecision::Now(ack) => {
+                            self.delack[f].cancel();
+                            self.send_ack(now, ack);
+                        }
+                        AckDecision::Delay(at) => {
+                            if self.delack[f].deadline().is_none() {
+                                if let Some(t) = self.delack[f].arm(at) {
+                                    self.q.push(t, Event::Timer(p.flow, TimerKind::DelAck));
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(at) = self.forward.head_time() {
+                    self.q.push(at, Event::ForwardHead);
+                }
+            }
+            Event::AckHead(f) => {
+                while let Some(ack) = self.acks[f as usize].pop_due(now) {
+                    self.with_sender(now, f, |s, now, io| s.on_ack(now, &ack, io));
+                }
+                if let Some(at) = self.acks[f as usize].head_time() {
+                    self.q.push(at, Event::AckHead(f));
+                }
+            }
+            Event::Timer(f, TimerKind::DelAck) => match self.delack[f as usize].on_pop(now) {
+                TimerPop::Fire => {
+                    if let Some(ack) = self.receivers[f as usize].on_delack_timer() {
+                        self.send_ack(now, ack);
+                    }
+                }
+                TimerPop::Requeue(at) => self.q.push(at, ev),
+                TimerPop::Stale => {}
+            },
+            Event::Timer(f, kind) => match self.senders[f as usize].timers[kind as usize].on_pop(now) {
+                TimerPop::Fire => self.with_sender(now, f, |s, now, io| s.on_timer(now, kind, io)),
+                TimerPop::Requeue(at) => self.q.push(at, ev),
+                TimerPop::Stale => {}
+            },
+            Event::Sample => {
+                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &self.bottleneck);
+                let next = now + self.cfg.sample_interval_ns;
+                if next <= self.cfg.duration_ns {
+                    self.q.push(next, Event::Sample);
+                }
+            }
+            Event::CapacityChange(i) => {
+                let rate = self.cfg.link.schedule[i as usize].capacity_bps;
+                self.bottleneck.set_rate(rate);
+            }
+        }
+    }
+
+    fn send_ack(&mut self, now: Nanos, ack: AckPacket) {
+        if let Some(at) = self.acks[ack.flow as usize].push(now, ack, ACK_SIZE) {
+            self.q.push(at, Event::AckHead(ack.flow));
+        }
+    }
+
+    fn with_sender(&mut self, now: Nanos, f: u32, op: impl FnOnce(&mut Sender, Nanos, &mut Io)) {
+        let mut io = Io { out: &mut self.out, timers: &mut self.timers };
+        op(&mut self.senders[f as usize], now, &mut io);
+        self.flush(now, f);
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.q.peek_time().unwrap_or(0)
+    }
+
+    pub fn events_processed(&self) -> u64 {
+        self.q.processed
+    }
+
+    fn finish(self) -> SimOutput {
+        let n = self.senders.len();
+        let mut fin = vec![FlowFinal::default(); n];
+        for (i, f) in fin.iter_mut().enumerate() {
+            let s = &self.senders[i];
+            let r = &self.receivers[i];
+            let FlowRouterStats { drops, queued, .. } = self.bottleneck.per_flow[i];
+            f.sent_pkts = s.stats.sent_pkts;
+            f.delivered_pkts = r.arrived_pkts;
+            f.dropped_pkts = drops;
+            f.queued_pkts = queued;
+            f.in_transit_pkts = self.access[i].len() as u64;
+            f.delivered_bytes = r.delivered_bytes;
+            f.retrans_segs = s.stats.retrans_segs;
+            f.sent_segs = s.stats.sent_pkts;
+            f.lost_segs = s.stats.lost_segs;
+            f.rto_count = s.stats.rto_count;
+        }
+        for p in self.forward.iter() {
+            fin[p.flow as usize].in_transit_pkts += 1;
+        }
+        let (_, qb) = self.bottleneck.queue_len();
+        let in_service = self.bottleneck.in_service().map_or(0, |p| p.size as u64);
+        SimOutput {
+            flows: self.telemetry.flows,
+            router: self.telemetry.router,
+            state_labels: self.telemetry.labels,
+            flow_final: fin,
+            router_final: self.bottleneck.stats,
+            router_queued_bytes: qb + in_service,
+            events: self.q.processed,
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! TCP machinery shared by every congestion control: sender, receiver, RTT/RTO.
+
+pub mod receiver;
+pub mod rtt;
+pub mod sender;

@@ -1,0 +1,844 @@
+//! The TCP sender: scoreboard, SACK and RACK loss detection, recovery, RTO, pacing and the
+//! delivery-rate sampler, with congestion control delegated to a [`CongestionControl`].
+//!
+//! Sources, all Linux (net/ipv4/) unless stated:
+//! - ACK processing order as `tcp_ack`: cumulative ACK and SACK tagging (`tcp_clean_rtx_queue`,
+//!   `tcp_sacktag_write_queue`), RTT update (`tcp_ack_update_rtt`), rate sample
+//!   (`tcp_rate_gen`), loss detection (`tcp_rack_mark_lost`), recovery state
+//!   (`tcp_fastretrans_alert`), then `tcp_cong_control`.
+//! - Loss detection is RACK (RFC 8985, `tcp_recovery.c`): a packet is lost once a packet sent
+//!   after it was delivered and RACK.rtt + reo_wnd has passed since it was sent. With no
+//!   reordering observed (our links never reorder) reo_wnd is 0 in recovery or once
+//!   `sacked_out >= 3` (the DupThresh rule, `tcp_rack_reo_wnd`), else min_rtt/4 capped at SRTT.
+//!   Packets wait in a list sorted by last transmit time (`tsorted_sent_queue`); delivered or
+//!   lost packets leave it, retransmissions go to its tail, so detection costs O(newly lost).
+//! - Recovery: Proportional Rate Reduction (RFC 6937, `tcp_cwnd_reduction`) for algorithms
+//!   without `cong_control`; cwnd = ssthresh on exit (`tcp_end_cwnd_reduction`).
+//! - RTO (`tcp_retransmit_timer`, `tcp_enter_loss`): every un-SACKed packet is marked lost,
+//!   cwnd = in_flight + 1, state Loss, backoff doubles.
+//! - Delivery-rate sampling (`tcp_rate.c`), with google/bbr's per-packet `tx.in_flight` and
+//!   `tx.lost` so BBRv3 can use the same sampler.
+//! - Pacing: EDT like `tcp_update_skb_after_send`; the rate is the algorithm's, or for
+//!   algorithms that set none, `tcp_update_pacing_rate` (200 % of cwnd/srtt in slow start,
+//!   120 % after).
+//!
+//! Deviations (documented in the README): no tail-loss probe (TLP) and no F-RTO or undo of
+//! spurious reductions; segments are MSS-sized with no TSO/GSO; the receive window is fixed.
+
+use super::rtt::RttEstimator;
+use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
+use crate::config::{FlowConfig, Nanos};
+use crate::event::{Timer, TimerKind};
+use crate::packet::{AckPacket, DataPacket};
+use crate::ranges::RangeSet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+const NIL: u64 = u64::MAX;
+
+// Per-segment flags (Linux TCPCB_* in `sacked`).
+const SACKED: u8 = 1 << 0;
+const LOST: u8 = 1 << 1;
+/// A retransmission of this segment is in flight (TCPCB_SACKED_RETRANS).
+const RETRANS_IN_FLIGHT: u8 = 1 << 2;
+/// Ever retransmitted (TCPCB_EVER_RETRANS): no RTT sample from it (Karn).
+const EVER_RETRANS: u8 = 1 << 3;
+const APP_LIMITED: u8 = 1 << 4;
+/// Already used by the rate sampler (Linux zeroes tx.delivered_mstamp).
+const RATE_USED: u8 = 1 << 5;
+const IN_TSORTED: u8 = 1 << 6;
+
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    tx_time: Nanos,
+    first_tx: Nanos,
+    delivered_time: Nanos,
+    delivered: u64,
+    lost_at_send: u64,
+    prev: u64,
+    next: u64,
+    in_flight_at_send: u32,
+    flags: u8,
+}
+
+/// RACK state (RFC 8985 section 6.1).
+#[derive(Debug, Clone, Copy, Default)]
+struct Rack {
+    /// Transmit time and sequence of the most recently sent delivered packet.
+    xmit_ts: Nanos,
+    end_seq: u64,
+    rtt: Nanos,
+    valid: bool,
+}
+
+/// Cumulative counters for telemetry and conservation checks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SenderStats {
+    pub sent_pkts: u64,
+    pub sent_bytes: u64,
+    pub sent_payload_bytes: u64,
+    pub retrans_segs: u64,
+    pub lost_segs: u64,
+    pub rto_count: u64,
+    pub rtt_sum: f64,
+    pub rtt_n: u64,
+}
+
+/// Where the sender puts what it emits; reused vectors, no allocation per packet.
+pub struct Io<'a> {
+    pub out: &'a mut Vec<DataPacket>,
+    pub timers: &'a mut Vec<(Nanos, TimerKind)>,
+}
+
+pub struct Sender {
+    pub flow: u32,
+    mss: u32,
+    mtu: u32,
+    pub cc: Box<dyn CongestionControl>,
+    pub w: Window,
+    initial_cwnd: u32,
+    pacing: bool,
+    /// Total segments for a fixed-size transfer, and the last one's payload.
+    end: Option<(u64, u32)>,
+    rwnd_segs: u64,
+
+    pub snd_una: u64,
+    pub snd_nxt: u64,
+    segs: VecDeque<Seg>,
+    sacked: RangeSet,
+    pub sacked_out: u32,
+    pub lost_out: u32,
+    pub retrans_out: u32,
+    lost_queue: BinaryHeap<Reverse<u64>>,
+    ts_head: u64,
+    ts_tail: u64,
+    rack: Rack,
+
+    // Delivery-rate state (tcp_rate.c).
+    pub delivered: u64,
+    delivered_time: Nanos,
+    first_tx_time: Nanos,
+    pub lost: u64,
+    pub app_limited: u64,
+
+    pub ca_state: CaState,
+    high_seq: u64,
+    prior_cwnd: u32,
+    prr_delivered: u32,
+    prr_out: u32,
+
+    // tcp_cwnd_validate state.
+    max_packets_out: u32,
+    max_packets_seq: u64,
+    cwnd_limited: bool,
+
+    pub rtt: RttEstimator,
+    next_send_time: Nanos,
+    last_send_time: Nanos,
+    pub timers: [Timer; 3],
+    started: bool,
+    pub stats: SenderStats,
+    /// Reused buffer for newly SACKed sequence numbers.
+    scratch: Vec<u64>,
+}
+
+impl Sender {
+    pub fn new(flow: u32, cfg: &FlowConfig, mss: u32, mtu: u32, cc: Box<dyn CongestionControl>) -> Self {
+        let end = cfg.size_bytes.map(|b| {
+            let n = b.div_ceil(mss as u64);
+            let last = (b - (n - 1) * mss as u64) as u32;
+            (n, last)
+        });
+        let pacing = cfg.pacing.unwrap_or_else(|| cc.wants_pacing());
+        Sender {
+            flow,
+            mss,
+            mtu,
+            cc,
+            w: Window { cwnd: cfg.initial_cwnd, ssthresh: u32::MAX, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false },
+            initial_cwnd: cfg.initial_cwnd,
+            pacing,
+            end,
+            rwnd_segs: cfg.rwnd_bytes.map_or(u64::MAX, |b| (b / mss as u64).max(1)),
+            snd_una: 0,
+            snd_nxt: 0,
+            segs: VecDeque::new(),
+            sacked: RangeSet::default(),
+            sacked_out: 0,
+            lost_out: 0,
+            retrans_out: 0,
+            lost_queue: BinaryHeap::new(),
+            ts_head: NIL,
+            ts_tail: NIL,
+            rack: Rack::default(),
+            delivered: 0,
+            delivered_time: 0,
+            first_tx_time: 0,
+            lost: 0,
+            app_limited: 0,
+            ca_state: CaState::Open,
+            high_seq: 0,
+            prior_cwnd: 0,
+            prr_delivered: 0,
+            prr_out: 0,
+            max_packets_out: 0,
+            max_packets_seq: 0,
+            cwnd_limited: false,
+            rtt: RttEstimator::default(),
+            next_send_time: 0,
+            last_send_time: 0,
+            timers: [Timer::default(); 3],
+            started: false,
+            stats: SenderStats::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn is_paced(&self) -> bool {
+        self.pacing
+    }
+
+    pub fn mss(&self) -> u32 {
+        self.mss
+    }
+
+    /// Packets in flight (`tcp_packets_in_flight`).
+    pub fn packets_in_flight(&self) -> u32 {
+        let out = (self.snd_nxt - self.snd_una) as u32;
+        out - self.sacked_out - self.lost_out + self.retrans_out
+    }
+
+    pub fn packets_out(&self) -> u32 {
+        (self.snd_nxt - self.snd_una) as u32
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.end.is_some_and(|(n, _)| self.snd_una >= n)
+    }
+
+    fn in_slow_start(&self) -> bool {
+        self.w.cwnd < self.w.ssthresh
+    }
+
+    /// `tcp_is_cwnd_limited`.
+    fn is_cwnd_limited(&self) -> bool {
+        if self.in_slow_start() {
+            self.w.cwnd < 2 * self.max_packets_out
+        } else {
+            self.cwnd_limited
+        }
+    }
+
+    pub fn info(&self, now: Nanos) -> ConnInfo {
+        ConnInfo {
+            now,
+            mss: self.mss,
+            srtt_ns: self.rtt.srtt,
+            min_rtt_ns: self.rtt.min_rtt,
+            packets_in_flight: self.packets_in_flight(),
+            delivered: self.delivered,
+            lost: self.lost,
+            is_cwnd_limited: self.is_cwnd_limited(),
+            app_limited: self.app_limited,
+            ca_state: self.ca_state,
+            cwnd: self.w.cwnd,
+            ssthresh: self.w.ssthresh,
+            initial_cwnd: self.initial_cwnd,
+            packets_out: self.packets_out(),
+            snd_nxt: self.snd_nxt,
+            snd_una: self.snd_una,
+            last_send_ns: self.last_send_time,
+            paced: self.pacing,
+        }
+    }
+
+    /// Pacing rate in bytes/s currently in force, if pacing.
+    pub fn pacing_rate(&self) -> Option<f64> {
+        if !self.pacing {
+            return None;
+        }
+        Some(match self.w.pacing_rate {
+            Some(r) => r,
+            None => self.default_pacing_rate(),
+        })
+    }
+
+    /// `tcp_update_pacing_rate`: cwnd/srtt scaled by 200 % in slow start, 120 % otherwise.
+    fn default_pacing_rate(&self) -> f64 {
+        if self.rtt.srtt == 0 {
+            return f64::INFINITY;
+        }
+        let ratio = if self.w.cwnd < self.w.ssthresh / 2 { 2.0 } else { 1.2 };
+        let pkts = self.w.cwnd.max(self.packets_out()) as f64;
+        ratio * pkts * self.mss as f64 * 1e9 / self.rtt.srtt as f64
+    }
+
+    fn seg(&self, seq: u64) -> &Seg {
+        &self.segs[(seq - self.snd_una) as usize]
+    }
+
+    fn seg_mut(&mut self, seq: u64) -> &mut Seg {
+        &mut self.segs[(seq - self.snd_una) as usize]
+    }
+
+    fn payload_of(&self, seq: u64) -> u32 {
+        match self.end {
+            Some((n, last)) if seq + 1 == n => last,
+            _ => self.mss,
+        }
+    }
+
+    // ---- the time-sorted list of packets in flight (RACK) -------------------------------
+
+    fn ts_unlink(&mut self, seq: u64) {
+        let s = *self.seg(seq);
+        if s.flags & IN_TSORTED == 0 {
+            return;
+        }
+        if s.prev == NIL {
+            self.ts_head = s.next;
+        } else {
+            self.seg_mut(s.prev).next = s.next;
+        }
+        if s.next == NIL {
+            self.ts_tail = s.prev;
+        } else {
+            self.seg_mut(s.next).prev = s.prev;
+        }
+        let m = self.seg_mut(seq);
+        m.flags &= !IN_TSORTED;
+        m.prev = NIL;
+        m.next = NIL;
+    }
+
+    fn ts_push_back(&mut self, seq: u64) {
+        self.ts_unlink(seq);
+        let tail = self.ts_tail;
+        {
+            let m = self.seg_mut(seq);
+            m.prev = tail;
+            m.next = NIL;
+            m.flags |= IN_TSORTED;
+        }
+        if tail == NIL {
+            self.ts_head = seq;
+        } else {
+            self.seg_mut(tail).next = seq;
+        }
+        self.ts_tail = seq;
+    }
+
+    // ---- sending ---------------------------------------------------------------------
+
+    /// Starts the connection at `now`.
+    pub fn start(&mut self, now: Nanos, io: &mut Io) {
+        self.started = true;
+        let info = self.info(now);
+        self.cc.init(&info, &mut self.w);
+        self.apply_cc_requests(now);
+        self.try_send(now, io);
+    }
+
+    fn arm(&mut self, kind: TimerKind, at: Nanos, io: &mut Io) {
+        if let Some(t) = self.timers[kind as usize].arm(at) {
+            io.timers.push((t, kind));
+        }
+    }
+
+    fn rearm_rto(&mut self, now: Nanos, io: &mut Io) {
+        if self.packets_out() == 0 {
+            self.timers[TimerKind::Rto as usize].cancel();
+        } else {
+            let at = now + self.rtt.rto();
+            self.arm(TimerKind::Rto, at, io);
+        }
+    }
+
+    fn has_new_data(&self) -> bool {
+        let limit = self.end.map_or(u64::MAX, |(n, _)| n);
+        self.snd_nxt < limit
+    }
+
+    /// Next lost segment awaiting retransmission, lowest sequence first.
+    fn next_lost(&mut self) -> Option<u64> {
+        while let Some(&Reverse(seq)) = self.lost_queue.peek() {
+            if seq >= self.snd_una {
+                let f = self.seg(seq).flags;
+                if f & LOST != 0 && f & (SACKED | RETRANS_IN_FLIGHT) == 0 {
+                    return Some(seq);
+                }
+            }
+            self.lost_queue.pop();
+        }
+        None
+    }
+
+    /// Sends whatever cwnd, the receive window and pacing allow (`tcp_write_xmit` plus
+    /// `tcp_xmit_retransmit_queue`: retransmissions first).
+    pub fn try_send(&mut self, now: Nanos, io: &mut Io) {
+        if !self.started {
+            return;
+        }
+        let mut cwnd_limited = false;
+        loop {
+            if self.packets_in_flight() >= self.w.cwnd {
+                cwnd_limited = true;
+                break;
+            }
+            let lost = self.next_lost();
+            let new_ok = self.has_new_data() && self.snd_nxt < self.snd_una.saturating_add(self.rwnd_segs);
+            if (lost.is_some() || new_ok) && self.pacing && now < self.next_send_time {
+                let t = self.next_send_time;
+                self.arm(TimerKind::Pace, t, io);
+                break;
+            }
+            let seq = if let Some(seq) = lost {
+                self.lost_queue.pop();
+                seq
+            } else if new_ok {
+                self.snd_nxt
+            } else {
+                // Nothing to send although cwnd allows it: application-limited
+                // (`tcp_rate_check_app_limited`).
+                if !self.has_new_data() && self.lost_out <= self.retrans_out {
+                    self.app_limited = (self.delivered + self.packets_in_flight() as u64).max(1);
+                }
+                break;
+            };
+            self.transmit(now, seq, io);
+        }
+        self.cwnd_validate(cwnd_limited);
+    }
+
+    /// `tcp_cwnd_validate`: latch whether cwnd limited us during this window of data.
+    fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
+        let out = self.packets_out();
+        if self.snd_una >= self.max_packets_seq || out > self.max_packets_out || is_cwnd_limited {
+            self.max_packets_out = out;
+            self.max_packets_seq = self.snd_nxt;
+            self.cwnd_limited = is_cwnd_limited;
+        }
+    }
+
+    fn transmit(&mut self, now: Nanos, seq: u64, io: &mut Io) {
+        if self.packets_out() == 0 {
+            // tcp_rate.c: a new flight starts its send and delivery clocks now.
+            self.first_tx_time = now;
+            self.delivered_time = now;
+            let info = self.info(now);
+            self.cc.cwnd_event(&info, &mut self.w, CaEvent::TxStart);
+        }
+        let retrans = seq < self.snd_nxt;
+        self.last_send_time = now;
+        let in_flight_at_send = self.packets_in_flight() + 1;
+        let seg = Seg {
+            tx_time: now,
+            first_tx: self.first_tx_time,
+            delivered_time: self.delivered_time,
+            delivered: self.delivered,
+            lost_at_send: self.lost,
+            prev: NIL,
+            next: NIL,
+            in_flight_at_send,
+            flags: if self.app_limited != 0 { APP_LIMITED } else { 0 },
+        };
+        if retrans {
+            let s = self.seg_mut(seq);
+            let keep = s.flags & (LOST | EVER_RETRANS | IN_TSORTED);
+            let (prev, next) = (s.prev, s.next);
+            *s = Seg { flags: seg.flags | keep | RETRANS_IN_FLIGHT | EVER_RETRANS, prev, next, ..seg };
+            self.retrans_out += 1;
+            self.stats.retrans_segs += 1;
+        } else {
+            self.segs.push_back(seg);
+            self.snd_nxt += 1;
+        }
+        self.ts_push_back(seq);
+        if matches!(self.ca_state, CaState::Recovery) {
+            self.prr_out += 1;
+        }
+        let payload = self.payload_of(seq);
+        let size = payload + (self.mtu - self.mss);
+        self.stats.sent_pkts += 1;
+        self.stats.sent_bytes += size as u64;
+        self.stats.sent_payload_bytes += payload as u64;
+        io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now });
+        if self.pacing {
+            let rate = self.pacing_rate().unwrap_or(f64::INFINITY);
+            if rate.is_finite() && rate > 0.0 {
+                let gap = (payload as f64 * 1e9 / rate) as Nanos;
+                self.next_send_time = self.next_send_time.max(now) + gap;
+            }
+        }
+        if !self.timers[TimerKind::Rto as usize].deadline().is_some() || retrans && seq == self.snd_una {
+            let at = now + self.rtt.rto();
+            self.arm(TimerKind::Rto, at, io);
+        }
+    }
+
+    // ---- ACK processing ----------------------------------------------------------------
+
+    /// Marks one segment delivered (cumulatively or by SACK) and feeds the rate sampler
+    /// (`tcp_rate_skb_delivered`) and RACK (`tcp_rack_advance`).
+    fn on_delivered(&mut self, now: Nanos, seq: u64, sacked: bool, acc: &mut AckAccum) {
+        self.ts_unlink(seq);
+        let s = *self.seg(seq);
+        if s.flags & SACKED != 0 {
+            // Already counted when SACKed; leaving the scoreboard now.
+            return;
+        }
+        self.delivered += 1;
+        acc.delivered += 1;
+        if s.flags & LOST != 0 {
+            self.lost_out -= 1;
+        }
+        if s.flags & RETRANS_IN_FLIGHT != 0 {
+            self.retrans_out -= 1;
+        }
+        if sacked {
+            self.sacked_out += 1;
+        }
+        // RTT (Karn: never from a retransmitted segment).
+        if s.flags & EVER_RETRANS == 0 {
+            if !sacked && acc.first_ackt.is_none() {
+                acc.first_ackt = Some(s.tx_time);
+            }
+            if sacked && acc.first_sackt.is_none() {
+                acc.first_sackt = Some(s.tx_time);
+            }
+            acc.last_ackt = Some(acc.last_ackt.map_or(s.tx_time, |t: Nanos| t.max(s.tx_time)));
+        } else {
+            acc.retrans_acked = true;
+        }
+        // RACK: skip likely-spurious retransmission timing (tcp_rack_advance).
+        let rtt = now - s.tx_time;
+        if !(s.flags & EVER_RETRANS != 0 && rtt < self.rtt.min_rtt) {
+            if !self.rack.valid || sent_after(s.tx_time, seq, self.rack.xmit_ts, self.rack.end_seq) {
+                self.rack.xmit_ts = s.tx_time;
+                self.rack.end_seq = seq;
+            }
+            self.rack.rtt = rtt;
+            self.rack.valid = true;
+        }
+        // Rate sample: keep the most recently sent packet (google/bbr, Linux >= 6.1).
+        if s.flags & RATE_USED == 0 {
+            if acc.rs_prior_time.is_none() || sent_after(s.tx_time, seq, self.first_tx_time, acc.last_end_seq) {
+                acc.rs.prior_delivered = s.delivered;
+                acc.rs_prior_time = Some(s.delivered_time);
+                acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
+                acc.rs.is_retrans = s.flags & EVER_RETRANS != 0;
+                acc.rs.tx_in_flight = s.in_flight_at_send;
+                acc.rs.lost = self.lost - s.lost_at_send;
+                acc.last_end_seq = seq;
+                self.first_tx_time = s.tx_time;
+                acc.snd_interval = s.tx_time - s.first_tx;
+            }
+        }
+        let m = self.seg_mut(seq);
+        m.flags &= !(LOST | RETRANS_IN_FLIGHT);
+        if sacked {
+            m.flags |= SACKED | RATE_USED;
+        }
+    }
+
+    pub fn on_ack(&mut self, now: Nanos, ack: &AckPacket, io: &mut Io) {
+        if ack.ack > self.snd_nxt {
+            return;
+        }
+        let prior_in_flight = self.packets_in_flight();
+        let prior_lost = self.lost;
+        let mut acc = AckAccum::default();
+        acc.rs.prior_in_flight = prior_in_flight;
+        let una_advanced = ack.ack > self.snd_una;
+
+        // Cumulative ACK (tcp_clean_rtx_queue).
+        while self.snd_una < ack.ack {
+            let seq = self.snd_una;
+            let was_sacked = self.seg(seq).flags & SACKED != 0;
+            self.on_delivered(now, seq, false, &mut acc);
+            if was_sacked {
+                self.sacked_out -= 1;
+            }
+            acc.pkts_acked += 1;
+            self.segs.pop_front();
+            self.snd_una += 1;
+        }
+        self.sacked.remove_below(self.snd_una);
+
+        // SACK blocks (tcp_sacktag_write_queue): only the newly covered segments are touched.
+        for &(s, e) in ack.sack_blocks() {
+            let s = s.max(self.snd_una);
+            let e = e.min(self.snd_nxt);
+            if s >= e {
+                continue;
+            }
+            let mut newly = std::mem::take(&mut self.scratch);
+            self.sacked.insert_with(s, e, |x| newly.push(x));
+            for &x in &newly {
+                self.on_delivered(now, x, true, &mut acc);
+            }
+            newly.clear();
+            self.scratch = newly;
+        }
+
+        // RTT (tcp_ack_update_rtt): srtt from the oldest newly ACKed, the CC's RTT from the
+        // most recently sent one (ca_rtt_us).
+        let seq_rtt = acc.first_ackt.or(acc.first_sackt).map(|t| now - t);
+        let ca_rtt = acc.last_ackt.map(|t| now - t);
+        if let Some(r) = seq_rtt {
+            self.rtt.on_sample(r);
+            self.stats.rtt_sum += r as f64;
+            self.stats.rtt_n += 1;
+        }
+        if let Some(r) = ca_rtt {
+            if r < self.rtt.min_rtt || self.rtt.min_rtt == 0 {
+                self.rtt.min_rtt = r.max(1);
+            }
+        }
+
+        // Loss detection, then recovery state (tcp_fastretrans_alert).
+        self.rack_detect_loss(now, io);
+        let newly_lost = (self.lost - prior_lost) as u32;
+        self.update_recovery_state(now);
+
+        // Rate sample (tcp_rate_gen).
+        let rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, ack.delayed);
+
+        if acc.pkts_acked > 0 || acc.delivered > 0 {
+            let info = self.info(now);
+            let sample = AckSample { pkts_acked: acc.delivered, rtt_ns: ca_rtt.unwrap_or(-1), in_flight: prior_in_flight };
+            self.cc.pkts_acked(&info, &mut self.w, &sample);
+        }
+
+        // tcp_cong_control.
+        let info = self.info(now);
+        if self.cc.controls_cwnd() {
+            self.cc.cong_control(&info, &mut self.w, &rs);
+        } else if matches!(self.ca_state, CaState::Recovery) {
+            self.prr(acc.delivered, newly_lost, una_advanced);
+        } else if una_advanced {
+            self.cc.cong_avoid(&info, &mut self.w, acc.delivered);
+        }
+        self.w.cwnd = self.w.cwnd.max(1);
+        self.apply_cc_requests(now);
+
+        if una_advanced {
+            self.rearm_rto(now, io);
+        }
+        self.try_send(now, io);
+    }
+
+    fn apply_cc_requests(&mut self, _now: Nanos) {
+        if self.w.set_app_limited {
+            self.w.set_app_limited = false;
+            self.app_limited = (self.delivered + self.packets_in_flight() as u64).max(1);
+        }
+    }
+
+    fn rate_gen(&mut self, now: Nanos, acc: &mut AckAccum, newly_lost: u32, ca_rtt: Option<Nanos>, delayed: bool) -> RateSample {
+        if self.app_limited != 0 && self.delivered > self.app_limited {
+            self.app_limited = 0;
+        }
+        if acc.delivered > 0 {
+            self.delivered_time = now;
+        }
+        let mut rs = acc.rs;
+        rs.acked_sacked = acc.delivered;
+        rs.losses = newly_lost;
+        rs.rtt_ns = ca_rtt.unwrap_or(-1);
+        rs.is_ack_delayed = delayed;
+        match acc.rs_prior_time {
+            None => {
+                rs.delivered = -1;
+                rs.interval_ns = -1;
+            }
+            Some(prior_time) => {
+                rs.prior_time = prior_time;
+                rs.delivered = (self.delivered - rs.prior_delivered) as i64;
+                let ack_interval = now - prior_time;
+                rs.interval_ns = acc.snd_interval.max(ack_interval);
+                if rs.interval_ns < self.rtt.min_rtt {
+                    rs.interval_ns = -1;
+                }
+            }
+        }
+        rs
+    }
+
+    /// RACK loss detection over the time-sorted list (`tcp_rack_detect_loss`).
+    fn rack_detect_loss(&mut self, now: Nanos, io: &mut Io) {
+        if !self.rack.valid {
+            return;
+        }
+        let reo_wnd = if matches!(self.ca_state, CaState::Recovery | CaState::Loss) || self.sacked_out >= 3 {
+            0
+        } else {
+            (self.rtt.min_rtt / 4).min(self.rtt.srtt)
+        };
+        let mut seq = self.ts_head;
+        while seq != NIL {
+            let s = *self.seg(seq);
+            if !sent_after(self.rack.xmit_ts, self.rack.end_seq, s.tx_time, seq) {
+                break;
+            }
+            let remaining = self.rack.rtt + reo_wnd - (now - s.tx_time);
+            if remaining > 0 {
+                self.arm(TimerKind::Reorder, now + remaining, io);
+                break;
+            }
+            let next = s.next;
+            self.mark_lost(seq);
+            seq = next;
+        }
+    }
+
+    fn mark_lost(&mut self, seq: u64) {
+        self.ts_unlink(seq);
+        let m = self.seg_mut(seq);
+        debug_assert!(m.flags & SACKED == 0);
+        let was_retrans = m.flags & RETRANS_IN_FLIGHT != 0;
+        let was_lost = m.flags & LOST != 0;
+        m.flags = (m.flags | LOST) & !RETRANS_IN_FLIGHT;
+        if was_retrans {
+            self.retrans_out -= 1;
+        }
+        if !was_lost {
+            self.lost_out += 1;
+        }
+        self.lost += 1;
+        self.stats.lost_segs += 1;
+        self.lost_queue.push(Reverse(seq));
+    }
+
+    fn update_recovery_state(&mut self, now: Nanos) {
+        // Leaving recovery once everything outstanding at its start is ACKed.
+        if matches!(self.ca_state, CaState::Recovery | CaState::Loss) && self.snd_una >= self.high_seq {
+            if matches!(self.ca_state, CaState::Recovery) && !self.cc.controls_cwnd() && self.w.ssthresh != u32::MAX {
+                self.w.cwnd = self.w.ssthresh; // tcp_end_cwnd_reduction
+            }
+            self.set_ca_state(now, CaState::Open);
+        }
+        match self.ca_state {
+            CaState::Open | CaState::Disorder if self.lost_out > 0 => {
+                // tcp_enter_recovery + tcp_init_cwnd_reduction.
+                self.high_seq = self.snd_nxt;
+                self.prior_cwnd = self.w.cwnd;
+                self.prr_delivered = 0;
+                self.prr_out = 0;
+                self.w.cwnd_cnt = 0;
+                let info = self.info(now);
+                self.w.ssthresh = self.cc.ssthresh(&info, &self.w);
+                self.set_ca_state(now, CaState::Recovery);
+            }
+            CaState::Open if self.sacked_out > 0 => self.set_ca_state(now, CaState::Disorder),
+            CaState::Disorder if self.sacked_out == 0 => self.set_ca_state(now, CaState::Open),
+            _ => {}
+        }
+    }
+
+    fn set_ca_state(&mut self, now: Nanos, s: CaState) {
+        if self.ca_state != s {
+            self.ca_state = s;
+            let info = self.info(now);
+            self.cc.set_state(&info, &mut self.w, s);
+        }
+    }
+
+    /// Proportional Rate Reduction (RFC 6937 as in `tcp_cwnd_reduction`).
+    fn prr(&mut self, newly_acked_sacked: u32, newly_lost: u32, una_advanced: bool) {
+        if newly_acked_sacked == 0 || self.prior_cwnd == 0 {
+            return;
+        }
+        let in_flight = self.packets_in_flight() as i64;
+        let delta = self.w.ssthresh as i64 - in_flight;
+        self.prr_delivered += newly_acked_sacked;
+        let mut sndcnt: i64 = if delta < 0 {
+            let dividend = self.w.ssthresh as u64 * self.prr_delivered as u64 + self.prior_cwnd as u64 - 1;
+            (dividend / self.prior_cwnd as u64) as i64 - self.prr_out as i64
+        } else {
+            let mut n = (self.prr_delivered as i64 - self.prr_out as i64).max(newly_acked_sacked as i64);
+            if una_advanced && newly_lost == 0 {
+                n += 1;
+            }
+            n.min(delta)
+        };
+        sndcnt = sndcnt.max(if self.prr_out > 0 { 0 } else { 1 });
+        self.w.cwnd = (in_flight + sndcnt).max(1) as u32;
+    }
+
+    // ---- timers ------------------------------------------------------------------------
+
+    pub fn on_timer(&mut self, now: Nanos, kind: TimerKind, io: &mut Io) {
+        match kind {
+            TimerKind::Rto => self.on_rto(now, io),
+            TimerKind::Pace => self.try_send(now, io),
+            TimerKind::Reorder => {
+                let prior_lost = self.lost;
+                self.rack_detect_loss(now, io);
+                // tcp_rack_reo_timeout: enter recovery and let PRR release a retransmission.
+                if self.lost > prior_lost {
+                    let was_recovery = matches!(self.ca_state, CaState::Recovery);
+                    self.update_recovery_state(now);
+                    if !was_recovery && matches!(self.ca_state, CaState::Recovery) && !self.cc.controls_cwnd() {
+                        self.prr(1, 0, false);
+                    }
+                    self.try_send(now, io);
+                }
+            }
+            TimerKind::DelAck => unreachable!("receiver timer routed to sender"),
+        }
+    }
+
+    /// Retransmission timeout (`tcp_retransmit_timer` -> `tcp_enter_loss`).
+    fn on_rto(&mut self, now: Nanos, io: &mut Io) {
+        if self.packets_out() == 0 {
+            return;
+        }
+        self.stats.rto_count += 1;
+        let first_loss = matches!(self.ca_state, CaState::Open | CaState::Disorder) || self.snd_una >= self.high_seq;
+        if first_loss {
+            self.prior_cwnd = self.w.cwnd;
+            let info = self.info(now);
+            self.w.ssthresh = self.cc.ssthresh(&info, &self.w);
+        }
+        // Mark every un-SACKed outstanding segment lost (tcp_timeout_mark_lost).
+        for seq in self.snd_una..self.snd_nxt {
+            let f = self.seg(seq).flags;
+            if f & SACKED == 0 && (f & LOST == 0 || f & RETRANS_IN_FLIGHT != 0) {
+                self.mark_lost(seq);
+            }
+        }
+        self.high_seq = self.snd_nxt;
+        self.w.cwnd = self.packets_in_flight() + 1;
+        self.w.cwnd_cnt = 0;
+        self.ca_state = CaState::Open; // force the transition callback
+        self.set_ca_state(now, CaState::Loss);
+        self.rack.valid = false;
+        self.rtt.backoff += 1;
+        let at = now + self.rtt.rto();
+        self.arm(TimerKind::Rto, at, io);
+        self.next_send_time = now;
+        self.try_send(now, io);
+    }
+}
+
+/// Accumulates what one ACK delivered, for the RTT and rate samples.
+#[derive(Default)]
+struct AckAccum {
+    delivered: u32,
+    pkts_acked: u32,
+    first_ackt: Option<Nanos>,
+    first_sackt: Option<Nanos>,
+    last_ackt: Option<Nanos>,
+    retrans_acked: bool,
+    rs: RateSample,
+    rs_prior_time: Option<Nanos>,
+    snd_interval: Nanos,
+    /// Sequence of the packet the rate sample was taken from (`rs->last_end_seq`).
+    last_end_seq: u64,
+}
+
+/// `tcp_skb_sent_after`: was (t1, seq1) sent after (t2, seq2)?
+fn sent_after(t1: Nanos, seq1: u64, t2: Nanos, seq2: u64) -> bool {
+    t1 > t2 || (t1 == t2 && seq1 > seq2)
+}
