@@ -1,1 +1,119 @@
-use pyo3::prelude::*; #[pymodule] fn _core(_m: &Bound<PyModule>) -> PyResult<()> {Ok(())}
+//! Python binding of the simulator (`cctestbed._core`). Thin by design: it parses the
+//! normalised JSON trial, runs the simulation with the GIL released, and hands the columnar
+//! time series over as NumPy arrays (no per-row Python objects).
+
+use ccsim::sim::SimOutput;
+use ccsim::SimConfig;
+use numpy::IntoPyArray;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+fn parse(config_json: &str) -> PyResult<SimConfig> {
+    serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("invalid trial: {e}")))
+}
+
+/// Runs one trial described by the normalised JSON configuration.
+#[pyfunction]
+fn simulate(py: Python<'_>, config_json: &str) -> PyResult<PyObject> {
+    let cfg = parse(config_json)?;
+    let out = py
+        .allow_threads(move || ccsim::simulate(cfg))
+        .map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
+    to_python(py, out)
+}
+
+/// Problems the core finds in a normalised configuration (empty when valid).
+#[pyfunction]
+fn validate(config_json: &str) -> PyResult<Vec<String>> {
+    let cfg = parse(config_json)?;
+    Ok(cfg.validate().err().unwrap_or_default())
+}
+
+/// Algorithm name -> {parameter: default}.
+#[pyfunction]
+fn algorithms(py: Python<'_>) -> PyResult<PyObject> {
+    let d = PyDict::new_bound(py);
+    for (name, params) in ccsim::cc::algorithms() {
+        let p = PyDict::new_bound(py);
+        for (k, v) in params {
+            p.set_item(k, v)?;
+        }
+        d.set_item(name, p)?;
+    }
+    Ok(d.into())
+}
+
+macro_rules! columns {
+    ($py:ident, $d:ident, $src:expr, [$($f:ident),* $(,)?]) => {
+        $( $d.set_item(stringify!($f), $src.$f.into_pyarray_bound($py))?; )*
+    };
+}
+
+fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
+    let res = PyDict::new_bound(py);
+    let flows = PyDict::new_bound(py);
+    let f = out.flows;
+    columns!(py, flows, f, [
+        time_s, flow, goodput_bps, delivered_bytes, send_rate_bps, sent_bytes, rtt_ms, srtt_ms,
+        min_rtt_ms, cwnd_pkts, cwnd_bytes, inflight_pkts, inflight_bytes, pacing_rate_bps,
+        sent_segs, retrans_segs, lost_segs, rto_count, state, ca_state,
+    ]);
+    for (name, col) in f.cc {
+        flows.set_item(name, col.into_pyarray_bound(py))?;
+    }
+    res.set_item("flows", flows)?;
+
+    let router = PyDict::new_bound(py);
+    let r = out.router;
+    columns!(py, router, r, [
+        time_s, queue_bytes, queue_pkts, capacity_bps, arrivals_pkts, arrival_bytes,
+        departures_pkts, departed_bytes, departed_payload_bytes, drops_overflow, drops_random,
+        drops_policer,
+    ]);
+    res.set_item("router", router)?;
+    res.set_item("state_labels", PyList::new_bound(py, out.state_labels))?;
+
+    let fin = PyDict::new_bound(py);
+    let flows_fin = PyList::empty_bound(py);
+    for ff in &out.flow_final {
+        let d = PyDict::new_bound(py);
+        d.set_item("sent_pkts", ff.sent_pkts)?;
+        d.set_item("delivered_pkts", ff.delivered_pkts)?;
+        d.set_item("dropped_pkts", ff.dropped_pkts)?;
+        d.set_item("queued_pkts", ff.queued_pkts)?;
+        d.set_item("in_transit_pkts", ff.in_transit_pkts)?;
+        d.set_item("delivered_bytes", ff.delivered_bytes)?;
+        d.set_item("retrans_segs", ff.retrans_segs)?;
+        d.set_item("sent_segs", ff.sent_segs)?;
+        d.set_item("lost_segs", ff.lost_segs)?;
+        d.set_item("rto_count", ff.rto_count)?;
+        flows_fin.append(d)?;
+    }
+    fin.set_item("flows", flows_fin)?;
+    let rf = out.router_final;
+    let rd = PyDict::new_bound(py);
+    rd.set_item("arrivals_pkts", rf.arrivals_pkts)?;
+    rd.set_item("arrival_bytes", rf.arrival_bytes)?;
+    rd.set_item("departures_pkts", rf.departures_pkts)?;
+    rd.set_item("departed_bytes", rf.departed_bytes)?;
+    rd.set_item("departed_payload_bytes", rf.departed_payload_bytes)?;
+    rd.set_item("drops_overflow", rf.drops_overflow)?;
+    rd.set_item("drops_random", rf.drops_random)?;
+    rd.set_item("drops_policer", rf.drops_policer)?;
+    rd.set_item("dropped_bytes", rf.dropped_bytes)?;
+    rd.set_item("queued_bytes", out.router_queued_bytes)?;
+    fin.set_item("router", rd)?;
+    fin.set_item("events", out.events)?;
+    res.set_item("final", fin)?;
+    Ok(res.into())
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
