@@ -21,8 +21,8 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Congestion-control testbed: run trials on a deterministic packet-level dumbbell simulator.",
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,70 @@
+"""Writing results: atomic directories and deterministic parquet."""
+
+import os
+
+import polars as pl
+import pytest
+
+from cctestbed.results import write_dir, write_parquet
+
+
+def test_write_dir_renames_into_place(tmp_path):
+    dest = tmp_path / "a" / "out"
+    write_dir(dest, lambda d: (d / "f.txt").write_text("x"))
+    assert (dest / "f.txt").read_text() == "x"
+    assert sorted(os.listdir(dest.parent)) == ["out"], "no temporary directory left behind"
+
+
+def test_write_dir_failure_leaves_nothing(tmp_path):
+    dest = tmp_path / "out"
+
+    def boom(d):
+        (d / "partial").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_dir(dest, boom)
+    assert not dest.exists()
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_dir_refuses_existing_unless_forced(tmp_path):
+    dest = tmp_path / "out"
+    write_dir(dest, lambda d: (d / "old").write_text("1"))
+    with pytest.raises(FileExistsError):
+        write_dir(dest, lambda d: (d / "new").write_text("2"))
+    assert os.listdir(dest) == ["old"]
+    write_dir(dest, lambda d: (d / "new").write_text("2"), force=True)
+    assert os.listdir(dest) == ["new"]
+    assert os.listdir(tmp_path) == ["out"]
+
+
+def test_failed_forced_replace_keeps_old(tmp_path):
+    dest = tmp_path / "out"
+    write_dir(dest, lambda d: (d / "old").write_text("1"))
+
+    def boom(d):
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        write_dir(dest, boom, force=True)
+    assert os.listdir(dest) == ["old"]
+
+
+def test_parquet_is_byte_identical_and_round_trips(tmp_path):
+    df = pl.DataFrame(
+        {
+            "time_s": [0.01, 0.02, 0.03],
+            "flow": pl.Series([0, 1, 0], dtype=pl.UInt32),
+            "state": ["startup", "drain", "probe_bw"],
+            "rtt_ms": [float("nan"), 25.0, 26.5],
+            "bytes": pl.Series([1, 2, 3], dtype=pl.UInt64),
+        }
+    )
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    write_parquet(df, a)
+    write_parquet(df.clone(), b)
+    assert a.read_bytes() == b.read_bytes()
+    back = pl.read_parquet(a)
+    assert back.schema == df.schema
+    assert back.equals(df, null_equal=True)
