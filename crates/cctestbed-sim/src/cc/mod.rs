@@ -232,6 +232,15 @@ pub trait CongestionControl: Send {
     fn telemetry(&self, _out: &mut Vec<f64>) {}
 }
 
+impl dyn CongestionControl {
+    /// The `i`-th telemetry value (NaN if absent); convenient in tests.
+    pub fn telemetry_value(&self, i: usize) -> f64 {
+        let mut v = Vec::new();
+        self.telemetry(&mut v);
+        v.get(i).copied().unwrap_or(f64::NAN)
+    }
+}
+
 /// Names accepted in trial files, with their parameters' defaults.
 pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
     vec![

@@ -1,0 +1,110 @@
+//! `make bench`: fixed scenarios, each run in its own process so its peak memory is its own.
+//! Prints wall time, simulated seconds per wall second, events and packets per wall second,
+//! and peak resident memory. Wall-clock time is read here only, never inside the simulator.
+
+use ccsim::config::*;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+struct Scenario {
+    name: &'static str,
+    cc: &'static str,
+    flows: usize,
+    rate_bps: u64,
+    rtt_ms: i64,
+    bdp: f64,
+    secs: i64,
+    loss: f64,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "4 cubic, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "cubic", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0 },
+    Scenario { name: "1 cubic, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "cubic", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0 },
+    Scenario { name: "16 cubic, 10 Gb/s, 50 ms, 0.5 BDP, 10 s", cc: "cubic", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 50, bdp: 0.5, secs: 10, loss: 0.0 },
+    Scenario { name: "1 cubic, 1 Gb/s, 10 ms, 1 BDP, 1% loss, 10 s", cc: "cubic", flows: 1, rate_bps: 1_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 10, loss: 0.01 },
+];
+
+fn config(s: &Scenario) -> SimConfig {
+    let rtt = s.rtt_ms * 1_000_000;
+    let bdp_bytes = s.rate_bps as f64 / 8.0 * rtt as f64 / 1e9;
+    SimConfig {
+        duration_ns: s.secs * 1_000_000_000,
+        seed: 1,
+        sample_interval_ns: 10_000_000,
+        mtu: 1500,
+        mss: 1448,
+        link: LinkConfig {
+            capacity_bps: s.rate_bps,
+            delay_fwd_ns: rtt / 2,
+            delay_rev_ns: rtt / 2,
+            queue: QueueConfig { limit_bytes: Some((s.bdp * bdp_bytes) as u64), limit_packets: None },
+            loss: if s.loss > 0.0 { LossConfig::Bernoulli { p: s.loss } } else { LossConfig::None },
+            shaper: None,
+            policer: None,
+            schedule: vec![],
+            access_rate_bps: None,
+        },
+        flows: (0..s.flows)
+            .map(|i| FlowConfig {
+                cc: s.cc.into(),
+                params: BTreeMap::new(),
+                start_ns: i as i64 * 10_000_000,
+                extra_delay_ns: 0,
+                size_bytes: None,
+                rwnd_bytes: None,
+                pacing: None,
+                initial_cwnd: 10,
+                delayed_ack: DelayedAckConfig::default(),
+                group: None,
+            })
+            .collect(),
+    }
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn run_one(i: usize) {
+    let s = &SCENARIOS[i];
+    let t0 = Instant::now();
+    let out = ccsim::simulate(config(s)).expect("valid scenario");
+    let wall = t0.elapsed().as_secs_f64();
+    let pkts: u64 = out.flow_final.iter().map(|f| f.sent_pkts).sum();
+    println!("{wall} {} {pkts} {}", out.events, peak_rss_mib());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--scenario").and_then(|p| args.get(p + 1)) {
+        run_one(i.parse().expect("scenario index"));
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    println!("{:<48} {:>8} {:>10} {:>10} {:>10} {:>9}", "scenario", "wall s", "sim s/s", "M ev/s", "M pkt/s", "peak MiB");
+    for (i, s) in SCENARIOS.iter().enumerate() {
+        let o = Command::new(&exe).args(["--scenario", &i.to_string()]).output().expect("run scenario");
+        let text = String::from_utf8_lossy(&o.stdout);
+        let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let [wall, events, pkts, mib] = v[..] else {
+            eprintln!("{}: failed: {}", s.name, String::from_utf8_lossy(&o.stderr));
+            std::process::exit(1);
+        };
+        println!(
+            "{:<48} {:>8.3} {:>10.1} {:>10.2} {:>10.2} {:>9.1}",
+            s.name,
+            wall,
+            s.secs as f64 / wall,
+            events / wall / 1e6,
+            pkts / wall / 1e6,
+            mib
+        );
+    }
+}
