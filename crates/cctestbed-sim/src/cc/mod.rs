@@ -15,7 +15,9 @@
 use crate::config::Nanos;
 use std::collections::BTreeMap;
 
+pub mod bbr;
 pub mod cubic;
+pub mod minmax;
 pub mod reno;
 
 /// Loss-recovery state of the connection, as Linux `enum tcp_ca_state`.
@@ -64,6 +66,10 @@ pub struct ConnInfo {
     pub last_send_ns: Nanos,
     /// Whether this flow is paced.
     pub paced: bool,
+    /// Time of the latest delivery (`tp->delivered_mstamp`).
+    pub delivered_mstamp_ns: Nanos,
+    /// Earliest departure time of the next packet under pacing (`tp->tcp_wstamp_ns`).
+    pub wstamp_ns: Nanos,
 }
 
 /// The values an algorithm may write.
@@ -246,6 +252,9 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
     vec![
         ("reno", reno::RenoParams::default().to_map()),
         ("cubic", cubic::CubicParams::default().to_map()),
+        ("bbr", bbr::BbrParams::default().to_map()),
+        ("bbr1", bbr::BbrParams::default().to_map()),
+        ("bbr-shallow", bbr::BbrParams::shallow().to_map()),
     ]
 }
 
@@ -255,6 +264,11 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
     match name {
         "reno" => Ok(Box::new(reno::Reno::new(reno::RenoParams::from_map(params)?))),
         "cubic" => Ok(Box::new(cubic::Cubic::new(cubic::CubicParams::from_map(params)?))),
+        "bbr" | "bbr1" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::from_map(params)?, "bbr"))),
+        "bbr-shallow" => {
+            let p = bbr::BbrParams::shallow().with_map(params)?;
+            Ok(Box::new(bbr::Bbr::new(p, "bbr-shallow")))
+        }
         _ => {
             let names: Vec<_> = algorithms().iter().map(|(n, _)| *n).collect();
             Err(format!("cc: '{name}': unknown algorithm; valid are {}", names.join(", ")))
@@ -283,7 +297,12 @@ macro_rules! cc_params {
             }
             #[allow(unused_mut, unused_variables)]
             pub fn from_map(p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
-                let mut out = Self::default();
+                Self::default().with_map(p)
+            }
+            /// These parameters with the given overrides applied.
+            #[allow(unused_mut, unused_variables)]
+            pub fn with_map(self, p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
+                let mut out = self;
                 for (k, v) in p {
                     match k.as_str() {
                         $( stringify!($field) => {

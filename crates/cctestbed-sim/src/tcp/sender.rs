@@ -249,6 +249,8 @@ impl Sender {
             snd_una: self.snd_una,
             last_send_ns: self.last_send_time,
             paced: self.pacing,
+            delivered_mstamp_ns: self.delivered_time,
+            wstamp_ns: self.next_send_time.max(now),
         }
     }
 

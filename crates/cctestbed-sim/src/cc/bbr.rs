@@ -1,0 +1,768 @@
+//! BBR version 1 as Linux `net/ipv4/tcp_bbr.c` implements it (Cardwell et al., "BBR:
+//! Congestion-Based Congestion Control", ACM Queue 2016).
+//!
+//! On each ACK the model is updated, then pacing rate and cwnd follow from it:
+//! ```text
+//!   btlbw   = windowed max(delivered / interval, 10 packet-timed rounds)
+//!   rtprop  = windowed min(rtt, 10 s)
+//!   pacing  = pacing_gain * btlbw * (1 - 1 %)
+//!   cwnd    = cwnd_gain * btlbw * rtprop + ACK-aggregation allowance + quantization budget
+//! ```
+//! States: STARTUP (gain 2/ln 2 until the bandwidth stops growing by 25 % for 3 rounds) ->
+//! DRAIN (pacing gain 1/2.885 until in-flight <= BDP) -> PROBE_BW (8-phase pacing gain cycle
+//! 1.25, 0.75, 1 x 6, starting in a random phase other than 0.75) <-> PROBE_RTT (every 10 s
+//! without a new min RTT: cwnd 4 packets for max(200 ms, one round)).
+//!
+//! The order of work per ACK is `bbr_main`: update_bw (round counting, long-term sampling,
+//! max filter) -> ACK aggregation -> cycle phase -> full-bw check -> drain check -> min_rtt
+//! and PROBE_RTT -> gains -> pacing rate -> cwnd. All quantities use Linux's fixed-point
+//! units (bandwidth in packets per microsecond << 24, gains in 1/256), so integer rounding
+//! matches the kernel's.
+//!
+//! Choices and deviations:
+//! - TSO quantization budget: kept as Linux computes it (`bbr_tso_segs_goal`: about 1 ms of
+//!   data at the pacing rate, 2..127 segments; +3 goals, rounded up to even, +2 in the 1.25
+//!   phase). BBR computes it from the pacing rate whatever the NIC offers, so a kernel with
+//!   TSO off carries the same budget; `tso_budget = 0` removes it to study a budget-free BBR.
+//! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt_stamp, PROBE_RTT timer):
+//!   Linux's 1-4 ms jiffy granularity is not modelled.
+//! - The parameters below (all with Linux's defaults) let the thesis' variants be built on
+//!   this code: `cwnd_gain = 1.5` is "BBR Shallow" (tcp_bbrshallow.c).
+
+use super::minmax::MinMax;
+use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
+use crate::config::Nanos;
+use crate::rng::SimRng;
+
+/// Bandwidth unit: packets per microsecond << BW_SCALE.
+const BW_SCALE: u32 = 24;
+const BW_UNIT: u64 = 1 << BW_SCALE;
+/// Gains are fractions of BBR_UNIT.
+const BBR_SCALE: u32 = 8;
+const BBR_UNIT: u32 = 1 << BBR_SCALE;
+/// Number of phases in the PROBE_BW pacing-gain cycle.
+const CYCLE_LEN: usize = 8;
+/// TCP_INIT_CWND: cwnd target before any RTT sample.
+const TCP_INIT_CWND: u32 = 10;
+/// Largest TSO burst BBR budgets for (GSO_MAX_SIZE - 1 - MAX_TCP_HEADER).
+const GSO_MAX_BYTES: u64 = 65536 - 1 - 320;
+/// Restart the ACK-aggregation epoch after this many packets (bbr_ack_epoch_acked_reset_thresh).
+const ACK_EPOCH_ACKED_RESET_THRESH: u32 = 1 << 20;
+/// Cap on the aggregation allowance, in time at the estimated bandwidth (bbr_extra_acked_max_us).
+const EXTRA_ACKED_MAX_US: u64 = 100_000;
+/// Below this pacing rate TSO bursts are one segment (bbr_min_tso_rate, bits/s).
+const MIN_TSO_RATE_BPS: f64 = 1_200_000.0;
+/// Pacing shift: the TSO goal is about 1/2^10 s of data (sk_pacing_shift).
+const PACING_SHIFT: u32 = 10;
+
+crate::cc_params! {
+    /// BBRv1 constants from tcp_bbr.c, same names and meanings, as real numbers.
+    pub struct BbrParams {
+        /// STARTUP pacing and cwnd gain (bbr_high_gain = 2/ln 2 = 2.885).
+        high_gain: 2.885, 1.0, 10.0;
+        /// DRAIN pacing gain (bbr_drain_gain = 1/2.885).
+        drain_gain: 1.0 / 2.885, 0.01, 1.0;
+        /// PROBE_BW cwnd gain (bbr_cwnd_gain); 1.5 is the thesis' BBR Shallow.
+        cwnd_gain: 2.0, 0.5, 10.0;
+        /// Pacing gain of the probing phase of the cycle (bbr_pacing_gain[0]).
+        probe_gain: 1.25, 1.0, 4.0;
+        /// Pacing gain of the draining phase of the cycle (bbr_pacing_gain[1]).
+        drain_cycle_gain: 0.75, 0.1, 1.0;
+        /// Phases a flow may start its gain cycle in (bbr_cycle_rand).
+        cycle_rand: 7.0, 1.0, 7.0;
+        /// Length of the bandwidth max filter in rounds (bbr_bw_rtts = CYCLE_LEN + 2).
+        bw_filter_rounds: 10.0, 1.0, 1000.0;
+        /// min_rtt filter window, seconds (bbr_min_rtt_win_sec).
+        probe_rtt_interval: 10.0, 0.01, 3600.0;
+        /// Time held at cwnd_min_target in PROBE_RTT, seconds (bbr_probe_rtt_mode_ms).
+        probe_rtt_duration: 0.2, 0.0, 10.0;
+        /// Minimum cwnd and the PROBE_RTT cwnd, packets (bbr_cwnd_min_target).
+        cwnd_min_target: 4.0, 1.0, 1000.0;
+        /// Bandwidth growth that counts as "still growing" in STARTUP (bbr_full_bw_thresh).
+        full_bw_thresh: 1.25, 1.0, 4.0;
+        /// Rounds without such growth before the pipe counts as full (bbr_full_bw_cnt).
+        full_bw_cnt: 3.0, 1.0, 3.0;
+        /// Gain on the ACK-aggregation allowance (bbr_extra_acked_gain); 0 disables it.
+        extra_acked_gain: 1.0, 0.0, 4.0;
+        /// Rounds per ACK-aggregation filter slot (bbr_extra_acked_win_rtts).
+        extra_acked_win_rtts: 5.0, 1.0, 31.0;
+        /// Pacing below the estimate, percent (bbr_pacing_margin_percent).
+        pacing_margin_percent: 1.0, 0.0, 50.0;
+        /// Keep Linux's TSO quantization budget in the cwnd target (1) or not (0).
+        tso_budget: 1.0, 0.0, 1.0;
+        /// Long-term (policer) bandwidth estimator on (1) or off (0).
+        lt_bw: 1.0, 0.0, 1.0;
+    }
+}
+
+impl BbrParams {
+    /// 'BBR Shallow' (the thesis' tcp_bbrshallow.c): only the PROBE_BW cwnd gain changes, to 1.5.
+    pub fn shallow() -> Self {
+        BbrParams { cwnd_gain: 1.5, ..BbrParams::default() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Startup => "STARTUP",
+            Mode::Drain => "DRAIN",
+            Mode::ProbeBw => "PROBE_BW",
+            Mode::ProbeRtt => "PROBE_RTT",
+        }
+    }
+}
+
+fn to_unit(x: f64) -> u32 {
+    (x * BBR_UNIT as f64).round() as u32
+}
+
+/// Long-term sampling constants (bbr_lt_*), fixed as in Linux.
+const LT_INTVL_MIN_RTTS: u32 = 4;
+const LT_LOSS_THRESH: u64 = 50;
+const LT_BW_RATIO: u64 = BBR_UNIT as u64 / 8;
+const LT_BW_DIFF_BYTES_PER_S: u64 = 4000 / 8;
+const LT_BW_MAX_RTTS: u32 = 48;
+
+pub struct Bbr {
+    p: BbrParams,
+    name: &'static str,
+    high_gain: u32,
+    drain_gain: u32,
+    cwnd_gain_probe_bw: u32,
+    pacing_gains: [u32; CYCLE_LEN],
+    full_bw_thresh: u32,
+    min_rtt_win: Nanos,
+    probe_rtt_mode: Nanos,
+    cwnd_min_target: u32,
+    rng: SimRng,
+
+    pub mode: Mode,
+    min_rtt_us: u32,
+    min_rtt_stamp: Nanos,
+    probe_rtt_done_stamp: Option<Nanos>,
+    bw: MinMax,
+    pub rtt_cnt: u32,
+    next_rtt_delivered: u64,
+    cycle_mstamp: Nanos,
+    prev_ca_state: CaState,
+    packet_conservation: bool,
+    round_start: bool,
+    idle_restart: bool,
+    probe_rtt_round_done: bool,
+    lt_is_sampling: bool,
+    lt_rtt_cnt: u32,
+    lt_use_bw: bool,
+    lt_bw: u64,
+    lt_last_delivered: u64,
+    lt_last_stamp_ms: i64,
+    lt_last_lost: u64,
+    pub pacing_gain: u32,
+    pub cwnd_gain: u32,
+    pub full_bw_reached: bool,
+    full_bw_cnt: u32,
+    pub cycle_idx: usize,
+    has_seen_rtt: bool,
+    prior_cwnd: u32,
+    full_bw: u64,
+    ack_epoch_mstamp: Nanos,
+    extra_acked: [u32; 2],
+    ack_epoch_acked: u32,
+    extra_acked_win_rtts: u32,
+    extra_acked_win_idx: usize,
+    /// sk_pacing_rate, bytes per second.
+    pacing_rate: u64,
+    mss: u32,
+}
+
+impl Bbr {
+    pub fn new(p: BbrParams, name: &'static str) -> Self {
+        let probe = to_unit(p.probe_gain);
+        let down = to_unit(p.drain_cycle_gain);
+        Bbr {
+            name,
+            // Linux: BBR_UNIT * 2885 / 1000 + 1 = 739 and BBR_UNIT * 1000 / 2885 = 88.
+            high_gain: if p.high_gain == 2.885 { BBR_UNIT * 2885 / 1000 + 1 } else { to_unit(p.high_gain) },
+            drain_gain: if p.drain_gain == 1.0 / 2.885 { BBR_UNIT * 1000 / 2885 } else { to_unit(p.drain_gain) },
+            cwnd_gain_probe_bw: to_unit(p.cwnd_gain),
+            pacing_gains: [probe, down, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT],
+            full_bw_thresh: to_unit(p.full_bw_thresh),
+            min_rtt_win: (p.probe_rtt_interval * 1e9) as Nanos,
+            probe_rtt_mode: (p.probe_rtt_duration * 1e9) as Nanos,
+            cwnd_min_target: p.cwnd_min_target as u32,
+            p,
+            rng: SimRng::new(0, 0),
+            mode: Mode::Startup,
+            min_rtt_us: u32::MAX,
+            min_rtt_stamp: 0,
+            probe_rtt_done_stamp: None,
+            bw: MinMax::default(),
+            rtt_cnt: 0,
+            next_rtt_delivered: 0,
+            cycle_mstamp: 0,
+            prev_ca_state: CaState::Open,
+            packet_conservation: false,
+            round_start: false,
+            idle_restart: false,
+            probe_rtt_round_done: false,
+            lt_is_sampling: false,
+            lt_rtt_cnt: 0,
+            lt_use_bw: false,
+            lt_bw: 0,
+            lt_last_delivered: 0,
+            lt_last_stamp_ms: 0,
+            lt_last_lost: 0,
+            pacing_gain: 0,
+            cwnd_gain: 0,
+            full_bw_reached: false,
+            full_bw_cnt: 0,
+            cycle_idx: 0,
+            has_seen_rtt: false,
+            prior_cwnd: 0,
+            full_bw: 0,
+            ack_epoch_mstamp: 0,
+            extra_acked: [0; 2],
+            ack_epoch_acked: 0,
+            extra_acked_win_rtts: 0,
+            extra_acked_win_idx: 0,
+            pacing_rate: 0,
+            mss: 1448,
+        }
+    }
+
+    /// `bbr_max_bw`.
+    pub fn max_bw(&self) -> u64 {
+        self.bw.get()
+    }
+
+    /// `bbr_bw`: the long-term estimate while policed, else the max filter.
+    pub fn bw(&self) -> u64 {
+        if self.lt_use_bw {
+            self.lt_bw
+        } else {
+            self.max_bw()
+        }
+    }
+
+    /// Bandwidth estimate in bits per second of payload.
+    pub fn bw_bps(&self) -> f64 {
+        self.bw() as f64 * self.mss as f64 * 8.0 * 1e6 / BW_UNIT as f64
+    }
+
+    /// min_rtt estimate in ns, if any.
+    pub fn min_rtt_ns(&self) -> Option<Nanos> {
+        (self.min_rtt_us != u32::MAX).then_some(self.min_rtt_us as Nanos * 1000)
+    }
+
+    fn extra_acked(&self) -> u32 {
+        self.extra_acked[0].max(self.extra_acked[1])
+    }
+
+    /// `bbr_rate_bytes_per_sec`.
+    fn rate_bytes_per_sec(&self, rate: u64, gain: u32) -> u64 {
+        let margin = (100.0 - self.p.pacing_margin_percent) / 100.0;
+        let r = (rate as u128 * self.mss as u128 * gain as u128) >> BBR_SCALE;
+        let r = (r as f64 * 1e6 * margin) as u128;
+        (r >> BW_SCALE) as u64
+    }
+
+    fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
+        let rtt_us = if info.srtt_ns > 0 {
+            self.has_seen_rtt = true;
+            ((info.srtt_ns / 1000) as u64).max(1)
+        } else {
+            1000
+        };
+        let bw = cwnd as u64 * BW_UNIT / rtt_us;
+        self.pacing_rate = self.rate_bytes_per_sec(bw, self.high_gain);
+    }
+
+    fn set_pacing_rate(&mut self, info: &ConnInfo, cwnd: u32, bw: u64, gain: u32) {
+        let rate = self.rate_bytes_per_sec(bw, gain);
+        if !self.has_seen_rtt && info.srtt_ns > 0 {
+            self.init_pacing_rate_from_rtt(info, cwnd);
+        }
+        if self.full_bw_reached || rate > self.pacing_rate {
+            self.pacing_rate = rate;
+        }
+    }
+
+    /// `bbr_tso_segs_goal`.
+    fn tso_segs_goal(&self) -> u32 {
+        let min_segs = if (self.pacing_rate as f64) < MIN_TSO_RATE_BPS / 8.0 { 1 } else { 2 };
+        let bytes = (self.pacing_rate >> PACING_SHIFT).min(GSO_MAX_BYTES);
+        ((bytes / self.mss as u64) as u32).max(min_segs).min(0x7F)
+    }
+
+    fn save_cwnd(&mut self, cwnd: u32) {
+        if matches!(self.prev_ca_state, CaState::Open | CaState::Disorder) && self.mode != Mode::ProbeRtt {
+            self.prior_cwnd = cwnd;
+        } else {
+            self.prior_cwnd = self.prior_cwnd.max(cwnd);
+        }
+    }
+
+    /// `bbr_bdp`: ceil(bw * min_rtt * gain) in packets.
+    fn bdp(&self, bw: u64, gain: u32) -> u32 {
+        if self.min_rtt_us == u32::MAX {
+            return TCP_INIT_CWND;
+        }
+        let w = bw as u128 * self.min_rtt_us as u128;
+        ((((w * gain as u128) >> BBR_SCALE) + BW_UNIT as u128 - 1) / BW_UNIT as u128) as u32
+    }
+
+    /// `bbr_quantization_budget`.
+    fn quantization_budget(&self, cwnd: u32) -> u32 {
+        let mut cwnd = cwnd;
+        if self.p.tso_budget != 0.0 {
+            cwnd += 3 * self.tso_segs_goal();
+            cwnd = (cwnd + 1) & !1;
+        }
+        if self.mode == Mode::ProbeBw && self.cycle_idx == 0 {
+            cwnd += 2;
+        }
+        cwnd
+    }
+
+    /// `bbr_inflight`.
+    fn inflight(&self, bw: u64, gain: u32) -> u32 {
+        self.quantization_budget(self.bdp(bw, gain))
+    }
+
+    /// `bbr_packets_in_net_at_edt`.
+    fn packets_in_net_at_edt(&self, info: &ConnInfo, inflight_now: u32) -> u32 {
+        let interval_us = ((info.wstamp_ns - info.now).max(0) / 1000) as u64;
+        let interval_delivered = ((self.bw() as u128 * interval_us as u128) >> BW_SCALE) as u64;
+        let mut inflight_at_edt = inflight_now as u64;
+        if self.pacing_gain > BBR_UNIT {
+            inflight_at_edt += self.tso_segs_goal() as u64;
+        }
+        inflight_at_edt.saturating_sub(interval_delivered) as u32
+    }
+
+    /// `bbr_ack_aggregation_cwnd`.
+    fn ack_aggregation_cwnd(&self) -> u32 {
+        if self.p.extra_acked_gain > 0.0 && self.full_bw_reached {
+            let max_aggr = (self.bw() as u128 * EXTRA_ACKED_MAX_US as u128 / BW_UNIT as u128) as u32;
+            let gain = to_unit(self.p.extra_acked_gain);
+            let aggr = (gain * self.extra_acked()) >> BBR_SCALE;
+            aggr.min(max_aggr)
+        } else {
+            0
+        }
+    }
+
+    /// `bbr_set_cwnd_to_recover_or_restore`: returns Some(cwnd) when packet conservation applies.
+    fn recover_or_restore(&mut self, info: &ConnInfo, rs: &RateSample, acked: u32, cwnd: &mut u32) -> bool {
+        let state = info.ca_state;
+        let prev = self.prev_ca_state;
+        if rs.losses > 0 {
+            *cwnd = (*cwnd as i64 - rs.losses as i64).max(1) as u32;
+        }
+        let in_recovery = |s: CaState| matches!(s, CaState::Recovery | CaState::Loss);
+        if state == CaState::Recovery && prev != CaState::Recovery {
+            // First round of recovery: packet conservation.
+            self.packet_conservation = true;
+            self.next_rtt_delivered = info.delivered;
+            *cwnd = info.packets_in_flight + acked;
+        } else if in_recovery(prev) && !in_recovery(state) {
+            // Leaving recovery: restore the cwnd saved on entry.
+            *cwnd = (*cwnd).max(self.prior_cwnd);
+            self.packet_conservation = false;
+        }
+        self.prev_ca_state = state;
+        if self.packet_conservation {
+            *cwnd = (*cwnd).max(info.packets_in_flight + acked);
+            return true;
+        }
+        false
+    }
+
+    /// `bbr_set_cwnd`.
+    fn set_cwnd(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample, acked: u32, bw: u64, gain: u32) {
+        let mut cwnd = w.cwnd;
+        if acked > 0 && !self.recover_or_restore(info, rs, acked, &mut cwnd) {
+            let mut target = self.bdp(bw, gain);
+            target += self.ack_aggregation_cwnd();
+            target = self.quantization_budget(target);
+            if self.full_bw_reached {
+                cwnd = (cwnd + acked).min(target);
+            } else if cwnd < target || info.delivered < TCP_INIT_CWND as u64 {
+                cwnd += acked;
+            }
+            cwnd = cwnd.max(self.cwnd_min_target);
+        }
+        w.cwnd = cwnd;
+        if self.mode == Mode::ProbeRtt {
+            w.cwnd = w.cwnd.min(self.cwnd_min_target);
+        }
+    }
+
+    /// `bbr_is_next_cycle_phase`.
+    fn is_next_cycle_phase(&self, info: &ConnInfo, rs: &RateSample) -> bool {
+        let is_full_length = (info.delivered_mstamp_ns - self.cycle_mstamp) / 1000 > self.min_rtt_us as Nanos;
+        if self.pacing_gain == BBR_UNIT {
+            return is_full_length;
+        }
+        let inflight = self.packets_in_net_at_edt(info, rs.prior_in_flight);
+        let bw = self.max_bw();
+        if self.pacing_gain > BBR_UNIT {
+            return is_full_length && (rs.losses > 0 || inflight >= self.inflight(bw, self.pacing_gain));
+        }
+        is_full_length || inflight <= self.inflight(bw, BBR_UNIT)
+    }
+
+    fn advance_cycle_phase(&mut self, info: &ConnInfo) {
+        self.cycle_idx = (self.cycle_idx + 1) & (CYCLE_LEN - 1);
+        self.cycle_mstamp = info.delivered_mstamp_ns;
+    }
+
+    fn reset_probe_bw_mode(&mut self, info: &ConnInfo) {
+        self.mode = Mode::ProbeBw;
+        let r = self.rng.below(self.p.cycle_rand as u32) as usize;
+        self.cycle_idx = CYCLE_LEN - 1 - r;
+        self.advance_cycle_phase(info);
+    }
+
+    fn reset_mode(&mut self, info: &ConnInfo) {
+        if !self.full_bw_reached {
+            self.mode = Mode::Startup;
+        } else {
+            self.reset_probe_bw_mode(info);
+        }
+    }
+
+    fn reset_lt_bw_sampling_interval(&mut self, info: &ConnInfo) {
+        self.lt_last_stamp_ms = info.delivered_mstamp_ns / 1_000_000;
+        self.lt_last_delivered = info.delivered;
+        self.lt_last_lost = info.lost;
+        self.lt_rtt_cnt = 0;
+    }
+
+    fn reset_lt_bw_sampling(&mut self, info: &ConnInfo) {
+        self.lt_bw = 0;
+        self.lt_use_bw = false;
+        self.lt_is_sampling = false;
+        self.reset_lt_bw_sampling_interval(info);
+    }
+
+    /// `bbr_lt_bw_interval_done`.
+    fn lt_bw_interval_done(&mut self, info: &ConnInfo, bw: u64) {
+        if self.lt_bw != 0 {
+            let diff = bw.abs_diff(self.lt_bw);
+            if diff * BBR_UNIT as u64 <= LT_BW_RATIO * self.lt_bw
+                || self.rate_bytes_per_sec(diff, BBR_UNIT) <= LT_BW_DIFF_BYTES_PER_S
+            {
+                // Two consistent lossy intervals: we are policed.
+                self.lt_bw = (bw + self.lt_bw) >> 1;
+                self.lt_use_bw = true;
+                self.pacing_gain = BBR_UNIT;
+                self.lt_rtt_cnt = 0;
+                return;
+            }
+        }
+        self.lt_bw = bw;
+        self.reset_lt_bw_sampling_interval(info);
+    }
+
+    /// `bbr_lt_bw_sampling`: detect a token-bucket policer.
+    fn lt_bw_sampling(&mut self, info: &ConnInfo, rs: &RateSample) {
+        if self.p.lt_bw == 0.0 {
+            return;
+        }
+        if self.lt_use_bw {
+            if self.mode == Mode::ProbeBw && self.round_start {
+                self.lt_rtt_cnt += 1;
+                if self.lt_rtt_cnt >= LT_BW_MAX_RTTS {
+                    self.reset_lt_bw_sampling(info);
+                    self.reset_probe_bw_mode(info);
+                }
+            }
+            return;
+        }
+        if !self.lt_is_sampling {
+            if rs.losses == 0 {
+                return;
+            }
+            self.reset_lt_bw_sampling_interval(info);
+            self.lt_is_sampling = true;
+        }
+        if rs.is_app_limited {
+            self.reset_lt_bw_sampling(info);
+            return;
+        }
+        if self.round_start {
+            self.lt_rtt_cnt += 1;
+        }
+        if self.lt_rtt_cnt < LT_INTVL_MIN_RTTS {
+            return;
+        }
+        if self.lt_rtt_cnt > 4 * LT_INTVL_MIN_RTTS {
+            self.reset_lt_bw_sampling(info);
+            return;
+        }
+        if rs.losses == 0 {
+            return;
+        }
+        let lost = info.lost - self.lt_last_lost;
+        let delivered = info.delivered - self.lt_last_delivered;
+        if delivered == 0 || (lost << BBR_SCALE) < LT_LOSS_THRESH * delivered {
+            return;
+        }
+        let t = info.delivered_mstamp_ns / 1_000_000 - self.lt_last_stamp_ms;
+        if t < 1 {
+            return;
+        }
+        let bw = delivered * BW_UNIT / (t as u64 * 1000);
+        self.lt_bw_interval_done(info, bw);
+    }
+
+    /// `bbr_update_bw`.
+    fn update_bw(&mut self, info: &ConnInfo, rs: &RateSample) {
+        self.round_start = false;
+        if rs.delivered < 0 || rs.interval_ns <= 0 {
+            return;
+        }
+        if rs.prior_delivered >= self.next_rtt_delivered {
+            self.next_rtt_delivered = info.delivered;
+            self.rtt_cnt += 1;
+            self.round_start = true;
+            self.packet_conservation = false;
+        }
+        self.lt_bw_sampling(info, rs);
+        let interval_us = (rs.interval_ns / 1000).max(1) as u64;
+        let bw = rs.delivered as u64 * BW_UNIT / interval_us;
+        if !rs.is_app_limited || bw >= self.max_bw() {
+            self.bw.running_max(self.p.bw_filter_rounds as u64, self.rtt_cnt as u64, bw);
+        }
+    }
+
+    /// `bbr_update_ack_aggregation`.
+    fn update_ack_aggregation(&mut self, info: &ConnInfo, w: &Window, rs: &RateSample) {
+        if self.p.extra_acked_gain == 0.0 || rs.acked_sacked == 0 || rs.delivered < 0 || rs.interval_ns <= 0 {
+            return;
+        }
+        if self.round_start {
+            self.extra_acked_win_rtts = (self.extra_acked_win_rtts + 1).min(0x1F);
+            if self.extra_acked_win_rtts >= self.p.extra_acked_win_rtts as u32 {
+                self.extra_acked_win_rtts = 0;
+                self.extra_acked_win_idx ^= 1;
+                self.extra_acked[self.extra_acked_win_idx] = 0;
+            }
+        }
+        let epoch_us = ((info.delivered_mstamp_ns - self.ack_epoch_mstamp) / 1000) as u64;
+        let mut expected = (self.bw() as u128 * epoch_us as u128 / BW_UNIT as u128) as u32;
+        if self.ack_epoch_acked <= expected || self.ack_epoch_acked + rs.acked_sacked >= ACK_EPOCH_ACKED_RESET_THRESH {
+            self.ack_epoch_acked = 0;
+            self.ack_epoch_mstamp = info.delivered_mstamp_ns;
+            expected = 0;
+        }
+        self.ack_epoch_acked = (self.ack_epoch_acked + rs.acked_sacked).min(0xFFFFF);
+        let extra = (self.ack_epoch_acked - expected).min(w.cwnd);
+        let slot = &mut self.extra_acked[self.extra_acked_win_idx];
+        *slot = (*slot).max(extra);
+    }
+
+    /// `bbr_check_full_bw_reached`.
+    fn check_full_bw_reached(&mut self, rs: &RateSample) {
+        if self.full_bw_reached || !self.round_start || rs.is_app_limited {
+            return;
+        }
+        let thresh = (self.full_bw as u128 * self.full_bw_thresh as u128 >> BBR_SCALE) as u64;
+        if self.max_bw() >= thresh {
+            self.full_bw = self.max_bw();
+            self.full_bw_cnt = 0;
+            return;
+        }
+        self.full_bw_cnt += 1;
+        self.full_bw_reached = self.full_bw_cnt >= self.p.full_bw_cnt as u32;
+    }
+
+    /// `bbr_check_drain`.
+    fn check_drain(&mut self, info: &ConnInfo, w: &mut Window) {
+        if self.mode == Mode::Startup && self.full_bw_reached {
+            self.mode = Mode::Drain;
+            w.ssthresh = self.inflight(self.max_bw(), BBR_UNIT);
+        }
+        if self.mode == Mode::Drain
+            && self.packets_in_net_at_edt(info, info.packets_in_flight) <= self.inflight(self.max_bw(), BBR_UNIT)
+        {
+            self.reset_probe_bw_mode(info);
+        }
+    }
+
+    /// `bbr_check_probe_rtt_done`.
+    fn check_probe_rtt_done(&mut self, info: &ConnInfo, w: &mut Window) {
+        match self.probe_rtt_done_stamp {
+            Some(t) if info.now > t => {}
+            _ => return,
+        }
+        self.min_rtt_stamp = info.now;
+        w.cwnd = w.cwnd.max(self.prior_cwnd);
+        self.reset_mode(info);
+    }
+
+    /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit.
+    fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
+        let filter_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
+        if rs.rtt_ns >= 0 {
+            let rtt_us = (rs.rtt_ns / 1000) as u32;
+            if rtt_us <= self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
+                self.min_rtt_us = rtt_us;
+                self.min_rtt_stamp = info.now;
+            }
+        }
+        if self.probe_rtt_mode > 0 && filter_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
+            self.mode = Mode::ProbeRtt;
+            self.save_cwnd(w.cwnd);
+            self.probe_rtt_done_stamp = None;
+        }
+        if self.mode == Mode::ProbeRtt {
+            // Ignore low-rate samples while the flight is cut.
+            w.set_app_limited = true;
+            if self.probe_rtt_done_stamp.is_none() && info.packets_in_flight <= self.cwnd_min_target {
+                self.probe_rtt_done_stamp = Some(info.now + self.probe_rtt_mode);
+                self.probe_rtt_round_done = false;
+                self.next_rtt_delivered = info.delivered;
+            } else if self.probe_rtt_done_stamp.is_some() {
+                if self.round_start {
+                    self.probe_rtt_round_done = true;
+                }
+                if self.probe_rtt_round_done {
+                    self.check_probe_rtt_done(info, w);
+                }
+            }
+        }
+        if rs.delivered > 0 {
+            self.idle_restart = false;
+        }
+    }
+
+    /// `bbr_update_gains`.
+    fn update_gains(&mut self) {
+        let (p, c) = match self.mode {
+            Mode::Startup => (self.high_gain, self.high_gain),
+            Mode::Drain => (self.drain_gain, self.high_gain),
+            Mode::ProbeBw => (
+                if self.lt_use_bw { BBR_UNIT } else { self.pacing_gains[self.cycle_idx] },
+                self.cwnd_gain_probe_bw,
+            ),
+            Mode::ProbeRtt => (BBR_UNIT, BBR_UNIT),
+        };
+        self.pacing_gain = p;
+        self.cwnd_gain = c;
+    }
+}
+
+impl CongestionControl for Bbr {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn seed(&mut self, rng: SimRng) {
+        self.rng = rng;
+    }
+
+    fn controls_cwnd(&self) -> bool {
+        true
+    }
+
+    fn wants_pacing(&self) -> bool {
+        true
+    }
+
+    fn init(&mut self, info: &ConnInfo, w: &mut Window) {
+        self.mss = info.mss;
+        w.ssthresh = u32::MAX;
+        self.min_rtt_us = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { u32::MAX };
+        self.min_rtt_stamp = info.now;
+        self.bw.reset(0, 0);
+        self.init_pacing_rate_from_rtt(info, w.cwnd);
+        self.reset_lt_bw_sampling(info);
+        self.mode = Mode::Startup;
+        self.ack_epoch_mstamp = info.now;
+        self.update_gains();
+        w.pacing_rate = Some(self.pacing_rate as f64);
+    }
+
+    fn ssthresh(&mut self, _info: &ConnInfo, w: &Window) -> u32 {
+        self.save_cwnd(w.cwnd);
+        w.ssthresh
+    }
+
+    fn undo_cwnd(&mut self, info: &ConnInfo, w: &Window, _prior_cwnd: u32) -> u32 {
+        self.full_bw = 0;
+        self.full_bw_cnt = 0;
+        self.reset_lt_bw_sampling(info);
+        w.cwnd
+    }
+
+    fn set_state(&mut self, info: &ConnInfo, _w: &mut Window, new: CaState) {
+        if new == CaState::Loss {
+            self.prev_ca_state = CaState::Loss;
+            self.full_bw = 0;
+            self.round_start = true;
+            let rs = RateSample { losses: 1, ..RateSample::default() };
+            self.lt_bw_sampling(info, &rs);
+        }
+    }
+
+    fn cwnd_event(&mut self, info: &ConnInfo, w: &mut Window, ev: CaEvent) {
+        if ev == CaEvent::TxStart && info.app_limited != 0 {
+            self.idle_restart = true;
+            self.ack_epoch_mstamp = info.now;
+            self.ack_epoch_acked = 0;
+            if self.mode == Mode::ProbeBw {
+                let bw = self.bw();
+                self.set_pacing_rate(info, w.cwnd, bw, BBR_UNIT);
+                w.pacing_rate = Some(self.pacing_rate as f64);
+            } else if self.mode == Mode::ProbeRtt {
+                self.check_probe_rtt_done(info, w);
+            }
+        }
+    }
+
+    /// `bbr_main`.
+    fn cong_control(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
+        self.update_bw(info, rs);
+        self.update_ack_aggregation(info, w, rs);
+        if self.mode == Mode::ProbeBw && self.is_next_cycle_phase(info, rs) {
+            self.advance_cycle_phase(info);
+        }
+        self.check_full_bw_reached(rs);
+        self.check_drain(info, w);
+        self.update_min_rtt(info, w, rs);
+        self.update_gains();
+        let bw = self.bw();
+        self.set_pacing_rate(info, w.cwnd, bw, self.pacing_gain);
+        w.pacing_rate = Some(self.pacing_rate as f64);
+        self.set_cwnd(info, w, rs, rs.acked_sacked, bw, self.cwnd_gain);
+    }
+
+    fn state_name(&self) -> Option<&'static str> {
+        Some(self.mode.name())
+    }
+
+    fn telemetry_keys(&self) -> &'static [&'static str] {
+        &["btlbw_bps", "rtprop_ms", "pacing_gain", "cwnd_gain", "round", "full_bw_reached", "lt_bw_in_use", "cycle_idx"]
+    }
+
+    fn telemetry(&self, out: &mut Vec<f64>) {
+        out.push(self.bw_bps());
+        out.push(self.min_rtt_ns().map_or(f64::NAN, |n| n as f64 / 1e6));
+        out.push(self.pacing_gain as f64 / BBR_UNIT as f64);
+        out.push(self.cwnd_gain as f64 / BBR_UNIT as f64);
+        out.push(self.rtt_cnt as f64);
+        out.push(self.full_bw_reached as u8 as f64);
+        out.push(self.lt_use_bw as u8 as f64);
+        out.push(self.cycle_idx as f64);
+    }
+}
