@@ -24,9 +24,12 @@ demo: build
 	@echo "results: results/default/ (summary.json, flows.parquet, router.parquet, trial.toml)"
 	@echo "plot:    results/default/trial.png"
 
+# Both suites always run; the target fails if either does.
 test: build
-	cargo test --release --workspace
-	$(PY) -m pytest
+	@status=0; \
+	cargo test --release --workspace --no-fail-fast || status=1; \
+	$(PY) -m pytest || status=1; \
+	exit $$status
 
 bench: build
 	cargo run --release -p cctestbed-sim --bin ccsim-bench
