@@ -139,6 +139,7 @@ def plot_trial(
         ],
         loc="upper right",
         fontsize=8,
+        ncol=3,
     )
     ax_cwnd.set_ylabel("packets")
     ax_cwnd.set_ylim(bottom=0)
@@ -153,7 +154,7 @@ def plot_trial(
                      label=f"limit {queue_limit_bytes / max(info.bdp_bytes, 1e-9):.3g} BDP")
     ax_q.set_ylabel("queue (KB)")
     ax_q.set_ylim(bottom=0)
-    ax_q.legend(loc="upper right", fontsize=8)
+    ax_q.legend(loc="lower right", fontsize=8, ncol=3)
     if info.bdp_bytes > 0:
         sec = ax_q.secondary_yaxis(
             "right", functions=(lambda kb: kb * 1e3 / info.bdp_bytes, lambda bdp: bdp * info.bdp_bytes / 1e3)
