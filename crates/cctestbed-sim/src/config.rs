@@ -60,6 +60,10 @@ pub struct LinkConfig {
     /// with no serialisation of their own.
     #[serde(default)]
     pub access_rate_bps: Option<u64>,
+    /// Host jitter: each ACK is delayed by an extra uniform [0, jitter) on its way back
+    /// (order kept), as interrupt and scheduling delays do on real hosts. 0 = none.
+    #[serde(default)]
+    pub jitter_ns: Nanos,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -208,6 +212,9 @@ impl SimConfig {
         }
         if l.delay_fwd_ns < 0 || l.delay_rev_ns < 0 {
             errs.push("link.delay: must be >= 0".into());
+        }
+        if l.jitter_ns < 0 {
+            errs.push(format!("link.jitter_ns: {}: must be >= 0", l.jitter_ns));
         }
         match (l.queue.limit_bytes, l.queue.limit_packets) {
             (None, None) => errs.push("link.queue: no limit: give limit_bytes or limit_packets".into()),

@@ -7,10 +7,12 @@ use rand_chacha::ChaCha12Rng;
 /// Stream identifiers: one per component kind, offset by the flow index where per flow.
 pub mod stream {
     pub const LINK_LOSS: u64 = 1;
+    /// Per-flow ACK-path jitter: JITTER_BASE + flow index.
+    pub const JITTER_BASE: u64 = 1 << 16;
     pub const CC_BASE: u64 = 1 << 32;
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SimRng(ChaCha12Rng);
 
 impl SimRng {

@@ -80,7 +80,8 @@ impl Simulation {
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
             receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
-            acks.push(DelayLine::new(cfg.link.delay_rev_ns, None));
+            let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
+            acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
         let bottleneck = Bottleneck::new(&cfg.link, n, SimRng::new(cfg.seed, stream::LINK_LOSS));
         let telemetry = Telemetry::new(&senders, cfg.sample_interval_ns, cfg.duration_ns);

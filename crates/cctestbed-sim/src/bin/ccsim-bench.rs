@@ -44,6 +44,7 @@ fn config(s: &Scenario) -> SimConfig {
             policer: None,
             schedule: vec![],
             access_rate_bps: None,
+            jitter_ns: 0,
         },
         flows: (0..s.flows)
             .map(|i| FlowConfig {

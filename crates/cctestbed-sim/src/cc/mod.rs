@@ -180,7 +180,7 @@ pub struct AckSample {
 }
 
 /// A congestion-control algorithm. All methods have Linux names and the same call points.
-pub trait CongestionControl: Send {
+pub trait CongestionControl: std::any::Any + Send {
     /// Name as given in trial files.
     fn name(&self) -> &'static str;
 
@@ -239,6 +239,11 @@ pub trait CongestionControl: Send {
 }
 
 impl dyn CongestionControl {
+    /// For inspecting an algorithm's concrete state (tests, telemetry).
+    pub fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     /// The `i`-th telemetry value (NaN if absent); convenient in tests.
     pub fn telemetry_value(&self, i: usize) -> f64 {
         let mut v = Vec::new();

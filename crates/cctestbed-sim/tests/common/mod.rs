@@ -27,6 +27,7 @@ pub fn dumbbell(rate: u64, rtt: i64, bdp: f64) -> SimConfig {
             policer: None,
             schedule: vec![],
             access_rate_bps: None,
+            jitter_ns: 0,
         },
         flows: vec![],
     }
