@@ -1,11 +1,13 @@
 """The compiled simulator core (Rust, crates/cctestbed-py)."""
 
-from typing import Any, TypedDict
+from typing import Any, TypedDict, type_check_only
 
 import numpy.typing as npt
 
 __version__: str
+__all__ = ["simulate", "validate", "algorithms", "__version__"]
 
+@type_check_only
 class FlowFinal(TypedDict):
     sent_pkts: int
     delivered_pkts: int
@@ -15,12 +17,16 @@ class FlowFinal(TypedDict):
     delivered_bytes: int
     retrans_segs: int
     sent_segs: int
+    lost_segs: int
+    rto_count: int
 
+@type_check_only
 class Final(TypedDict):
     flows: list[FlowFinal]
     router: dict[str, int]
     events: int
 
+@type_check_only
 class SimOutput(TypedDict):
     flows: dict[str, npt.NDArray[Any]]
     router: dict[str, npt.NDArray[Any]]

@@ -108,7 +108,7 @@ def run(
     try:
         trial = load_trial(trial_file)
         if seed is not None:
-            trial = load_trial({**trial.model_dump(mode="json"), "seed": seed})
+            trial = trial.with_seed(seed)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)

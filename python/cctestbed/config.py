@@ -481,6 +481,10 @@ class Trial(_Model):
             "flows": flows,
         }
 
+    def with_seed(self, seed: int) -> "Trial":
+        """The same trial with another seed (validated like any trial)."""
+        return parse_trial({**self.model_dump(mode="json"), "seed": seed})
+
     def to_core_json(self) -> str:
         return json.dumps(self.to_core(), sort_keys=True)
 

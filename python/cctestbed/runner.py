@@ -103,7 +103,7 @@ def run_trial(config: Union[str, Path, dict[str, Any], Trial], seed: Optional[in
 
     trial = load_trial(config)
     if seed is not None:
-        trial = load_trial(trial.model_copy(update={"seed": seed}).model_dump(mode="json"))
+        trial = trial.with_seed(seed)
     raw = _core.simulate(trial.to_core_json())
     flows = flows_frame(raw, trial)
     router = router_frame(raw)
