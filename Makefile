@@ -20,9 +20,6 @@ build: venv
 
 demo: build
 	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force
-	@echo
-	@echo "results: results/default/ (summary.json, flows.parquet, router.parquet, trial.toml)"
-	@echo "plot:    results/default/trial.png"
 
 # Both suites always run; the target fails if either does.
 test: build

@@ -76,10 +76,9 @@ def _totals_table(summary: dict[str, Any]) -> Table:
     t.add_row(
         "total",
         f"utilization {_fmt(tot['utilization'], '.1f', 100)} %, goodput "
-        f"{'-' if tot['goodput_bps'] is None else human_rate(tot['goodput_bps'])}, "
-        f"loss {_fmt(tot['loss_pct'], '.3f')} %, retrans {_fmt(tot['retrans_pct'], '.3f')} %, "
-        f"Jain {_fmt(tot['jain'], '.3f')}",
+        f"{'-' if tot['goodput_bps'] is None else human_rate(tot['goodput_bps'])}, Jain {_fmt(tot['jain'], '.3f')}",
     )
+    t.add_row("loss", f"{_fmt(tot['loss_pct'], '.3f')} % at the router, retrans {_fmt(tot['retrans_pct'], '.3f')} %")
     for name, g in summary["groups"].items():
         t.add_row(
             name,
