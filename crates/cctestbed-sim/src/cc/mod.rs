@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 
 pub mod bbr;
 pub mod cubic;
+pub mod htcp;
 pub mod minmax;
 pub mod reno;
+pub mod vegas;
 
 /// Loss-recovery state of the connection, as Linux `enum tcp_ca_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +262,8 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
         ("bbr", bbr::BbrParams::default().to_map()),
         ("bbr1", bbr::BbrParams::default().to_map()),
         ("bbr-shallow", bbr::BbrParams::shallow().to_map()),
+        ("vegas", vegas::VegasParams::default().to_map()),
+        ("htcp", htcp::HtcpParams::default().to_map()),
     ]
 }
 
@@ -270,6 +274,8 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
         "reno" => Ok(Box::new(reno::Reno::new(reno::RenoParams::from_map(params)?))),
         "cubic" => Ok(Box::new(cubic::Cubic::new(cubic::CubicParams::from_map(params)?))),
         "bbr" | "bbr1" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::from_map(params)?, "bbr"))),
+        "vegas" => Ok(Box::new(vegas::Vegas::new(vegas::VegasParams::from_map(params)?))),
+        "htcp" => Ok(Box::new(htcp::Htcp::new(htcp::HtcpParams::from_map(params)?))),
         "bbr-shallow" => {
             let p = bbr::BbrParams::shallow().with_map(params)?;
             Ok(Box::new(bbr::Bbr::new(p, "bbr-shallow")))

@@ -608,7 +608,8 @@ impl Sender {
 
         if acc.pkts_acked > 0 || acc.delivered > 0 {
             let info = self.info(now);
-            let sample = AckSample { pkts_acked: acc.delivered, rtt_ns: ca_rtt.unwrap_or(-1), in_flight: prior_in_flight };
+            // Linux counts cumulatively ACKed packets here (tcp_clean_rtx_queue's pkts_acked).
+            let sample = AckSample { pkts_acked: acc.pkts_acked, rtt_ns: ca_rtt.unwrap_or(-1), in_flight: prior_in_flight };
             self.cc.pkts_acked(&info, &mut self.w, &sample);
         }
 
