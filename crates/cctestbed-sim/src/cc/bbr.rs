@@ -35,25 +35,25 @@ use crate::config::Nanos;
 use crate::rng::SimRng;
 
 /// Bandwidth unit: packets per microsecond << BW_SCALE.
-const BW_SCALE: u32 = 24;
-const BW_UNIT: u64 = 1 << BW_SCALE;
+pub(crate) const BW_SCALE: u32 = 24;
+pub(crate) const BW_UNIT: u64 = 1 << BW_SCALE;
 /// Gains are fractions of BBR_UNIT.
-const BBR_SCALE: u32 = 8;
-const BBR_UNIT: u32 = 1 << BBR_SCALE;
+pub(crate) const BBR_SCALE: u32 = 8;
+pub(crate) const BBR_UNIT: u32 = 1 << BBR_SCALE;
 /// Number of phases in the PROBE_BW pacing-gain cycle.
 const CYCLE_LEN: usize = 8;
 /// TCP_INIT_CWND: cwnd target before any RTT sample.
 const TCP_INIT_CWND: u32 = 10;
 /// Largest TSO burst BBR budgets for (GSO_MAX_SIZE - 1 - MAX_TCP_HEADER).
-const GSO_MAX_BYTES: u64 = 65536 - 1 - 320;
+pub(crate) const GSO_MAX_BYTES: u64 = 65536 - 1 - 320;
 /// Restart the ACK-aggregation epoch after this many packets (bbr_ack_epoch_acked_reset_thresh).
 const ACK_EPOCH_ACKED_RESET_THRESH: u32 = 1 << 20;
 /// Cap on the aggregation allowance, in time at the estimated bandwidth (bbr_extra_acked_max_us).
-const EXTRA_ACKED_MAX_US: u64 = 100_000;
+pub(crate) const EXTRA_ACKED_MAX_US: u64 = 100_000;
 /// Below this pacing rate TSO bursts are one segment (bbr_min_tso_rate, bits/s).
 const MIN_TSO_RATE_BPS: f64 = 1_200_000.0;
 /// Pacing shift: the TSO goal is about 1/2^10 s of data (sk_pacing_shift).
-const PACING_SHIFT: u32 = 10;
+pub(crate) const PACING_SHIFT: u32 = 10;
 
 crate::cc_params! {
     /// BBRv1 constants from tcp_bbr.c, same names and meanings, as real numbers.
@@ -121,8 +121,83 @@ impl Mode {
     }
 }
 
-fn to_unit(x: f64) -> u32 {
+/// A real gain as a fraction of BBR_UNIT.
+pub(crate) fn to_unit(x: f64) -> u32 {
     (x * BBR_UNIT as f64).round() as u32
+}
+
+/// `bbr_rate_bytes_per_sec`: a bandwidth (packets/us << BW_SCALE) times a gain, less the
+/// pacing margin, in bytes per second.
+pub(crate) fn rate_bytes_per_sec(rate: u64, mss: u32, gain: u32, margin_percent: f64) -> u64 {
+    let margin = (100.0 - margin_percent) / 100.0;
+    let r = (rate as u128 * mss as u128 * gain as u128) >> BBR_SCALE;
+    let r = (r as f64 * 1e6 * margin) as u128;
+    (r >> BW_SCALE) as u64
+}
+
+/// The arithmetic of `bbr_bdp`: ceil(bw * min_rtt * gain) in packets, rounded up so that a
+/// low estimate cannot feed on itself.
+pub(crate) fn bdp_packets(bw: u64, min_rtt_us: u32, gain: u32) -> u32 {
+    let w = bw as u128 * min_rtt_us as u128;
+    ((((w * gain as u128) >> BBR_SCALE) + BW_UNIT as u128 - 1) / BW_UNIT as u128) as u32
+}
+
+/// `bbr_packets_in_net_at_edt`: packets in flight at the next departure time, less what the
+/// path delivers at `bw` until then; `edt_skb` counts the packet leaving at that time when
+/// inflight is rising.
+pub(crate) fn packets_in_net_at_edt(info: &ConnInfo, inflight_now: u32, bw: u64, edt_skb: u32) -> u32 {
+    let interval_us = ((info.wstamp_ns - info.now).max(0) / 1000) as u64;
+    let interval_delivered = ((bw as u128 * interval_us as u128) >> BW_SCALE) as u64;
+    (inflight_now as u64 + edt_skb as u64).saturating_sub(interval_delivered) as u32
+}
+
+/// ACK-aggregation estimator (`bbr_update_ack_aggregation`, `bbr_extra_acked`): the most data
+/// ACKed beyond bw x elapsed time within an epoch, max-filtered over two slots of a given
+/// number of rounds each (so over the last k to 2k rounds).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AckAggregation {
+    epoch_mstamp: Nanos,
+    epoch_acked: u32,
+    extra_acked: [u32; 2],
+    win_rtts: u32,
+    win_idx: usize,
+}
+
+impl AckAggregation {
+    /// Maximum recent excess ACKed data, packets.
+    pub(crate) fn extra_acked(&self) -> u32 {
+        self.extra_acked[0].max(self.extra_acked[1])
+    }
+
+    /// Starts a new epoch at `now` (connection start, restart from idle).
+    pub(crate) fn restart_epoch(&mut self, now: Nanos) {
+        self.epoch_mstamp = now;
+        self.epoch_acked = 0;
+    }
+
+    /// One valid ACK of `acked` packets: a round start ages the filter once `win_rtts_thresh`
+    /// rounds have passed; `bw` is the estimate the expected delivery is computed from.
+    pub(crate) fn update(&mut self, round_start: bool, win_rtts_thresh: u32, acked: u32, delivered_mstamp: Nanos, bw: u64, cwnd: u32) {
+        if round_start {
+            self.win_rtts = (self.win_rtts + 1).min(0x1F);
+            if self.win_rtts >= win_rtts_thresh {
+                self.win_rtts = 0;
+                self.win_idx ^= 1;
+                self.extra_acked[self.win_idx] = 0;
+            }
+        }
+        let epoch_us = ((delivered_mstamp - self.epoch_mstamp) / 1000) as u64;
+        let mut expected = (bw as u128 * epoch_us as u128 / BW_UNIT as u128) as u32;
+        if self.epoch_acked <= expected || self.epoch_acked + acked >= ACK_EPOCH_ACKED_RESET_THRESH {
+            self.epoch_acked = 0;
+            self.epoch_mstamp = delivered_mstamp;
+            expected = 0;
+        }
+        self.epoch_acked = (self.epoch_acked + acked).min(0xFFFFF);
+        let extra = (self.epoch_acked - expected).min(cwnd);
+        let slot = &mut self.extra_acked[self.win_idx];
+        *slot = (*slot).max(extra);
+    }
 }
 
 /// Long-term sampling constants (bbr_lt_*), fixed as in Linux.
@@ -173,11 +248,7 @@ pub struct Bbr {
     has_seen_rtt: bool,
     prior_cwnd: u32,
     full_bw: u64,
-    ack_epoch_mstamp: Nanos,
-    extra_acked: [u32; 2],
-    ack_epoch_acked: u32,
-    extra_acked_win_rtts: u32,
-    extra_acked_win_idx: usize,
+    aggr: AckAggregation,
     /// sk_pacing_rate, bytes per second.
     pacing_rate: u64,
     mss: u32,
@@ -228,11 +299,7 @@ impl Bbr {
             has_seen_rtt: false,
             prior_cwnd: 0,
             full_bw: 0,
-            ack_epoch_mstamp: 0,
-            extra_acked: [0; 2],
-            ack_epoch_acked: 0,
-            extra_acked_win_rtts: 0,
-            extra_acked_win_idx: 0,
+            aggr: AckAggregation::default(),
             pacing_rate: 0,
             mss: 1448,
         }
@@ -262,16 +329,9 @@ impl Bbr {
         (self.min_rtt_us != u32::MAX).then_some(self.min_rtt_us as Nanos * 1000)
     }
 
-    fn extra_acked(&self) -> u32 {
-        self.extra_acked[0].max(self.extra_acked[1])
-    }
-
     /// `bbr_rate_bytes_per_sec`.
     fn rate_bytes_per_sec(&self, rate: u64, gain: u32) -> u64 {
-        let margin = (100.0 - self.p.pacing_margin_percent) / 100.0;
-        let r = (rate as u128 * self.mss as u128 * gain as u128) >> BBR_SCALE;
-        let r = (r as f64 * 1e6 * margin) as u128;
-        (r >> BW_SCALE) as u64
+        rate_bytes_per_sec(rate, self.mss, gain, self.p.pacing_margin_percent)
     }
 
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
@@ -315,8 +375,7 @@ impl Bbr {
         if self.min_rtt_us == u32::MAX {
             return TCP_INIT_CWND;
         }
-        let w = bw as u128 * self.min_rtt_us as u128;
-        ((((w * gain as u128) >> BBR_SCALE) + BW_UNIT as u128 - 1) / BW_UNIT as u128) as u32
+        bdp_packets(bw, self.min_rtt_us, gain)
     }
 
     /// `bbr_quantization_budget`.
@@ -339,13 +398,8 @@ impl Bbr {
 
     /// `bbr_packets_in_net_at_edt`.
     fn packets_in_net_at_edt(&self, info: &ConnInfo, inflight_now: u32) -> u32 {
-        let interval_us = ((info.wstamp_ns - info.now).max(0) / 1000) as u64;
-        let interval_delivered = ((self.bw() as u128 * interval_us as u128) >> BW_SCALE) as u64;
-        let mut inflight_at_edt = inflight_now as u64;
-        if self.pacing_gain > BBR_UNIT {
-            inflight_at_edt += self.tso_segs_goal() as u64;
-        }
-        inflight_at_edt.saturating_sub(interval_delivered) as u32
+        let edt_skb = if self.pacing_gain > BBR_UNIT { self.tso_segs_goal() } else { 0 };
+        packets_in_net_at_edt(info, inflight_now, self.bw(), edt_skb)
     }
 
     /// `bbr_ack_aggregation_cwnd`.
@@ -353,7 +407,7 @@ impl Bbr {
         if self.p.extra_acked_gain > 0.0 && self.full_bw_reached {
             let max_aggr = (self.bw() as u128 * EXTRA_ACKED_MAX_US as u128 / BW_UNIT as u128) as u32;
             let gain = to_unit(self.p.extra_acked_gain);
-            let aggr = (gain * self.extra_acked()) >> BBR_SCALE;
+            let aggr = (gain * self.aggr.extra_acked()) >> BBR_SCALE;
             aggr.min(max_aggr)
         } else {
             0
@@ -550,25 +604,8 @@ impl Bbr {
         if self.p.extra_acked_gain == 0.0 || rs.acked_sacked == 0 || rs.delivered < 0 || rs.interval_ns <= 0 {
             return;
         }
-        if self.round_start {
-            self.extra_acked_win_rtts = (self.extra_acked_win_rtts + 1).min(0x1F);
-            if self.extra_acked_win_rtts >= self.p.extra_acked_win_rtts as u32 {
-                self.extra_acked_win_rtts = 0;
-                self.extra_acked_win_idx ^= 1;
-                self.extra_acked[self.extra_acked_win_idx] = 0;
-            }
-        }
-        let epoch_us = ((info.delivered_mstamp_ns - self.ack_epoch_mstamp) / 1000) as u64;
-        let mut expected = (self.bw() as u128 * epoch_us as u128 / BW_UNIT as u128) as u32;
-        if self.ack_epoch_acked <= expected || self.ack_epoch_acked + rs.acked_sacked >= ACK_EPOCH_ACKED_RESET_THRESH {
-            self.ack_epoch_acked = 0;
-            self.ack_epoch_mstamp = info.delivered_mstamp_ns;
-            expected = 0;
-        }
-        self.ack_epoch_acked = (self.ack_epoch_acked + rs.acked_sacked).min(0xFFFFF);
-        let extra = (self.ack_epoch_acked - expected).min(w.cwnd);
-        let slot = &mut self.extra_acked[self.extra_acked_win_idx];
-        *slot = (*slot).max(extra);
+        let win = self.p.extra_acked_win_rtts as u32;
+        self.aggr.update(self.round_start, win, rs.acked_sacked, info.delivered_mstamp_ns, self.bw(), w.cwnd);
     }
 
     /// `bbr_check_full_bw_reached`.
@@ -688,7 +725,7 @@ impl CongestionControl for Bbr {
         self.init_pacing_rate_from_rtt(info, w.cwnd);
         self.reset_lt_bw_sampling(info);
         self.mode = Mode::Startup;
-        self.ack_epoch_mstamp = info.now;
+        self.aggr.restart_epoch(info.now);
         self.update_gains();
         w.pacing_rate = Some(self.pacing_rate as f64);
     }
@@ -718,8 +755,7 @@ impl CongestionControl for Bbr {
     fn cwnd_event(&mut self, info: &ConnInfo, w: &mut Window, ev: CaEvent) {
         if ev == CaEvent::TxStart && info.app_limited != 0 {
             self.idle_restart = true;
-            self.ack_epoch_mstamp = info.now;
-            self.ack_epoch_acked = 0;
+            self.aggr.restart_epoch(info.now);
             if self.mode == Mode::ProbeBw {
                 let bw = self.bw();
                 self.set_pacing_rate(info, w.cwnd, bw, BBR_UNIT);
