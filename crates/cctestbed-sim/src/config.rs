@@ -56,6 +56,10 @@ pub struct LinkConfig {
     /// Capacity changes over time: at `at_ns` the link rate becomes `capacity_bps`.
     #[serde(default)]
     pub schedule: Vec<CapacityChange>,
+    /// Propagation-delay changes over time (a route change): from `at_ns` on, packets
+    /// entering the forward or ACK path take the new delay; none overtakes an earlier one.
+    #[serde(default)]
+    pub delay_schedule: Vec<DelayChange>,
     /// Sender access-link rate (NIC); `None` means packets reach the router back to back
     /// with no serialisation of their own.
     #[serde(default)]
@@ -112,6 +116,14 @@ pub struct TokenBucketConfig {
 pub struct CapacityChange {
     pub at_ns: Nanos,
     pub capacity_bps: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayChange {
+    pub at_ns: Nanos,
+    pub delay_fwd_ns: Nanos,
+    pub delay_rev_ns: Nanos,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -259,6 +271,11 @@ impl SimConfig {
             }
             if c.at_ns < 0 {
                 errs.push(format!("link.schedule[{i}].at_ns: {}: must be >= 0", c.at_ns));
+            }
+        }
+        for (i, c) in l.delay_schedule.iter().enumerate() {
+            if c.at_ns < 0 || c.delay_fwd_ns < 0 || c.delay_rev_ns < 0 {
+                errs.push(format!("link.delay_schedule[{i}]: times and delays must be >= 0"));
             }
         }
         if self.flows.is_empty() {

@@ -35,6 +35,7 @@ pub enum Event {
     Timer(u32, TimerKind),
     Sample,
     CapacityChange(u32),
+    DelayChange(u32),
 }
 
 #[derive(Debug, Clone, Copy)]

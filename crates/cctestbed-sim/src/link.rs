@@ -68,8 +68,9 @@ impl<T: Copy> DelayLine<T> {
         let mut at = depart + self.delay;
         if let Some((max, rng)) = self.jitter.as_mut() {
             at += (rng.uniform() * *max as f64) as Nanos;
-            at = at.max(self.last_at);
         }
+        // FIFO: after a delay decrease or with jitter, nothing overtakes the packet before it.
+        at = at.max(self.last_at);
         self.last_at = at;
         debug_assert!(self.q.back().map_or(true, |&(t, _)| t <= at));
         let was_empty = self.q.is_empty();
@@ -378,6 +379,7 @@ mod tests {
             shaper: None,
             policer: None,
             schedule: vec![],
+            delay_schedule: vec![],
             access_rate_bps: None,
             jitter_ns: 0,
         }

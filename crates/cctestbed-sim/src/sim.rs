@@ -92,6 +92,9 @@ impl Simulation {
         for (i, c) in cfg.link.schedule.iter().enumerate() {
             q.push(c.at_ns, Event::CapacityChange(i as u32));
         }
+        for (i, c) in cfg.link.delay_schedule.iter().enumerate() {
+            q.push(c.at_ns, Event::DelayChange(i as u32));
+        }
         q.push(cfg.sample_interval_ns, Event::Sample);
         Ok(Simulation {
             forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
@@ -230,6 +233,13 @@ impl Simulation {
             Event::CapacityChange(i) => {
                 let rate = self.cfg.link.schedule[i as usize].capacity_bps;
                 self.bottleneck.set_rate(rate);
+            }
+            Event::DelayChange(i) => {
+                let c = &self.cfg.link.delay_schedule[i as usize];
+                self.forward.set_delay(c.delay_fwd_ns);
+                for line in &mut self.acks {
+                    line.set_delay(c.delay_rev_ns);
+                }
             }
         }
     }

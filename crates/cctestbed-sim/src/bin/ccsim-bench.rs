@@ -43,6 +43,7 @@ fn config(s: &Scenario) -> SimConfig {
             shaper: None,
             policer: None,
             schedule: vec![],
+            delay_schedule: vec![],
             access_rate_bps: None,
             jitter_ns: 0,
         },

@@ -27,7 +27,14 @@
 //! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt_stamp, PROBE_RTT timer):
 //!   Linux's 1-4 ms jiffy granularity is not modelled.
 //! - The parameters below (all with Linux's defaults) let the thesis' variants be built on
-//!   this code: `cwnd_gain = 1.5` is "BBR Shallow" (tcp_bbrshallow.c).
+//!   this code, and combined freely: `cwnd_gain = 1.5` is "BBR Shallow" (tcp_bbrshallow.c);
+//!   `adaptive_cap = 1` is the thesis' adaptive inflight cap (Algorithm 1: per round, lower
+//!   the PROBE_BW cwnd gain on loss, else raise it when delivery falls short of BtlBw, else
+//!   lower it when RTT exceeds RTprop; the printed "<" on the RTT test is read as ">" as the
+//!   prose says); `stable_rtprop = 1` keeps the RTprop estimate from rising unless a higher
+//!   value persists over several PROBE_RTT probes or jumps by a large factor. The thesis
+//!   gives no constants for either proposal; the defaults here were chosen by running its
+//!   experiments (see the README's validation section).
 
 use super::minmax::MinMax;
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
@@ -92,6 +99,30 @@ crate::cc_params! {
         tso_budget: 1.0, 0.0, 1.0;
         /// Long-term (policer) bandwidth estimator on (1) or off (0).
         lt_bw: 1.0, 0.0, 1.0;
+        /// The thesis' adaptive inflight cap (1 = on): PROBE_BW cwnd gain adjusted per round.
+        adaptive_cap: 0.0, 0.0, 1.0;
+        /// Adaptive cap: round loss rate (lost / sent) above which the gain is lowered.
+        adaptive_loss_thresh: 0.01, 0.0, 1.0;
+        /// Adaptive cap: gain change per round.
+        adaptive_step: 0.05, 0.001, 1.0;
+        /// Adaptive cap: raise the gain if the round's delivery rate is below
+        /// (1 - margin) x the bandwidth estimate.
+        adaptive_delivery_margin: 0.05, 0.0, 1.0;
+        /// Adaptive cap: lower the gain if the round's smallest RTT exceeds
+        /// (1 + margin) x RTprop, i.e. a standing queue persisted the whole round.
+        adaptive_rtt_margin: 0.25, 0.0, 10.0;
+        /// Adaptive cap: bounds of the cwnd gain.
+        adaptive_min_gain: 1.1, 0.5, 10.0;
+        adaptive_max_gain: 2.0, 0.5, 10.0;
+        /// Stable RTprop estimator (1 = on): a higher RTprop is adopted only when it persists.
+        stable_rtprop: 0.0, 0.0, 1.0;
+        /// Stable RTprop: consecutive PROBE_RTT probes that must agree on a higher RTprop.
+        stable_rtprop_probes: 3.0, 1.0, 100.0;
+        /// Stable RTprop: how closely (relative spread) those probes must agree.
+        stable_rtprop_tolerance: 0.01, 0.0, 10.0;
+        /// Stable RTprop: a single probe this many times the estimate is adopted at once
+        /// (a route change); set it above 1 + the deepest queue (in BDP) a competitor may hold.
+        stable_rtprop_jump: 4.0, 1.0, 1000.0;
     }
 }
 
@@ -99,6 +130,16 @@ impl BbrParams {
     /// 'BBR Shallow' (the thesis' tcp_bbrshallow.c): only the PROBE_BW cwnd gain changes, to 1.5.
     pub fn shallow() -> Self {
         BbrParams { cwnd_gain: 1.5, ..BbrParams::default() }
+    }
+
+    /// BBRv1 with the thesis' adaptive inflight cap.
+    pub fn adaptive() -> Self {
+        BbrParams { adaptive_cap: 1.0, ..BbrParams::default() }
+    }
+
+    /// BBRv1 with the stable RTprop estimator.
+    pub fn stable_rtprop() -> Self {
+        BbrParams { stable_rtprop: 1.0, ..BbrParams::default() }
     }
 }
 
@@ -252,6 +293,21 @@ pub struct Bbr {
     /// sk_pacing_rate, bytes per second.
     pacing_rate: u64,
     mss: u32,
+    /// Adaptive inflight cap: what the current round has seen.
+    round: RoundStats,
+    /// Stable RTprop: smallest RTT since the filter expired (the current probe's measurement)
+    /// and the recent probes that measured above the estimate.
+    probe_min_rtt_us: u32,
+    higher_probes: Vec<u32>,
+}
+
+/// Per-round counters for the adaptive inflight cap.
+#[derive(Debug, Clone, Copy)]
+struct RoundStats {
+    start: Nanos,
+    delivered: u64,
+    lost: u64,
+    min_rtt_us: u32,
 }
 
 impl Bbr {
@@ -302,6 +358,9 @@ impl Bbr {
             aggr: AckAggregation::default(),
             pacing_rate: 0,
             mss: 1448,
+            round: RoundStats { start: 0, delivered: 0, lost: 0, min_rtt_us: u32::MAX },
+            probe_min_rtt_us: u32::MAX,
+            higher_probes: Vec::new(),
         }
     }
 
@@ -643,8 +702,73 @@ impl Bbr {
             _ => return,
         }
         self.min_rtt_stamp = info.now;
+        if self.p.stable_rtprop != 0.0 {
+            self.judge_probe();
+        }
         w.cwnd = w.cwnd.max(self.prior_cwnd);
         self.reset_mode(info);
+    }
+
+    /// Stable RTprop: at the end of a PROBE_RTT, adopt the probe's higher RTprop only if it
+    /// jumped by more than `stable_rtprop_jump` x, or if the last `stable_rtprop_probes` probes
+    /// all measured higher and agree within `stable_rtprop_tolerance` (a route change gives
+    /// the same floor each time; a competitor's queue gives a different level each time).
+    fn judge_probe(&mut self) {
+        let probe = std::mem::replace(&mut self.probe_min_rtt_us, u32::MAX);
+        if probe == u32::MAX || probe <= self.min_rtt_us || self.min_rtt_us == u32::MAX {
+            self.higher_probes.clear();
+            return;
+        }
+        if probe as f64 > self.p.stable_rtprop_jump * self.min_rtt_us as f64 {
+            self.min_rtt_us = probe;
+            self.higher_probes.clear();
+            return;
+        }
+        self.higher_probes.push(probe);
+        let n = self.p.stable_rtprop_probes as usize;
+        if self.higher_probes.len() > n {
+            self.higher_probes.remove(0);
+        }
+        if self.higher_probes.len() == n {
+            let lo = *self.higher_probes.iter().min().unwrap() as f64;
+            let hi = *self.higher_probes.iter().max().unwrap() as f64;
+            if hi <= lo * (1.0 + self.p.stable_rtprop_tolerance) {
+                self.min_rtt_us = lo as u32;
+                self.higher_probes.clear();
+            }
+        }
+    }
+
+    /// The thesis' adaptive inflight cap (Algorithm 1), once per round in PROBE_BW: lower the
+    /// cwnd gain if the round lost more than `adaptive_loss_thresh`; else raise it if the
+    /// round delivered less than the bandwidth estimate (minus a margin); else lower it if
+    /// even the round's smallest RTT shows a standing queue; else keep it.
+    fn adapt_cwnd_gain(&mut self, info: &ConnInfo) {
+        let r = std::mem::replace(
+            &mut self.round,
+            RoundStats { start: info.now, delivered: info.delivered, lost: info.lost, min_rtt_us: u32::MAX },
+        );
+        if self.mode != Mode::ProbeBw || r.start == 0 || info.now <= r.start {
+            return;
+        }
+        let delivered = (info.delivered - r.delivered) as f64;
+        let lost = (info.lost - r.lost) as f64;
+        let loss_rate = if delivered + lost > 0.0 { lost / (delivered + lost) } else { 0.0 };
+        let rate_pps = delivered * 1e9 / (info.now - r.start) as f64;
+        let bw_pps = self.bw() as f64 * 1e6 / BW_UNIT as f64;
+        let mut gain = self.cwnd_gain_probe_bw as f64 / BBR_UNIT as f64;
+        let p = &self.p;
+        if loss_rate > p.adaptive_loss_thresh {
+            gain -= p.adaptive_step;
+        } else if rate_pps < (1.0 - p.adaptive_delivery_margin) * bw_pps {
+            gain += p.adaptive_step;
+        } else if self.min_rtt_us != u32::MAX
+            && r.min_rtt_us != u32::MAX
+            && r.min_rtt_us as f64 > (1.0 + p.adaptive_rtt_margin) * self.min_rtt_us as f64
+        {
+            gain -= p.adaptive_step;
+        }
+        self.cwnd_gain_probe_bw = to_unit(gain.clamp(p.adaptive_min_gain, p.adaptive_max_gain));
     }
 
     /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit.
@@ -652,7 +776,17 @@ impl Bbr {
         let filter_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
         if rs.rtt_ns >= 0 {
             let rtt_us = (rs.rtt_ns / 1000) as u32;
-            if rtt_us <= self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
+            if self.p.stable_rtprop != 0.0 {
+                // Lower (or equal) samples are taken at once; higher ones only feed the
+                // probe's measurement, judged when the PROBE_RTT ends.
+                if rtt_us <= self.min_rtt_us {
+                    self.min_rtt_us = rtt_us;
+                    self.min_rtt_stamp = info.now;
+                    self.higher_probes.clear();
+                } else if filter_expired || self.mode == Mode::ProbeRtt {
+                    self.probe_min_rtt_us = self.probe_min_rtt_us.min(rtt_us);
+                }
+            } else if rtt_us <= self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
                 self.min_rtt_us = rtt_us;
                 self.min_rtt_stamp = info.now;
             }
@@ -769,6 +903,14 @@ impl CongestionControl for Bbr {
     /// `bbr_main`.
     fn cong_control(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
         self.update_bw(info, rs);
+        if self.p.adaptive_cap != 0.0 {
+            if rs.rtt_ns >= 0 {
+                self.round.min_rtt_us = self.round.min_rtt_us.min((rs.rtt_ns / 1000) as u32);
+            }
+            if self.round_start {
+                self.adapt_cwnd_gain(info);
+            }
+        }
         self.update_ack_aggregation(info, w, rs);
         if self.mode == Mode::ProbeBw && self.is_next_cycle_phase(info, rs) {
             self.advance_cycle_phase(info);

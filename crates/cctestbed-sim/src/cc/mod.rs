@@ -262,6 +262,8 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
         ("bbr", bbr::BbrParams::default().to_map()),
         ("bbr1", bbr::BbrParams::default().to_map()),
         ("bbr-shallow", bbr::BbrParams::shallow().to_map()),
+        ("bbr-adaptive", bbr::BbrParams::adaptive().to_map()),
+        ("bbr-stable-rtprop", bbr::BbrParams::stable_rtprop().to_map()),
         ("vegas", vegas::VegasParams::default().to_map()),
         ("htcp", htcp::HtcpParams::default().to_map()),
     ]
@@ -276,9 +278,10 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
         "bbr" | "bbr1" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::from_map(params)?, "bbr"))),
         "vegas" => Ok(Box::new(vegas::Vegas::new(vegas::VegasParams::from_map(params)?))),
         "htcp" => Ok(Box::new(htcp::Htcp::new(htcp::HtcpParams::from_map(params)?))),
-        "bbr-shallow" => {
-            let p = bbr::BbrParams::shallow().with_map(params)?;
-            Ok(Box::new(bbr::Bbr::new(p, "bbr-shallow")))
+        "bbr-shallow" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::shallow().with_map(params)?, "bbr-shallow"))),
+        "bbr-adaptive" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::adaptive().with_map(params)?, "bbr-adaptive"))),
+        "bbr-stable-rtprop" => {
+            Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::stable_rtprop().with_map(params)?, "bbr-stable-rtprop")))
         }
         _ => {
             let names: Vec<_> = algorithms().iter().map(|(n, _)| *n).collect();

@@ -26,6 +26,7 @@ pub fn dumbbell(rate: u64, rtt: i64, bdp: f64) -> SimConfig {
             shaper: None,
             policer: None,
             schedule: vec![],
+            delay_schedule: vec![],
             access_rate_bps: None,
             jitter_ns: 0,
         },
