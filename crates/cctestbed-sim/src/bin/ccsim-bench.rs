@@ -23,6 +23,10 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "1 cubic, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "cubic", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0 },
     Scenario { name: "16 cubic, 10 Gb/s, 50 ms, 0.5 BDP, 10 s", cc: "cubic", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 50, bdp: 0.5, secs: 10, loss: 0.0 },
     Scenario { name: "1 cubic, 1 Gb/s, 10 ms, 1 BDP, 1% loss, 10 s", cc: "cubic", flows: 1, rate_bps: 1_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 10, loss: 0.01 },
+    // The best-known simulator's published scenarios (performance.md): 17.2 s and 147.3 s.
+    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0 },
+    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0 },
+    Scenario { name: "1 bbr, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "bbr", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0 },
 ];
 
 fn config(s: &Scenario) -> SimConfig {
