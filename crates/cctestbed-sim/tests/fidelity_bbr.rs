@@ -85,6 +85,7 @@ fn startup_exits_quickly_drains_the_queue_and_cycles_probe_bw_gains() {
     let exit = tr.mode[0].iter().position(|m| *m != Mode::Startup).expect("left STARTUP");
     let rounds = tr.round[0][exit] as f64 - 1.0;
     let bound = (bdp_pkts / 10.0).log2() + 5.0;
+    println!("measured: STARTUP left after {rounds} rounds (bound {bound:.1})");
     assert!(rounds <= bound, "left STARTUP after {rounds} rounds, bound {bound:.1}");
 
     // Over the 2 s after DRAIN, the mean queue is below 0.25 BDP.
@@ -92,6 +93,7 @@ fn startup_exits_quickly_drains_the_queue_and_cycles_probe_bw_gains() {
     let t_pbw = tr.t[pbw];
     let q: Vec<f64> = (pbw..tr.t.len()).filter(|&i| tr.t[i] < t_pbw + 2.0).map(|i| tr.queue[i] as f64).collect();
     let mean_q = q.iter().sum::<f64>() / q.len() as f64 / bdp_bytes(rate, rtt);
+    println!("measured: mean queue {mean_q:.3} BDP over the 2 s after DRAIN");
     assert!(mean_q < 0.25, "mean queue {mean_q:.3} BDP in the 2 s after DRAIN");
 
     // PROBE_BW: the cycle index only ever advances by one, phases last about one min_rtt.
@@ -114,6 +116,7 @@ fn startup_exits_quickly_drains_the_queue_and_cycles_probe_bw_gains() {
         assert!((0.95..=1.6).contains(d), "a gain-1.0 phase lasted {d:.2} min_rtt");
     }
     let mean = phases.iter().skip(1).map(|p| (p.2 - p.1) / min_rtt).sum::<f64>() / (phases.len() - 1) as f64;
+    println!("measured: mean PROBE_BW phase {mean:.2} min_rtt, cruise phases {:.2}..{:.2} min_rtt", full.iter().cloned().fold(f64::MAX, f64::min), full.iter().cloned().fold(0.0, f64::max));
     assert!((0.8..=1.3).contains(&mean), "mean phase {mean:.2} min_rtt");
 }
 
@@ -191,6 +194,7 @@ fn five_staggered_flows_converge_to_a_fair_share() {
     let out = run(five_flows());
     let rates: Vec<f64> = (0..5).map(|f| goodput(&out, f, 40.0, 60.0)).collect();
     let jain = rates.iter().sum::<f64>().powi(2) / (5.0 * rates.iter().map(|r| r * r).sum::<f64>());
+    println!("measured: Jain {jain:.3}, rates {:?} Mb/s", rates.iter().map(|r| (r / 1e5).round() / 10.0).collect::<Vec<_>>());
     assert!(jain >= 0.9, "Jain {jain:.3}: {rates:?}");
     for r in &rates {
         assert!((15e6..=25e6).contains(r), "a flow got {:.1} Mb/s (fair share 20)", r / 1e6);
@@ -211,6 +215,7 @@ fn bbr_keeps_a_standing_queue_of_about_one_bdp_where_cubic_fills_the_buffer() {
     let bdp = bdp_bytes(80_000_000, 25 * MS);
     let bbr_q = mean_queue(&four_flows("bbr", 8.0), 20.0, 60.0) / bdp;
     let cubic_q = mean_queue(&four_flows("cubic", 8.0), 20.0, 60.0) / bdp;
+    println!("measured: mean queue BBR {bbr_q:.2} BDP, CUBIC {cubic_q:.2} BDP");
     assert!((0.8..=1.7).contains(&bbr_q), "BBR mean queue {bbr_q:.2} BDP");
     assert!(cubic_q > 5.0, "CUBIC mean queue {cubic_q:.2} BDP");
 }
@@ -221,6 +226,7 @@ fn bbr_loses_heavily_in_shallow_buffers_but_keeps_the_link_busy() {
     let shallow = four_flows("bbr", 0.5);
     let deep = four_flows("bbr", 2.0);
     let (l1, l2) = (loss_pct(&shallow, 20.0, 60.0), loss_pct(&deep, 20.0, 60.0));
+    println!("measured: loss {l1:.2} % at 0.5 BDP, {l2:.2} % at 2 BDP");
     assert!(l1 > 5.0, "loss {l1:.2} % at 0.5 BDP");
     assert!(l2 < 1.0, "loss {l2:.2} % at 2 BDP");
     for (o, b) in [(&shallow, 0.5), (&deep, 2.0)] {
@@ -242,9 +248,11 @@ fn bbr_tolerates_random_loss_where_cubic_collapses() {
     let cap = payload_capacity(100_000_000);
     for p in [0.01, 0.05] {
         let g = one("bbr", p);
+        println!("measured: BBR at loss {p}: {:.1} Mb/s = {:.3} C (1 - p)", g / 1e6, g / (cap * (1.0 - p)));
         assert!(g >= 0.9 * cap * (1.0 - p), "BBR at {p}: {:.1} Mb/s < 0.9 C (1 - p)", g / 1e6);
     }
     let (clean, lossy) = (one("cubic", 0.0), one("cubic", 0.001));
+    println!("measured: CUBIC {:.1} Mb/s at 0.1 % loss vs {:.1} Mb/s loss-free", lossy / 1e6, clean / 1e6);
     assert!(lossy < clean / 5.0, "CUBIC: {:.1} Mb/s at 0.1 % vs {:.1} loss-free", lossy / 1e6, clean / 1e6);
 }
 
@@ -263,11 +271,13 @@ fn bbr_finds_a_doubled_rate_and_adapts_its_estimate_to_a_halved_one() {
     let out = bandwidth_step();
     // Up: delivery (over 250 ms) reaches 18 Mb/s within 3 s of the doubling.
     let up = (0..60).map(|k| 20.0 + k as f64 * 0.05).find(|&t| goodput(&out, 0, t, t + 0.25) >= 18e6);
+    println!("measured: 18 Mb/s reached {:.2} s after the doubling", up.map_or(f64::NAN, |t| t + 0.25 - 20.0));
     assert!(up.is_some_and(|t| t + 0.25 - 20.0 <= 3.0), "18 Mb/s reached at {up:?}");
     // Down: the bandwidth estimate falls to the new rate once the 10-round max filter has
     // forgotten the old samples (rounds last one RTT including the standing queue).
     let bw = &out.flows.cc.iter().find(|(k, _)| k == "cc.btlbw_bps").unwrap().1;
     let t_adapt = out.flows.time_s.iter().zip(bw).find(|(t, b)| **t > 40.0 && **b <= 10.5e6).map(|(t, _)| *t);
+    println!("measured: bandwidth estimate back to 10 Mb/s {:.2} s after the halving", t_adapt.map_or(f64::NAN, |t| t - 40.0));
     assert!(t_adapt.is_some_and(|t| t - 40.0 <= 3.0), "estimate back to 10 Mb/s at {t_adapt:?}");
 }
 
