@@ -46,7 +46,7 @@ REFUSALS = [
     (
         "unknown link key",
         lambda d: d["link"].update(bandwidth="1Mbit"),
-        ["link.bandwidth", "unknown key; valid are capacity, rtt"],
+        ["link.bandwidth", "unknown key; valid are", "capacity", "rtt", "queue"],
     ),
     (
         "unknown flow key",

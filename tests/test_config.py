@@ -118,8 +118,15 @@ def test_link_extras(trial_dict):
         policer={"rate": "8Mbit", "burst": "15KB"},
         schedule=[{"at": "1.5s", "capacity": "20Mbit"}, {"at": "0.5s", "capacity": "5Mbit"}],
         access_rate="1Gbit",
+        delay_schedule=[{"at": "1s", "rtt": "50ms"}, {"at": "0.5s", "delay_fwd": "5ms", "delay_rev": "15ms"}],
+        jitter="1ms",
     )
     link = core(d)["link"]
+    assert link["delay_schedule"] == [
+        {"at_ns": 500_000_000, "delay_fwd_ns": 5_000_000, "delay_rev_ns": 15_000_000},
+        {"at_ns": 1_000_000_000, "delay_fwd_ns": 25_000_000, "delay_rev_ns": 25_000_000},
+    ]
+    assert link["jitter_ns"] == 1_000_000
     assert link["shaper"] == {"rate_bps": 10_000_000, "burst_bytes": 3000}
     assert link["policer"] == {"rate_bps": 8_000_000, "burst_bytes": 15_000}
     assert link["schedule"] == [
@@ -238,6 +245,9 @@ def test_loss_refusals(trial_dict, loss, fragment):
         (lambda d: d["link"].update(shaper={"rate": "1Mbit", "burst": "1KB"}), "link.shaper.burst: '1KB': must be at least one packet"),
         (lambda d: d["link"].update(schedule=[{"at": "5s", "capacity": "1Mbit"}]), "link.schedule[0].at: '5s': must be within the duration"),
         (lambda d: d["link"].update(schedule=[{"at": "1s", "capacity": "0bit"}]), "link.schedule[0].capacity: '0bit': must be > 0"),
+        (lambda d: d["link"].update(delay_schedule=[{"at": "3s", "rtt": "1ms"}]), "link.delay_schedule[0].at: '3s': must be within"),
+        (lambda d: d["link"].update(delay_schedule=[{"at": "1s"}]), "link.delay_schedule[0].rtt: give exactly one of rtt"),
+        (lambda d: d["link"].update(jitter="-1ms"), "link.jitter: '-1ms': must be >= 0"),
         (lambda d: d["flows"][0].update(count=0), "flows[0].count: 0: Input should be greater than or equal to 1"),
         (lambda d: d["flows"][0].update(start="1.9s"), "flows[0].start: '1.9s': the group's last flow starts at 2s"),
         (lambda d: d["flows"][1].update(rwnd="1000B"), "flows[1].rwnd: '1KB': must be at least one MSS"),

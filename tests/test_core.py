@@ -33,6 +33,8 @@ def test_core_accepts_what_the_schema_produces(trial_dict):
         policer={"rate": "20Mbit", "burst": "30KB"},
         schedule=[{"at": "1s", "capacity": "5Mbit"}],
         access_rate="100Mbit",
+        delay_schedule=[{"at": "1s", "rtt": "40ms"}],
+        jitter="500us",
     )
     d["flows"][1].update(size="100KB", rwnd="64KB", pacing=True, extra_delay="5ms", delayed_ack=False, group="g")
     assert _core.validate(parse_trial(d).to_core_json()) == []
@@ -159,6 +161,15 @@ def test_random_loss_rate_reaches_the_router(trial_dict):
     router = r.final["router"]
     rate = router["drops_random"] / router["arrivals_pkts"]
     assert 0.006 < rate < 0.014
+
+
+def test_delay_schedule_reaches_the_core(trial_dict):
+    d = trial_dict(flows=[{"cc": "reno"}])
+    d["link"].update(queue="8bdp", delay_schedule=[{"at": "1s", "rtt": "60ms"}])
+    r = cctestbed.run_trial(d)
+    rtt = r.flows.with_columns(pl.col("rtt_ms").fill_nan(None))
+    assert rtt.filter(pl.col("time_s") < 0.99)["rtt_ms"].min() < 40
+    assert rtt.filter(pl.col("time_s") > 1.5)["rtt_ms"].min() >= 60 - 1e-6
 
 
 def test_queue_limit_and_schedule_reach_the_core(trial_dict):

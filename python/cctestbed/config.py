@@ -192,23 +192,16 @@ def _canonical_queue(v: Any) -> str:
     return units.format_size(int(amount))
 
 
-class Link(_Model):
-    """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
+class _Delays(_Model):
+    """Propagation delay given as ``rtt``, ``delay`` (each way) or ``delay_fwd`` + ``delay_rev``."""
 
-    capacity: PositiveRate
     rtt: Optional[NonNegativeTime] = None
     delay: Optional[NonNegativeTime] = None
     delay_fwd: Optional[NonNegativeTime] = None
     delay_rev: Optional[NonNegativeTime] = None
-    queue: Annotated[str, BeforeValidator(_canonical_queue)]
-    loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
-    shaper: Optional[TokenBucket] = None
-    policer: Optional[TokenBucket] = None
-    schedule: list[CapacityChange] = Field(default_factory=list)
-    access_rate: Optional[PositiveRate] = None
 
     @model_validator(mode="after")
-    def _one_delay(self) -> "Link":
+    def _one_delay(self):  # type: ignore[no-untyped-def]
         forms = [
             name
             for name, given in (
@@ -239,6 +232,26 @@ class Link(_Model):
             return self.delay, self.delay
         assert self.delay_fwd is not None and self.delay_rev is not None
         return self.delay_fwd, self.delay_rev
+
+
+class DelayChange(_Delays):
+    """From time ``at`` on, packets entering either path take the new delays (a route change)."""
+
+    at: NonNegativeTime
+
+
+class Link(_Delays):
+    """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
+
+    capacity: PositiveRate
+    queue: Annotated[str, BeforeValidator(_canonical_queue)]
+    loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
+    shaper: Optional[TokenBucket] = None
+    policer: Optional[TokenBucket] = None
+    schedule: list[CapacityChange] = Field(default_factory=list)
+    delay_schedule: list[DelayChange] = Field(default_factory=list)
+    access_rate: Optional[PositiveRate] = None
+    jitter: NonNegativeTime = 0
 
     @property
     def rtprop_ns(self) -> int:
@@ -388,6 +401,15 @@ class Trial(_Model):
                         f"must be within the duration ({units.format_time(self.duration)})",
                     )
                 )
+        for i, dchange in enumerate(self.link.delay_schedule):
+            if dchange.at >= self.duration:
+                problems.append(
+                    (
+                        f"link.delay_schedule[{i}].at",
+                        units.format_time(dchange.at),
+                        f"must be within the duration ({units.format_time(self.duration)})",
+                    )
+                )
         for i, g in enumerate(self.flows):
             last = g.start + (g.count - 1) * g.stagger
             if last >= self.duration:
@@ -476,7 +498,12 @@ class Trial(_Model):
                 "schedule": [
                     {"at_ns": c.at, "capacity_bps": c.capacity} for c in sorted(link.schedule, key=lambda c: c.at)
                 ],
+                "delay_schedule": [
+                    {"at_ns": c.at, "delay_fwd_ns": c.delays_ns[0], "delay_rev_ns": c.delays_ns[1]}
+                    for c in sorted(link.delay_schedule, key=lambda c: c.at)
+                ],
                 "access_rate_bps": link.access_rate,
+                "jitter_ns": link.jitter,
             },
             "flows": flows,
         }
@@ -508,6 +535,10 @@ class Trial(_Model):
             parts.append(self.link.loss.describe())
         if self.link.schedule:
             parts.append("capacity schedule")
+        if self.link.delay_schedule:
+            parts.append("delay schedule")
+        if self.link.jitter:
+            parts.append(f"ACK jitter {units.human_time(self.link.jitter)}")
         return ", ".join(parts)
 
     def to_toml(self) -> str:
