@@ -27,6 +27,7 @@ fn vegas_keeps_two_to_four_packets_per_flow_queued() {
         let idx: Vec<usize> = (0..r.time_s.len()).filter(|&i| r.time_s[i] > end - 10.0).collect();
         let mins: Vec<f64> = idx.chunks(5).map(|w| w.iter().map(|&i| r.queue_pkts[i]).min().unwrap() as f64).collect();
         let per_flow = mins.iter().sum::<f64>() / mins.len() as f64 / n as f64;
+        println!("measured: {n} Vegas flows keep {per_flow:.2} packets each queued, utilization {util:.3}");
         assert!((2.0..5.0).contains(&per_flow), "{n} Vegas flows: {per_flow:.2} packets queued per flow");
         assert!(util > 0.95, "{n} Vegas flows: utilization {util:.3}");
         assert_eq!(loss_pct(&out, 0.0, end), 0.0, "Vegas should not fill an 8 BDP buffer");
@@ -55,6 +56,7 @@ fn htcp_backoff_follows_the_rtt_ratio_within_its_bounds() {
             }
         }
         let mean = betas.iter().sum::<f64>() / betas.len() as f64;
+        println!("measured: H-TCP mean beta {mean:.3} with a {bdp} BDP buffer");
         assert!((lo..=hi).contains(&mean), "{bdp} BDP buffer: mean beta {mean:.3}, expected [{lo}, {hi}]");
     }
 }
@@ -70,5 +72,6 @@ fn htcp_grows_faster_than_reno_long_after_a_loss() {
         goodput(&run(c), 0, 10.0, 60.0)
     };
     let (h, r) = (mk("htcp"), mk("reno"));
+    println!("measured: H-TCP {:.0} Mb/s vs Reno {:.0} Mb/s at 1e-5 loss, 500 Mb/s, 100 ms", h / 1e6, r / 1e6);
     assert!(h > 1.5 * r, "H-TCP {:.0} Mb/s vs Reno {:.0} Mb/s", h / 1e6, r / 1e6);
 }

@@ -56,6 +56,7 @@ fn single_flow_fills_the_link_with_one_bdp_or_more() {
             c.duration_ns = 30 * S;
             let out = run(c);
             let util = total_goodput(&out, 5.0, 30.0) / payload_capacity(80_000_000);
+            println!("measured: {cc} at {bdp} BDP: utilization {util:.3}");
             assert!(util >= 0.95, "{cc} at {bdp} BDP: utilization {util:.3} < 0.95");
         }
     }
@@ -98,6 +99,7 @@ fn reno_matches_the_mathis_model_under_random_loss() {
         let measured = goodput(&out, 0, 10.0, secs as f64);
         let model = 1.22 * 1448.0 * 8.0 / (rtt as f64 / 1e9 * p.sqrt());
         let err = (measured - model).abs() / model;
+        println!("measured: Reno at p={p}: {:.2} Mb/s vs Mathis {:.2} Mb/s ({:+.1} %)", measured / 1e6, model / 1e6, (measured - model) / model * 100.0);
         assert!(err <= 0.25, "p={p}: Reno goodput {:.2} Mb/s vs Mathis {:.2} Mb/s ({:.0} %)", measured / 1e6, model / 1e6, err * 100.0);
     }
 }
@@ -154,6 +156,7 @@ fn cubic_epochs(fast_convergence: bool) {
                 // fast convergence; measured from the start of the epoch.
                 let k = ((w_max - w0) as f64 / 0.4).cbrt();
                 let took = ts - t0;
+                println!("measured: W_max {w_max}, regained after {took:.2} s, K {k:.2} s");
                 // Linux adds delay_min to t, so W_max comes about one RTprop early.
                 let expect = k - rtt as f64 / 1e9;
                 assert!((took - expect).abs() <= 0.1 * k + 0.1, "W_max {w_max}: regained after {took:.2} s, K - RTprop = {expect:.2} s");
@@ -176,6 +179,7 @@ fn cubic_fills_a_deep_drop_tail_queue() {
     let out = run(c);
     let q = mean_queue(&out, 20.0, 60.0);
     let buffer = 8.0 * bdp_bytes(rate, rtt);
+    println!("measured: 4 CUBIC flows keep {:.2} BDP queued in an 8 BDP buffer", q / bdp_bytes(rate, rtt));
     assert!(q > 0.5 * buffer, "mean queue {:.2} BDP, buffer 8 BDP", q / bdp_bytes(rate, rtt));
 }
 
