@@ -16,6 +16,7 @@ use crate::config::Nanos;
 use std::collections::BTreeMap;
 
 pub mod bbr;
+pub mod bbr3;
 pub mod cubic;
 pub mod htcp;
 pub mod minmax;
@@ -163,6 +164,18 @@ impl RateSample {
     }
 }
 
+/// The send-time state of a packet the transport has just marked lost (google/bbr hands the
+/// skb itself to `skb_marked_lost`; these are the fields BBRv3 reads from it).
+#[derive(Debug, Clone, Copy)]
+pub struct LostPacket {
+    /// Packets in flight when it was (last) sent, including itself (`tx.in_flight`).
+    pub tx_in_flight: u32,
+    /// `tp->lost` when it was sent (`tx.lost`); [`ConnInfo::lost`] already counts this loss.
+    pub tx_lost: u64,
+    /// Whether it was sent while application-limited (`tx.is_app_limited`).
+    pub is_app_limited: bool,
+}
+
 /// Transmit-side events passed to [`CongestionControl::cwnd_event`] (Linux `enum tcp_ca_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaEvent {
@@ -214,6 +227,9 @@ pub trait CongestionControl: std::any::Any + Send {
     /// Called on each ACK that acknowledged data, with its RTT sample (`pkts_acked`).
     fn pkts_acked(&mut self, _info: &ConnInfo, _w: &mut Window, _sample: &AckSample) {}
 
+    /// A packet was just marked lost, by RACK or an RTO (google/bbr `skb_marked_lost`).
+    fn skb_marked_lost(&mut self, _info: &ConnInfo, _pkt: &LostPacket) {}
+
     /// Recovery-state changes (`set_state`).
     fn set_state(&mut self, _info: &ConnInfo, _w: &mut Window, _new: CaState) {}
 
@@ -262,6 +278,7 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
         ("bbr", bbr::BbrParams::default().to_map()),
         ("bbr1", bbr::BbrParams::default().to_map()),
         ("bbr-shallow", bbr::BbrParams::shallow().to_map()),
+        ("bbr3", bbr3::Bbr3Params::default().to_map()),
         ("bbr-adaptive", bbr::BbrParams::adaptive().to_map()),
         ("bbr-stable-rtprop", bbr::BbrParams::stable_rtprop().to_map()),
         ("vegas", vegas::VegasParams::default().to_map()),
@@ -276,6 +293,7 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
         "reno" => Ok(Box::new(reno::Reno::new(reno::RenoParams::from_map(params)?))),
         "cubic" => Ok(Box::new(cubic::Cubic::new(cubic::CubicParams::from_map(params)?))),
         "bbr" | "bbr1" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::from_map(params)?, "bbr"))),
+        "bbr3" => Ok(Box::new(bbr3::Bbr3::new(bbr3::Bbr3Params::from_map(params)?))),
         "vegas" => Ok(Box::new(vegas::Vegas::new(vegas::VegasParams::from_map(params)?))),
         "htcp" => Ok(Box::new(htcp::Htcp::new(htcp::HtcpParams::from_map(params)?))),
         "bbr-shallow" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::shallow().with_map(params)?, "bbr-shallow"))),

@@ -26,7 +26,7 @@
 //! spurious reductions; segments are MSS-sized with no TSO/GSO; the receive window is fixed.
 
 use super::rtt::RttEstimator;
-use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
+use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::{FlowConfig, Nanos};
 use crate::event::{Timer, TimerKind};
 use crate::packet::{AckPacket, DataPacket};
@@ -690,12 +690,14 @@ impl Sender {
                 break;
             }
             let next = s.next;
-            self.mark_lost(seq);
+            self.mark_lost(now, seq);
             seq = next;
         }
     }
 
-    fn mark_lost(&mut self, seq: u64) {
+    /// `tcp_mark_skb_lost`; google/bbr then tells the algorithm (`skb_marked_lost`), once
+    /// `lost` counts the packet.
+    fn mark_lost(&mut self, now: Nanos, seq: u64) {
         self.ts_unlink(seq);
         let m = self.seg_mut(seq);
         debug_assert!(m.flags & SACKED == 0);
@@ -711,6 +713,14 @@ impl Sender {
         self.lost += 1;
         self.stats.lost_segs += 1;
         self.lost_queue.push(Reverse(seq));
+        let s = *self.seg(seq);
+        let pkt = LostPacket {
+            tx_in_flight: s.in_flight_at_send,
+            tx_lost: s.lost_at_send,
+            is_app_limited: s.flags & APP_LIMITED != 0,
+        };
+        let info = self.info(now);
+        self.cc.skb_marked_lost(&info, &pkt);
     }
 
     fn update_recovery_state(&mut self, now: Nanos) {
@@ -808,7 +818,7 @@ impl Sender {
         for seq in self.snd_una..self.snd_nxt {
             let f = self.seg(seq).flags;
             if f & SACKED == 0 && (f & LOST == 0 || f & RETRANS_IN_FLIGHT != 0) {
-                self.mark_lost(seq);
+                self.mark_lost(now, seq);
             }
         }
         self.high_seq = self.snd_nxt;
