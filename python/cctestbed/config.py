@@ -293,7 +293,7 @@ class FlowGroup(_Model):
     count: int = Field(default=1, ge=1)
     start: NonNegativeTime = 0
     stagger: NonNegativeTime = 0
-    params: dict[str, float] = Field(default_factory=dict)
+    params: dict[str, Annotated[float, BeforeValidator(units.parse_param)]] = Field(default_factory=dict)
     extra_delay: NonNegativeTime = 0
     size: Optional[PositiveSize] = None
     rwnd: Optional[PositiveSize] = None

@@ -1,4 +1,6 @@
-"""The stacked trial plot: throughput, RTT, cwnd and inflight, queue, loss over time.
+"""The stacked trial plot: throughput, RTT, cwnd and inflight, queue, loss over time, the
+algorithms' states as bands, and BBR's model (bottleneck-bandwidth and RTprop estimates)
+when a BBR flow is present.
 
 Everything is aggregated over 0.5 s intervals (or the sample interval if longer), as the
 testbed plots that users compare against. Flows keep one colour in every panel. The figure is
@@ -16,6 +18,49 @@ from matplotlib.figure import Figure
 from .summary import DROP_COLUMNS, TrialInfo
 
 BIN_S = 0.5
+
+# State colours: BBR's states, the classic slow start / avoidance / recovery, idle.
+STATE_COLORS = {
+    "STARTUP": "tab:orange",
+    "DRAIN": "gold",
+    "PROBE_BW": "tab:green",
+    "PROBE_BW_DOWN": "yellowgreen",
+    "PROBE_BW_CRUISE": "tab:green",
+    "PROBE_BW_REFILL": "mediumseagreen",
+    "PROBE_BW_UP": "darkgreen",
+    "PROBE_RTT": "tab:purple",
+    "slow_start": "tab:orange",
+    "cong_avoid": "tab:blue",
+    "recovery": "tab:red",
+    "loss": "black",
+    "idle": "0.85",
+}
+
+
+def state_spans(flows: pl.DataFrame) -> dict[int, list[tuple[str, float, float]]]:
+    """Per flow, the runs of equal ``state`` at full sample resolution: (state, start, end)."""
+    out: dict[int, list[tuple[str, float, float]]] = {}
+    if "state" not in flows.columns:
+        return out
+    for (f,), d in flows.select("flow", "time_s", "state").sort("flow", "time_s").group_by(["flow"], maintain_order=True):
+        t = d["time_s"].to_numpy()
+        st = d["state"].to_list()
+        if not len(t):
+            continue
+        dt = float(t[1] - t[0]) if len(t) > 1 else 0.01
+        runs = []
+        start = 0
+        for i in range(1, len(st) + 1):
+            if i == len(st) or st[i] != st[start]:
+                runs.append((st[start], float(t[start]) - dt, float(t[i - 1])))
+                start = i
+        out[int(f)] = runs
+    return out
+
+
+def _has_bbr_model(flows: pl.DataFrame) -> bool:
+    col = "cc.btlbw_bps"
+    return col in flows.columns and flows[col].cast(pl.Float64).fill_nan(None).drop_nulls().len() > 0
 
 
 def flow_colors(n: int) -> list:
@@ -95,9 +140,14 @@ def plot_trial(
         name = r.get("group") or r.get("cc") or ""
         labels[r["flow"]] = f"{r['flow']}: {name}" if name else f"flow {r['flow']}"
 
-    fig = Figure(figsize=(11, 13), layout="constrained")
-    axes = fig.subplots(5, 1, sharex=True, height_ratios=[1.3, 1, 1, 1, 0.8])
-    ax_tp, ax_rtt, ax_cwnd, ax_q, ax_loss = axes
+    bbr = _has_bbr_model(flows)
+    spans = state_spans(flows)
+    ratios = [1.3, 1, 1, 1, 0.8] + ([0.9] if bbr else []) + [0.25 + 0.08 * len(ids)]
+    fig = Figure(figsize=(11, 13 + (2.2 if bbr else 0) + 0.2 * len(ids)), layout="constrained")
+    axes = fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)
+    ax_tp, ax_rtt, ax_cwnd, ax_q, ax_loss = axes[:5]
+    ax_bbr = axes[5] if bbr else None
+    ax_state = axes[-1]
     mss_over_mtu = info.mss / info.mtu
 
     # Throughput
@@ -166,14 +216,57 @@ def plot_trial(
         ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", lw=1.2, drawstyle="steps-pre")
     ax_loss.set_ylabel("loss at router (%)")
     ax_loss.set_ylim(bottom=0)
-    ax_loss.set_xlabel("time (s)")
-    ax_loss.set_xlim(0, info.duration_s)
+
+    # BBR's model: bottleneck-bandwidth estimate (solid) and RTprop estimate (dotted, right axis)
+    if ax_bbr is not None:
+        est = (
+            flows.with_columns(_bin_expr(width))
+            .group_by(["flow", "t"])
+            .agg(
+                pl.col("cc.btlbw_bps").cast(pl.Float64).fill_nan(None).mean().alias("btlbw"),
+                pl.col("cc.rtprop_ms").cast(pl.Float64).fill_nan(None).mean().alias("rtprop")
+                if "cc.rtprop_ms" in flows.columns else pl.lit(None).alias("rtprop"),
+            )
+            .sort(["flow", "t"])
+        )
+        ax_rt = ax_bbr.twinx()
+        for i, f in enumerate(ids):
+            d = est.filter(pl.col("flow") == f)
+            if d["btlbw"].drop_nulls().len() == 0:
+                continue
+            ax_bbr.plot(d["t"], d["btlbw"] / 1e6, color=colors[i], lw=1.3)
+            ax_rt.plot(d["t"], d["rtprop"], color=colors[i], lw=1, ls=":")
+        ax_bbr.set_ylabel("BtlBw est. (Mbit/s)")
+        ax_bbr.set_ylim(bottom=0)
+        ax_rt.set_ylabel("RTprop est. (ms)")
+        ax_rt.set_ylim(bottom=0)
+        from matplotlib.lines import Line2D as _L
+
+        ax_bbr.legend(handles=[_L([], [], color="0.2", lw=1.3, label="BtlBw estimate"),
+                               _L([], [], color="0.2", lw=1, ls=":", label="RTprop estimate")],
+                      loc="lower right", fontsize=8, ncol=2)
+
+    # States as bands, one row per flow, at full sample resolution (PROBE_RTT lasts ~200 ms)
+    seen: dict[str, None] = {}
+    for row, f in enumerate(ids):
+        for state, a, b in spans.get(f, []):
+            seen.setdefault(state, None)
+            ax_state.broken_barh([(a, b - a)], (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
+    ax_state.set_yticks(range(len(ids)), [str(f) for f in ids], fontsize=7)
+    ax_state.set_ylim(len(ids) - 0.5, -0.5)
+    ax_state.set_ylabel("state\n(flow)")
+    from matplotlib.patches import Patch
+
+    ax_state.legend(handles=[Patch(color=STATE_COLORS.get(s_, "0.6"), label=s_) for s_ in seen],
+                    loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    ax_state.set_xlabel("time (s)")
+    ax_state.set_xlim(0, info.duration_s)
 
     t0, t1 = info.steady_s
     if (t0, t1) != (0.0, info.duration_s):
         for ax in axes:
             ax.axvspan(t0, t1, color="tab:green", alpha=0.05, lw=0)
-    for ax in axes:
+    for ax in axes[:-1]:
         ax.grid(True, alpha=0.3)
 
     ncol = min(len(ids) + 2, 6)

@@ -149,6 +149,24 @@ def parse_fraction(value: object) -> float:
     return float(Fraction(Decimal(m.group("num"))) / 100)
 
 
+def parse_param(value: object) -> float:
+    """An algorithm parameter in SI base units: a number as is, or a quantity with units
+    converted to seconds (``"10s"``), bits per second (``"10Mbit"``), bytes (``"1MB"``) or a
+    fraction (``"2%"``)."""
+    if isinstance(value, bool):
+        raise UnitError("expected a number, not true/false")
+    if isinstance(value, (int, float)):
+        return float(value)
+    for parse, scale in ((parse_time, 1e-9), (parse_rate, 1.0), (parse_size, 1.0)):
+        try:
+            return parse(value) * scale
+        except UnitError:
+            pass
+    if str(value).strip().endswith("%"):
+        return parse_fraction(value)
+    raise UnitError("expected a number or a quantity with units such as '10s', '10Mbit', '1MB' or '2%'")
+
+
 def parse_queue(value: object) -> tuple[str, float]:
     """A queue limit: ``"2bdp"`` -> ("bdp", 2.0), ``"250pkts"`` -> ("packets", 250), a size -> ("bytes", n)."""
     if isinstance(value, str):
