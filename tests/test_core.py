@@ -145,7 +145,9 @@ def test_python_api(trial_dict, tmp_path):
     assert r1.flows.equals(r2.flows, null_equal=True)
     assert r1.summary == r2.summary
     fig = r1.plot()
-    assert len(fig.axes) == 5
+    # Five time-series panels and the state bands; no BBR flow, so no BBR model panel.
+    assert len(fig.axes) == 6
+    assert fig.axes[-1].get_ylabel().startswith("state")
     saved = r1.save(tmp_path / "x")
     back = TrialResult.load(saved)
     assert back.summary == r1.summary

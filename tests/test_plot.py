@@ -95,3 +95,34 @@ def test_many_flows_get_distinct_colours():
     for n in (4, 16, 40):
         cols = {tuple(np.round(c, 6)) for c in flow_colors(n)}
         assert len(cols) == n
+
+
+def test_state_spans_follow_the_state_column_at_full_resolution():
+    from cctestbed.plot import state_spans
+
+    flows = pl.DataFrame(
+        {
+            "time_s": [0.01, 0.02, 0.03, 0.04, 0.01, 0.02, 0.03, 0.04],
+            "flow": [0, 0, 0, 0, 1, 1, 1, 1],
+            "state": ["STARTUP", "PROBE_BW", "PROBE_RTT", "PROBE_BW", "idle", "idle", "slow_start", "slow_start"],
+        }
+    )
+    spans = state_spans(flows)
+    # A sample at t covers (t - dt, t]: PROBE_RTT at 0.03 spans 0.02-0.03.
+    assert [s for s, _, _ in spans[0]] == ["STARTUP", "PROBE_BW", "PROBE_RTT", "PROBE_BW"]
+    assert spans[0][2][1] == pytest.approx(0.02) and spans[0][2][2] == pytest.approx(0.03)
+    assert spans[1] == [("idle", pytest.approx(0.0), pytest.approx(0.02)), ("slow_start", pytest.approx(0.02), pytest.approx(0.04))]
+
+
+def test_bbr_trials_get_a_model_panel():
+    import cctestbed
+
+    base = {
+        "name": "p", "duration": "2s",
+        "link": {"capacity": "10Mbit", "rtt": "20ms", "queue": "2bdp"},
+    }
+    bbr = cctestbed.run_trial({**base, "flows": [{"cc": "bbr"}]}).plot()
+    cubic = cctestbed.run_trial({**base, "flows": [{"cc": "cubic"}]}).plot()
+    labels = [a.get_ylabel() for a in bbr.axes]
+    assert any("BtlBw" in l for l in labels)
+    assert not any("BtlBw" in a.get_ylabel() for a in cubic.axes)
