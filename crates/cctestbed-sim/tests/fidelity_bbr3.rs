@@ -74,9 +74,9 @@ fn probe_rtt_every_5s_at_half_the_bdp_for_at_least_200ms() {
     // About every 5 s: the 5 s window restarts when an episode ends (200 ms + a round).
     let first = tr.t[eps[0].1];
     assert!((5.0..=5.5).contains(&first), "first PROBE_RTT at {first:.3} s");
-    for w in eps.windows(2) {
-        let gap = tr.t[w[1].1] - tr.t[w[0].1];
-        assert!((5.0..=5.5).contains(&gap), "PROBE_RTT {gap:.3} s after the previous one");
+    let gaps: Vec<f64> = eps.windows(2).map(|w| tr.t[w[1].1] - tr.t[w[0].1]).collect();
+    for gap in &gaps {
+        assert!((5.0..=5.5).contains(gap), "PROBE_RTT {gap:.3} s after the previous one");
     }
     // cwnd is held at max(4, BDP/2) of the path, for at least 200 ms.
     let pps = payload_capacity(rate) / 8.0 / 1448.0;
@@ -88,7 +88,9 @@ fn probe_rtt_every_5s_at_half_the_bdp_for_at_least_200ms() {
         assert!((e.1..e.2).all(|i| tr.cwnd[i] as f64 <= half_bdp + 2.0), "cwnd above BDP/2 in PROBE_RTT");
         let dur = tr.t[e.2 - 1] - tr.t[e.1];
         assert!((0.2..=0.2 + 2.0 * min_rtt + 0.01).contains(&dur), "PROBE_RTT lasted {dur:.3} s");
+        println!("measured: PROBE_RTT at {:.3} s for {dur:.3} s, cwnd {} (BDP/2 {half_bdp})", tr.t[e.1], tr.cwnd[e.1 + 1]);
     }
+    println!("measured: PROBE_RTT first at {first:.3} s, then every {gaps:.3?} s");
 }
 
 /// Rounds and seconds from the start of each cycle (entering PROBE_BW_DOWN, or CRUISE on
@@ -118,6 +120,7 @@ fn bandwidth_probes_come_every_min_of_2_to_3_s_and_63_rounds() {
     for (rounds, secs) in &cycles {
         assert!((62..=64).contains(rounds), "{rounds} rounds ({secs:.2} s) between probes");
     }
+    println!("measured: 80 Mb/s, 25 ms: (rounds, s) from cycle start to REFILL {cycles:.3?}");
     // 100 ms RTT: 63 rounds would be 6.3 s, so the 2-3 s wall-clock wait binds.
     let tr = trace(single_flow(50_000_000, 100 * MS, 1.0, 40), MS);
     let cycles = cycle_lengths(&tr);
@@ -125,6 +128,7 @@ fn bandwidth_probes_come_every_min_of_2_to_3_s_and_63_rounds() {
     for (rounds, secs) in &cycles {
         assert!((2.0..=3.0 + 0.002).contains(secs), "{secs:.3} s ({rounds} rounds) between probes");
     }
+    println!("measured: 50 Mb/s, 100 ms: (rounds, s) from cycle start to REFILL {cycles:.3?}");
     let spread = cycles.iter().map(|c| c.1).fold(f64::MAX, f64::min) - cycles.iter().map(|c| c.1).fold(0.0, f64::max);
     assert!(spread.abs() > 0.1, "probe waits are not randomised: {cycles:?}");
 }
@@ -135,12 +139,15 @@ fn one_flow_keeps_the_link_busy() {
     for bdp in [1.0, 2.0] {
         let out = run(single_flow(rate, 25 * MS, bdp, 30));
         let u = goodput(&out, 0, 5.0, 30.0) / payload_capacity(rate);
+        println!("measured: one flow, {bdp} BDP buffer: utilization {u:.4}");
         assert!(u >= 0.95, "utilization {u:.3} at {bdp} BDP");
     }
 }
 
-fn four_flows(cc: &str, bdp: f64) -> ccsim::SimOutput {
-    let mut c = with_flows(dumbbell(80_000_000, 25 * MS, bdp), (0..4).map(|_| flow(cc)).collect());
+/// The checklist's shared-bottleneck trial: flows started 100 ms apart on 80 Mb/s / 25 ms
+/// for 60 s, measured over 20-60 s.
+fn staggered(ccs: &[&str], bdp: f64) -> ccsim::SimOutput {
+    let mut c = with_flows(dumbbell(80_000_000, 25 * MS, bdp), ccs.iter().map(|cc| flow(cc)).collect());
     for (i, f) in c.flows.iter_mut().enumerate() {
         f.start_ns = i as i64 * 100 * MS;
     }
@@ -148,15 +155,44 @@ fn four_flows(cc: &str, bdp: f64) -> ccsim::SimOutput {
     run(c)
 }
 
+fn four_flows(cc: &str, bdp: f64) -> ccsim::SimOutput {
+    staggered(&[cc; 4], bdp)
+}
+
 #[test]
 fn four_flows_in_a_half_bdp_buffer_lose_little_where_bbr1_loses_much() {
     let v3 = four_flows("bbr3", 0.5);
     let v1 = four_flows("bbr", 0.5);
     let (l3, l1) = (loss_pct(&v3, 20.0, 60.0), loss_pct(&v1, 20.0, 60.0));
+    let u = total_goodput(&v3, 20.0, 60.0) / payload_capacity(80_000_000);
+    println!("measured: 4 flows at 0.5 BDP: loss BBRv3 {l3:.2} %, BBRv1 {l1:.2} %; BBRv3 utilization {u:.3}");
     assert!(l3 < 3.0, "BBRv3 loss {l3:.2} % at 0.5 BDP");
     assert!(l1 > 5.0, "BBRv1 loss {l1:.2} % at 0.5 BDP");
-    let u = total_goodput(&v3, 20.0, 60.0) / payload_capacity(80_000_000);
     assert!(u > 0.9, "BBRv3 utilization {u:.3}");
+    // Deeper buffers: the loss-bounded probing keeps loss low there too.
+    for bdp in [1.0, 2.0] {
+        let o = four_flows("bbr3", bdp);
+        let (l, u) = (loss_pct(&o, 20.0, 60.0), total_goodput(&o, 20.0, 60.0) / payload_capacity(80_000_000));
+        println!("measured: 4 BBRv3 flows at {bdp} BDP: loss {l:.2} %, utilization {u:.3}");
+        assert!(l < 3.0 && u > 0.9, "loss {l:.2} %, utilization {u:.3} at {bdp} BDP");
+    }
+}
+
+/// Two BBRv3 and two CUBIC flows (staggered 100 ms) on 80 Mb/s / 25 ms: v3's loss response
+/// (bw_lo / inflight_lo) and Reno-paced probing leave CUBIC a real share where BBRv1's
+/// shallow-buffer loss starves it.
+#[test]
+fn coexists_with_cubic() {
+    let share = |cc: &str, bdp: f64| {
+        let out = staggered(&[cc, "cubic", cc, "cubic"], bdp);
+        let g: Vec<f64> = (0..4).map(|f| goodput(&out, f, 20.0, 60.0)).collect();
+        (g[1] + g[3]) / g.iter().sum::<f64>()
+    };
+    for bdp in [1.0, 1.75, 4.0] {
+        let (v3, v1) = (share("bbr3", bdp), share("bbr", bdp));
+        println!("measured: CUBIC's share against 2 BBRv3 flows at {bdp} BDP: {v3:.3} (against BBRv1: {v1:.3})");
+        assert!(v3 >= 0.1, "CUBIC got {v3:.3} of the link against BBRv3 at {bdp} BDP");
+    }
 }
 
 #[test]
@@ -173,6 +209,7 @@ fn max_bw_adapts_to_a_10x_rate_drop_within_two_probe_cycles() {
         .iter()
         .filter(|r| r.0 == State::ProbeBwDown && tr.t[r.1] > t_drop && r.1 <= adapted)
         .count();
+    println!("measured: after a 10x drop max_bw adapted in {cycles} cycles, {:.2} s", tr.t[adapted] - t_drop);
     assert!(cycles <= 2, "max_bw adapted after {cycles} cycles, {:.2} s", tr.t[adapted] - t_drop);
     assert!(tr.max_bw[adapted..].iter().all(|&b| b <= 1.1 * new_rate), "max_bw rose again");
 }

@@ -192,6 +192,59 @@ pub(crate) fn packets_in_net_at_edt(info: &ConnInfo, inflight_now: u32, bw: u64,
     (inflight_now as u64 + edt_skb as u64).saturating_sub(interval_delivered) as u32
 }
 
+/// The bandwidth `bbr_init_pacing_rate_from_rtt` starts pacing from: cwnd per srtt, or per
+/// 1 ms before any RTT sample.
+pub(crate) fn initial_bw(info: &ConnInfo, cwnd: u32) -> u64 {
+    let rtt_us = if info.srtt_ns > 0 { ((info.srtt_ns / 1000) as u64).max(1) } else { 1000 };
+    cwnd as u64 * BW_UNIT / rtt_us
+}
+
+/// `bbr_save_cwnd`: the cwnd to restore after recovery or PROBE_RTT. Outside both the current
+/// one is good; inside, the larger of it and the one saved before.
+pub(crate) fn saved_cwnd(prev_ca_state: CaState, in_probe_rtt: bool, prior_cwnd: u32, cwnd: u32) -> u32 {
+    if matches!(prev_ca_state, CaState::Open | CaState::Disorder) && !in_probe_rtt {
+        cwnd
+    } else {
+        prior_cwnd.max(cwnd)
+    }
+}
+
+/// PROBE_RTT's hold (the tail of `bbr_update_min_rtt` and the test of
+/// `bbr_check_probe_rtt_done`): once the flight is down to the PROBE_RTT cwnd, stay for a
+/// given time and until one more round has ended.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ProbeRttHold {
+    done_stamp: Option<Nanos>,
+    round_done: bool,
+}
+
+impl ProbeRttHold {
+    /// On entering PROBE_RTT: the hold starts once the flight is low enough.
+    pub(crate) fn restart(&mut self) {
+        self.done_stamp = None;
+    }
+
+    /// One ACK in PROBE_RTT; true once both the time and the round have passed. When the flight
+    /// first reaches `target`, the timer starts and so does a new round (`next_rtt_delivered`).
+    pub(crate) fn on_ack(&mut self, info: &ConnInfo, target: u32, hold: Nanos, round_start: bool, next_rtt_delivered: &mut u64) -> bool {
+        if self.done_stamp.is_none() && info.packets_in_flight <= target {
+            self.done_stamp = Some(info.now + hold);
+            self.round_done = false;
+            *next_rtt_delivered = info.delivered;
+            return false;
+        }
+        if self.done_stamp.is_some() && round_start {
+            self.round_done = true;
+        }
+        self.round_done && self.time_passed(info.now)
+    }
+
+    /// Whether the hold time has passed (`after(now, probe_rtt_done_stamp)`).
+    pub(crate) fn time_passed(&self, now: Nanos) -> bool {
+        matches!(self.done_stamp, Some(t) if now > t)
+    }
+}
+
 /// ACK-aggregation estimator (`bbr_update_ack_aggregation`, `bbr_extra_acked`): the most data
 /// ACKed beyond bw x elapsed time within an epoch, max-filtered over two slots of a given
 /// number of rounds each (so over the last k to 2k rounds).
@@ -264,7 +317,7 @@ pub struct Bbr {
     pub mode: Mode,
     min_rtt_us: u32,
     min_rtt_stamp: Nanos,
-    probe_rtt_done_stamp: Option<Nanos>,
+    probe_rtt: ProbeRttHold,
     bw: MinMax,
     pub rtt_cnt: u32,
     next_rtt_delivered: u64,
@@ -273,7 +326,6 @@ pub struct Bbr {
     packet_conservation: bool,
     round_start: bool,
     idle_restart: bool,
-    probe_rtt_round_done: bool,
     lt_is_sampling: bool,
     lt_rtt_cnt: u32,
     lt_use_bw: bool,
@@ -330,7 +382,7 @@ impl Bbr {
             mode: Mode::Startup,
             min_rtt_us: u32::MAX,
             min_rtt_stamp: 0,
-            probe_rtt_done_stamp: None,
+            probe_rtt: ProbeRttHold::default(),
             bw: MinMax::default(),
             rtt_cnt: 0,
             next_rtt_delivered: 0,
@@ -339,7 +391,6 @@ impl Bbr {
             packet_conservation: false,
             round_start: false,
             idle_restart: false,
-            probe_rtt_round_done: false,
             lt_is_sampling: false,
             lt_rtt_cnt: 0,
             lt_use_bw: false,
@@ -394,14 +445,8 @@ impl Bbr {
     }
 
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
-        let rtt_us = if info.srtt_ns > 0 {
-            self.has_seen_rtt = true;
-            ((info.srtt_ns / 1000) as u64).max(1)
-        } else {
-            1000
-        };
-        let bw = cwnd as u64 * BW_UNIT / rtt_us;
-        self.pacing_rate = self.rate_bytes_per_sec(bw, self.high_gain);
+        self.has_seen_rtt |= info.srtt_ns > 0;
+        self.pacing_rate = self.rate_bytes_per_sec(initial_bw(info, cwnd), self.high_gain);
     }
 
     fn set_pacing_rate(&mut self, info: &ConnInfo, cwnd: u32, bw: u64, gain: u32) {
@@ -422,11 +467,7 @@ impl Bbr {
     }
 
     fn save_cwnd(&mut self, cwnd: u32) {
-        if matches!(self.prev_ca_state, CaState::Open | CaState::Disorder) && self.mode != Mode::ProbeRtt {
-            self.prior_cwnd = cwnd;
-        } else {
-            self.prior_cwnd = self.prior_cwnd.max(cwnd);
-        }
+        self.prior_cwnd = saved_cwnd(self.prev_ca_state, self.mode == Mode::ProbeRtt, self.prior_cwnd, cwnd);
     }
 
     /// `bbr_bdp`: ceil(bw * min_rtt * gain) in packets.
@@ -697,9 +738,8 @@ impl Bbr {
 
     /// `bbr_check_probe_rtt_done`.
     fn check_probe_rtt_done(&mut self, info: &ConnInfo, w: &mut Window) {
-        match self.probe_rtt_done_stamp {
-            Some(t) if info.now > t => {}
-            _ => return,
+        if !self.probe_rtt.time_passed(info.now) {
+            return;
         }
         self.min_rtt_stamp = info.now;
         if self.p.stable_rtprop != 0.0 {
@@ -794,22 +834,14 @@ impl Bbr {
         if self.probe_rtt_mode > 0 && filter_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
             self.mode = Mode::ProbeRtt;
             self.save_cwnd(w.cwnd);
-            self.probe_rtt_done_stamp = None;
+            self.probe_rtt.restart();
         }
         if self.mode == Mode::ProbeRtt {
             // Ignore low-rate samples while the flight is cut.
             w.set_app_limited = true;
-            if self.probe_rtt_done_stamp.is_none() && info.packets_in_flight <= self.cwnd_min_target {
-                self.probe_rtt_done_stamp = Some(info.now + self.probe_rtt_mode);
-                self.probe_rtt_round_done = false;
-                self.next_rtt_delivered = info.delivered;
-            } else if self.probe_rtt_done_stamp.is_some() {
-                if self.round_start {
-                    self.probe_rtt_round_done = true;
-                }
-                if self.probe_rtt_round_done {
-                    self.check_probe_rtt_done(info, w);
-                }
+            let (target, hold) = (self.cwnd_min_target, self.probe_rtt_mode);
+            if self.probe_rtt.on_ack(info, target, hold, self.round_start, &mut self.next_rtt_delivered) {
+                self.check_probe_rtt_done(info, w);
             }
         }
         if rs.delivered > 0 {

@@ -59,8 +59,8 @@
 //!   draws from the injected per-flow RNG, the only randomness here.
 
 use super::bbr::{
-    bdp_packets, packets_in_net_at_edt, rate_bytes_per_sec, to_unit, AckAggregation, BBR_SCALE, BBR_UNIT,
-    BW_UNIT, EXTRA_ACKED_MAX_US, GSO_MAX_BYTES, PACING_SHIFT,
+    bdp_packets, initial_bw, packets_in_net_at_edt, rate_bytes_per_sec, saved_cwnd, to_unit, AckAggregation,
+    ProbeRttHold, BBR_SCALE, BBR_UNIT, BW_UNIT, EXTRA_ACKED_MAX_US, GSO_MAX_BYTES, PACING_SHIFT,
 };
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::Nanos;
@@ -259,7 +259,7 @@ pub struct Bbr3 {
     pub cycle_idx: Phase,
     min_rtt_us: u32,
     min_rtt_stamp: Nanos,
-    probe_rtt_done_stamp: Option<Nanos>,
+    probe_rtt: ProbeRttHold,
     probe_rtt_min_us: u32,
     probe_rtt_min_stamp: Nanos,
     next_rtt_delivered: u64,
@@ -271,7 +271,6 @@ pub struct Bbr3 {
     bw_probe_up_rounds: u32,
     try_fast_path: bool,
     idle_restart: bool,
-    probe_rtt_round_done: bool,
     init_cwnd: u32,
     pub pacing_gain: u32,
     pub cwnd_gain: u32,
@@ -282,7 +281,6 @@ pub struct Bbr3 {
     full_bw: u64,
     aggr: AckAggregation,
     full_bw_now: bool,
-    loss_in_cycle: bool,
     loss_round_delivered: u64,
     undo_bw_lo: u64,
     undo_inflight_lo: u32,
@@ -335,7 +333,7 @@ impl Bbr3 {
             cycle_idx: Phase::Up,
             min_rtt_us: UNSET,
             min_rtt_stamp: 0,
-            probe_rtt_done_stamp: None,
+            probe_rtt: ProbeRttHold::default(),
             probe_rtt_min_us: UNSET,
             probe_rtt_min_stamp: 0,
             next_rtt_delivered: 0,
@@ -346,7 +344,6 @@ impl Bbr3 {
             bw_probe_up_rounds: 0,
             try_fast_path: false,
             idle_restart: false,
-            probe_rtt_round_done: false,
             init_cwnd: 10,
             pacing_gain: BBR_UNIT,
             cwnd_gain: BBR_UNIT,
@@ -357,7 +354,6 @@ impl Bbr3 {
             full_bw: 0,
             aggr: AckAggregation::default(),
             full_bw_now: false,
-            loss_in_cycle: false,
             loss_round_delivered: 0,
             undo_bw_lo: 0,
             undo_inflight_lo: 0,
@@ -447,14 +443,8 @@ impl Bbr3 {
 
     /// `bbr_init_pacing_rate_from_rtt`: startup gain x cwnd / srtt (1 ms before any sample).
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
-        let rtt_us = if info.srtt_ns > 0 {
-            self.has_seen_rtt = true;
-            ((info.srtt_ns / 1000) as u64).max(1)
-        } else {
-            1000
-        };
-        let bw = cwnd as u64 * BW_UNIT / rtt_us;
-        self.pacing_rate = self.bw_to_pacing_rate(bw, self.startup_pacing_gain);
+        self.has_seen_rtt |= info.srtt_ns > 0;
+        self.pacing_rate = self.bw_to_pacing_rate(initial_bw(info, cwnd), self.startup_pacing_gain);
     }
 
     /// `bbr_set_pacing_rate`: never lowered before the pipe is full.
@@ -629,7 +619,6 @@ impl Bbr3 {
     /// `bbr_reset_congestion_signals`.
     fn reset_congestion_signals(&mut self) {
         self.loss_in_round = false;
-        self.loss_in_cycle = false;
         self.bw_latest = 0;
         self.inflight_latest = 0;
     }
@@ -691,7 +680,6 @@ impl Bbr3 {
             self.loss_round_delivered = info.delivered;
         }
         self.loss_in_round = true;
-        self.loss_in_cycle = true;
     }
 
     // ---- STARTUP and DRAIN -----------------------------------------------------------------
@@ -967,9 +955,8 @@ impl Bbr3 {
 
     /// `bbr_check_probe_rtt_done`.
     fn check_probe_rtt_done(&mut self, info: &ConnInfo, w: &mut Window) {
-        match self.probe_rtt_done_stamp {
-            Some(t) if info.now > t => {}
-            _ => return,
+        if !self.probe_rtt.time_passed(info.now) {
+            return;
         }
         self.probe_rtt_min_stamp = info.now;
         w.cwnd = w.cwnd.max(self.prior_cwnd);
@@ -978,11 +965,7 @@ impl Bbr3 {
 
     /// `bbr_save_cwnd`.
     fn save_cwnd(&mut self, cwnd: u32) {
-        if matches!(self.prev_ca_state, CaState::Open | CaState::Disorder) && self.mode != Mode::ProbeRtt {
-            self.prior_cwnd = cwnd;
-        } else {
-            self.prior_cwnd = self.prior_cwnd.max(cwnd);
-        }
+        self.prior_cwnd = saved_cwnd(self.prev_ca_state, self.mode == Mode::ProbeRtt, self.prior_cwnd, cwnd);
     }
 
     /// `bbr_update_min_rtt`: a 5 s min filter schedules PROBE_RTT, the 10 s one is min_rtt.
@@ -1003,24 +986,16 @@ impl Bbr3 {
         if self.probe_rtt_mode > 0 && probe_rtt_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
             self.mode = Mode::ProbeRtt;
             self.save_cwnd(w.cwnd);
-            self.probe_rtt_done_stamp = None;
+            self.probe_rtt.restart();
             self.ack_phase = AckPhase::ProbeStopping;
             self.next_rtt_delivered = info.delivered;
         }
         if self.mode == Mode::ProbeRtt {
             // Samples at the cut flight are not bandwidth probes.
             w.set_app_limited = true;
-            if self.probe_rtt_done_stamp.is_none() && info.packets_in_flight <= self.probe_rtt_cwnd() {
-                self.probe_rtt_done_stamp = Some(info.now + self.probe_rtt_mode);
-                self.probe_rtt_round_done = false;
-                self.next_rtt_delivered = info.delivered;
-            } else if self.probe_rtt_done_stamp.is_some() {
-                if self.round_start {
-                    self.probe_rtt_round_done = true;
-                }
-                if self.probe_rtt_round_done {
-                    self.check_probe_rtt_done(info, w);
-                }
+            let (target, hold) = (self.probe_rtt_cwnd(), self.probe_rtt_mode);
+            if self.probe_rtt.on_ack(info, target, hold, self.round_start, &mut self.next_rtt_delivered) {
+                self.check_probe_rtt_done(info, w);
             }
         }
         if rs.delivered > 0 {
@@ -1237,7 +1212,6 @@ impl CongestionControl for Bbr3 {
         }
         self.advance_latest_delivery_signals(rs, sample_bw);
         self.prev_ca_state = info.ca_state;
-        self.loss_in_cycle |= rs.lost > 0;
     }
 
     fn state_name(&self) -> Option<&'static str> {
