@@ -152,5 +152,11 @@ def validate(trial_file: Path = typer.Argument(..., help="Trial file to check.")
     )
 
 
+# sweep, plot and report
+from .sweep_cli import register as _register_sweep_commands  # noqa: E402
+
+_register_sweep_commands(app)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,380 @@
+"""Running a sweep's trials: in local worker processes or on a Dask distributed cluster.
+
+Each trial runs in a worker as :func:`run_job`, which returns the finished trial's files as bytes
+(or its error). Only the process that runs the sweep writes to the output directory, committing
+each trial to the :class:`~cctestbed.store.Store` as it arrives, so a local run and a cluster run
+produce the same directory, and killing the sweep loses at most the trials still running.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import signal
+import tempfile
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Union
+
+from .sweep import Sweep, TrialSpec
+
+#: A trial whose worker process dies this many times is recorded as failed.
+MAX_CRASHES = 2
+#: Fixed cost of a trial besides simulating and writing: validation, hand-over, commit.
+PER_TRIAL_S = 0.05
+
+
+# --- the work of one trial (runs in a worker) --------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    from . import __version__, core_version
+
+    return {"cctestbed": __version__, "core": core_version()}
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial and return its files as bytes, or its error; never raises for a failing trial.
+
+    ``job``: ``key``, ``trial`` (a trial dict as in a trial file), ``trial_plot`` (draw trial.png).
+    """
+    started = time.time()
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"key": job["key"], "host": platform.node(), "pid": os.getpid()}
+    try:
+        from .config import parse_trial
+        from .metrics import sweep_metrics
+        from .results import dump_summary, write_parquet
+        from .runner import run_trial
+
+        trial = parse_trial(job["trial"])
+        result = run_trial(trial)
+        metrics = sweep_metrics(result.flows, result.router, result.info)
+        files: dict[str, bytes] = {
+            "trial.toml": trial.to_toml().encode(),
+            "summary.json": dump_summary(result.summary).encode(),
+            "metrics.json": (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode(),
+        }
+        with tempfile.TemporaryDirectory(prefix="cctestbed-job-") as tmp:
+            for name, df in (("flows.parquet", result.flows), ("router.parquet", result.router)):
+                write_parquet(df, Path(tmp) / name)
+                files[name] = (Path(tmp) / name).read_bytes()
+            if job.get("trial_plot"):
+                from .plot import save_figure
+
+                save_figure(result.plot(), str(Path(tmp) / "trial.png"))
+                files["trial.png"] = (Path(tmp) / "trial.png").read_bytes()
+        elapsed = time.perf_counter() - t0
+        run = {"key": job["key"], "elapsed_s": round(elapsed, 3), "started": started, **out, **_versions()}
+        files["run.json"] = (json.dumps(run, indent=1) + "\n").encode()
+        out.update(status="done", files=files, elapsed_s=elapsed)
+    except Exception as e:  # the sweep records it and goes on
+        out.update(
+            status="failed",
+            error=_error_text(e),
+            traceback=traceback.format_exc(),
+            elapsed_s=time.perf_counter() - t0,
+        )
+    return out
+
+
+def _error_text(e: BaseException) -> str:
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group; the sweep process alone decides what to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def make_job(spec: TrialSpec, trial_plot: bool = False) -> dict[str, Any]:
+    return {"key": spec.key, "trial": spec.trial_dict, "trial_plot": trial_plot}
+
+
+# --- executors ---------------------------------------------------------------------------------
+
+
+def run_local(jobs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    """Outcomes of ``jobs`` as they finish, from ``workers`` spawned processes.
+
+    A worker process that dies (killed, out of memory) breaks the pool: the trials it held are
+    tried again in a new pool, and recorded as failed after :data:`MAX_CRASHES` deaths.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(jobs)
+    crashes: dict[str, int] = {}
+    while pending:
+        n = max(1, min(workers, len(pending)))
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint)
+        futures = {pool.submit(run_job, j): j for j in pending}
+        order = list(futures)
+        pending = []
+        broken: list[Any] = []
+        # Futures seen handed to a worker; when the pool breaks, these are the suspects (the
+        # queued ones fail with it without having run).
+        started: set[Any] = set()
+        try:
+            waiting = set(futures)
+            while waiting:
+                done, waiting = wait(waiting, timeout=0.25, return_when=FIRST_COMPLETED)
+                started.update(f for f in waiting if f.running())
+                for fut in sorted(done, key=order.index):
+                    try:
+                        res = fut.result()
+                    except BrokenProcessPool:
+                        broken.append(fut)
+                        continue
+                    yield res
+        finally:
+            if broken:
+                pool.shutdown(wait=False, cancel_futures=True)
+            else:
+                _stop(pool)
+        suspects = [f for f in broken if f in started] or broken[:n]
+        for fut in broken:
+            job = futures[fut]
+            if fut in suspects:
+                crashes[job["key"]] = crashes.get(job["key"], 0) + 1
+            if crashes.get(job["key"], 0) >= MAX_CRASHES:
+                yield {"key": job["key"], "status": "failed",
+                       "error": f"the worker process died {MAX_CRASHES} times while running this trial "
+                                "(killed, or out of memory)"}
+            else:
+                pending.append(job)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut a pool down without waiting for trials still running (they are lost, not half-written)."""
+    procs = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+
+
+def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
+    """Outcomes of ``jobs`` from a Dask distributed cluster (an address like ``tcp://host:8786``,
+    or a cluster object such as ``LocalCluster``). Workers need the same cctestbed installed."""
+    import uuid
+
+    from distributed import Client, as_completed
+
+    client = Client(cluster, set_as_default=False)
+    try:
+        mine = _versions()
+        theirs = client.run(_versions)
+        if not theirs:
+            raise RuntimeError(f"the cluster at {client.scheduler.address} has no workers")
+        odd = {w: v for w, v in theirs.items() if v != mine}
+        if odd:
+            w, v = next(iter(odd.items()))
+            raise RuntimeError(
+                f"worker {w} runs cctestbed {v['cctestbed']} (core {v['core']}); this machine runs "
+                f"{mine['cctestbed']} (core {mine['core']}); install the same version on every worker"
+            )
+        tag = uuid.uuid4().hex[:8]
+        futures = {
+            client.submit(run_job, j, key=f"cctestbed-{j['key']}-{tag}", pure=False): j for j in jobs
+        }
+        for fut in as_completed(list(futures)):
+            job = futures[fut]
+            try:
+                res = fut.result()
+            except Exception as e:  # KilledWorker, lost connection, ...
+                res = {"key": job["key"], "status": "failed", "error": f"on the cluster: {_error_text(e)}"}
+            fut.release()
+            yield res
+    finally:
+        client.close()
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepRun:
+    """What one ``run_sweep`` did."""
+
+    total: int
+    skipped: int
+    done: int = 0
+    failed: int = 0
+    elapsed_s: float = 0.0
+    failures: list[tuple[TrialSpec, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+
+Reporter = Callable[[str, Optional[TrialSpec], dict[str, Any]], None]
+
+
+def run_sweep(
+    sweep: Sweep,
+    out: Union[str, Path],
+    workers: Optional[int] = None,
+    cluster: Any = None,
+    resume: bool = False,
+    trial_plots: bool = False,
+    report: Optional[Reporter] = None,
+    table_every_s: float = 1.0,
+) -> SweepRun:
+    """Run every trial of ``sweep`` not yet finished in ``out``; see the module docstring.
+
+    ``report(event, spec, outcome)`` is called with ``"start"`` (spec None, outcome holds ``todo``
+    and ``skipped``) and then ``"done"`` or ``"failed"`` per trial. Raises
+    :class:`~cctestbed.store.StoreMismatch` or :class:`~cctestbed.store.StoreBusy` before running
+    anything when the directory cannot be used.
+    """
+    from .store import Store
+
+    store = Store(Path(out))
+    store.check_compatible(sweep, resume)
+    store.open(sweep)
+    t_start = time.perf_counter()
+    try:
+        todo = [s for s in sweep.specs if not store.is_done(s.key)]
+        run = SweepRun(total=len(sweep.specs), skipped=len(sweep.specs) - len(todo))
+        store.write_table(sweep)
+        if report:
+            report("start", None, {"todo": len(todo), "skipped": run.skipped})
+        by_key = {s.key: s for s in todo}
+        jobs = [make_job(s, trial_plots) for s in todo]
+        if cluster is not None:
+            outcomes = run_dask(jobs, cluster)
+        else:
+            outcomes = run_local(jobs, workers or os.cpu_count() or 1)
+        last_table = time.perf_counter()
+        try:
+            for res in outcomes:
+                spec = by_key[res["key"]]
+                if res["status"] == "done":
+                    store.commit(spec.key, res["files"])
+                    run.done += 1
+                else:
+                    store.record_failure(
+                        spec.key,
+                        res["error"],
+                        {"traceback": res.get("traceback"), "host": res.get("host"), "values": spec.values,
+                         "seed": spec.seed},
+                    )
+                    run.failed += 1
+                    run.failures.append((spec, res["error"]))
+                if report:
+                    report(res["status"], spec, res)
+                if time.perf_counter() - last_table >= table_every_s:
+                    store.write_table(sweep)
+                    last_table = time.perf_counter()
+        except KeyboardInterrupt:
+            run.interrupted = True
+        finally:
+            close = getattr(outcomes, "close", None)
+            if close:
+                close()
+        store.write_table(sweep)
+        run.elapsed_s = time.perf_counter() - t_start
+        return run
+    finally:
+        store.close()
+
+
+# --- cost estimate -----------------------------------------------------------------------------
+
+
+@dataclass
+class Estimate:
+    trials: int
+    simulated_s: float
+    cpu_s: float
+    wall_s: float
+    disk_bytes: float
+    workers: int
+
+
+def _packets(spec: TrialSpec) -> float:
+    t = spec.trial
+    return t.duration / 1e9 * t.link.capacity / (t.mtu * 8)
+
+
+def _rows(spec: TrialSpec) -> float:
+    t = spec.trial
+    return t.duration / t.sample_interval * len(t.expanded())
+
+
+def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 2.0) -> Estimate:
+    """Cost of running ``specs``, calibrated on a short probe of the sweep's heaviest trial.
+
+    The core's time scales with the packets through the bottleneck (simulated seconds x packet
+    rate); writing results scales with the telemetry rows (samples x flows). One probe of
+    ``probe_s`` simulated seconds measures both rates on this machine.
+    """
+    from . import _core
+    from .config import parse_trial
+    from .metrics import sweep_metrics
+    from .results import write_parquet
+    from .runner import flows_frame, router_frame
+    from .summary import TrialInfo, summarize
+
+    if not specs:
+        return Estimate(0, 0.0, 0.0, 0.0, 0.0, workers)
+    heavy = max(specs, key=lambda s: (_packets(s) / max(s.trial.duration, 1), _rows(s)))
+    doc = heavy.trial_dict
+    dur = min(probe_s, heavy.trial.duration / 1e9)
+    doc.update(duration=f"{dur}s", steady=None)
+    doc.pop("steady")
+    doc["link"] = {**doc["link"], "schedule": []}
+    for g in doc["flows"]:
+        g["start"], g["stagger"] = "0s", "0s"
+    probe = parse_trial(doc)
+    t0 = time.perf_counter()
+    raw = _core.simulate(probe.to_core_json())
+    t1 = time.perf_counter()
+    full_flows, full_router = flows_frame(raw, probe), router_frame(raw)
+    info = TrialInfo.from_trial(probe)
+
+    def post(frac: float) -> tuple[float, float, int]:
+        """(seconds, rows, bytes) of the work after the core on the first ``frac`` of the probe."""
+        t_end = dur * frac
+        flows = full_flows.filter(full_flows["time_s"] <= t_end + 1e-9)
+        router = full_router.filter(full_router["time_s"] <= t_end + 1e-9)
+        best = math.inf
+        for _ in range(2):  # the first pass also pays one-time imports and warm-up
+            t = time.perf_counter()
+            sub = TrialInfo(**{**info.__dict__, "duration_s": t_end, "steady_s": (0.0, t_end)})
+            summarize(flows, router, sub)
+            sweep_metrics(flows, router, sub)
+            with tempfile.TemporaryDirectory() as tmp:
+                write_parquet(flows, Path(tmp) / "f.parquet")
+                write_parquet(router, Path(tmp) / "r.parquet")
+                size = sum(p.stat().st_size for p in Path(tmp).iterdir())
+            best = min(best, time.perf_counter() - t)
+        return best, float(len(flows)), size
+
+    small_s, small_rows, _ = post(0.25)
+    big_s, big_rows, size = post(1.0)
+    per_packet = (t1 - t0) / max(dur * probe.link.capacity / (probe.mtu * 8), 1.0)
+    per_row = max(big_s - small_s, 0.0) / max(big_rows - small_rows, 1.0)
+    fixed = max(small_s - per_row * small_rows, 0.0) + PER_TRIAL_S
+    bytes_per_row = size / max(big_rows, 1.0)
+    costs = [_packets(s) * per_packet + _rows(s) * per_row + fixed for s in specs]
+    cpu = sum(costs)
+    w = max(1, min(workers, len(specs)))
+    # trials are handed out one at a time: the longest trial bounds the tail
+    wall = max(cpu / w, max(costs)) + 2.0
+    return Estimate(
+        trials=len(specs),
+        simulated_s=sum(s.trial.duration / 1e9 for s in specs),
+        cpu_s=cpu,
+        wall_s=wall,
+        disk_bytes=sum(_rows(s) * bytes_per_row for s in specs),
+        workers=w,
+    )

@@ -1,0 +1,279 @@
+"""The sweep commands of the ``cctestbed`` CLI: ``sweep``, ``plot`` and ``report``.
+
+Exit codes as for ``run``: 0 success; 1 some trials failed (they are recorded) or the run broke
+off; 2 the sweep file, the command line or the output directory is not usable, and nothing is
+written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from .units import human_size, human_time
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _refuse(source: str, problems: list[str], what: str = "sweep") -> None:
+    err.print(f"[bold red]error[/]: {source} is not a valid {what} ({len(problems)} problem(s)):")
+    for p in problems:
+        err.print(f"  - {p}", markup=False)
+    raise typer.Exit(2)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err.print("[bold red]error[/]: ", end="")
+    err.print(msg, markup=False)
+    raise typer.Exit(code)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _trials_table(sweep: Any, store: Any) -> Table:
+    t = Table(show_edge=False, pad_edge=False, header_style="bold")
+    t.add_column("#", justify="right")
+    for c in sweep.columns:
+        t.add_column(c)
+    t.add_column("seed", justify="right")
+    t.add_column("key")
+    t.add_column("state")
+    for s in sweep.specs:
+        if store is not None and store.is_done(s.key):
+            state = "[green]done[/]"
+        elif store is not None and store.failure(s.key):
+            state = "[red]failed[/] (will run again)"
+        else:
+            state = "to run"
+        t.add_row(str(s.index), *(str(s.values[c]) for c in sweep.columns), str(s.seed), s.key, state)
+    return t
+
+
+def sweep_command(
+    sweep_file: Optional[Path] = typer.Argument(
+        None, help="Sweep file (TOML, or JSON if it ends in .json); with --resume, defaults to DIR's own."
+    ),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Sweep directory [default: results/<name>]."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", "-j", min=1, help="Local worker processes [default: all cores]."
+    ),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", help="Run on a Dask distributed scheduler, e.g. tcp://host:8786."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue in DIR even if it holds another version of the sweep (finished trials are reused)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the trials and the estimated cost; run nothing."),
+    trial_plots: bool = typer.Option(False, "--trial-plots", help="Also draw each trial's stacked plot (trial.png)."),
+) -> None:
+    """Run every trial of a sweep (axes x seeds) and collect trials.parquet; finished trials are kept."""
+    from .store import Store, StoreBusy, StoreMismatch
+    from .sweep import SweepError, load_sweep, parse_sweep
+
+    if sweep_file is None:
+        if not (resume and output is not None):
+            _fail("give a SWEEP_FILE, or --resume with -o DIR to continue the sweep stored in DIR")
+        meta_path = output / "sweep.json"
+        if not meta_path.is_file():
+            _fail(f"{output} holds no sweep (no sweep.json); give the SWEEP_FILE")
+        import json
+
+        try:
+            sweep = parse_sweep(json.loads(meta_path.read_text())["sweep"], source=str(meta_path))
+        except SweepError as e:
+            _refuse(str(meta_path), e.problems)
+        source = str(meta_path)
+    else:
+        try:
+            sweep = load_sweep(sweep_file)
+        except SweepError as e:
+            _refuse(str(sweep_file), e.problems)
+        source = str(sweep_file)
+    if cluster is not None and workers is not None:
+        _fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
+    dest = output if output is not None else Path("results") / sweep.name
+    store = Store(dest)
+    try:
+        store.check_compatible(sweep, resume)
+    except StoreMismatch as e:
+        _fail(str(e))
+    n_workers = workers or os.cpu_count() or 1
+    known = store if Store.is_sweep_dir(dest) else None
+    todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
+    head = (
+        f"[bold]{sweep.name}[/]: {len(sweep.specs)} trial(s) = {sweep.n_points} point(s) x {len(sweep.seeds)} seed(s)"
+        + (f"; axes: {', '.join(f'{a.column} ({len(a.values)})' for a in sweep.axes)}" if sweep.axes else "")
+    )
+
+    if dry_run:
+        from .execute import estimate
+
+        out.print(head)
+        out.print(_trials_table(sweep, known))
+        with err.status("timing a short probe of the heaviest trial ...", spinner="dots"):
+            est = estimate(sweep, todo, n_workers if cluster is None else 1)
+        out.print(
+            f"to run: {est.trials} trial(s), {_duration(est.simulated_s)} of simulated time; "
+            f"estimated {_duration(est.cpu_s)} of CPU"
+            + (f", about {_duration(est.wall_s)} with {est.workers} worker(s) here" if cluster is None else
+               " (divide by the cluster's worker count)")
+            + f"; about {human_size(est.disk_bytes)} of telemetry in {dest}"
+        )
+        if len(todo) < len(sweep.specs):
+            out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
+        return
+
+    from .execute import run_sweep
+
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[red]{task.fields[failed]} failed[/]" ),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+    task = progress.add_task(sweep.name, total=len(todo), failed=0)
+
+    def report(event: str, spec: Any, res: dict[str, Any]) -> None:
+        if event == "start":
+            progress.update(task, total=res["todo"])
+            where = f"on {cluster}" if cluster else f"with {min(n_workers, max(res['todo'], 1))} worker process(es)"
+            err.print(head)
+            if res["skipped"]:
+                err.print(f"{res['skipped']} trial(s) already finished in {dest}: skipped")
+            if res["todo"]:
+                err.print(f"running {res['todo']} trial(s) {where}")
+            progress.start()
+            return
+        if event == "failed":
+            progress.update(task, failed=progress.tasks[0].fields["failed"] + 1)
+            vals = ", ".join(f"{k}={v}" for k, v in spec.values.items())
+            progress.console.print(f"[red]failed[/]: {vals} seed {spec.seed}: {res['error']}", markup=True,
+                                   highlight=False)
+        progress.advance(task)
+
+    t0 = time.perf_counter()
+    try:
+        run = run_sweep(sweep, dest, workers=n_workers, cluster=cluster, resume=resume,
+                        trial_plots=trial_plots, report=report)
+    except StoreBusy as e:
+        _fail(str(e))
+    except StoreMismatch as e:
+        _fail(str(e))
+    except (OSError, RuntimeError) as e:
+        progress.stop()
+        _fail(f"the sweep could not run: {e}", 1)
+    finally:
+        progress.stop()
+    wall = time.perf_counter() - t0
+    out.print(
+        f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} failed"
+        f" in {_duration(wall)}" + (" [yellow](interrupted)[/]" if run.interrupted else "")
+    )
+    out.print(f"table:   {dest / 'trials.parquet'}")
+    out.print(f"plots:   cctestbed plot {dest}    report: cctestbed report {dest}")
+    if run.failed:
+        out.print(f"failed trials are recorded in {dest / 'failed'} and run again on the next sweep into {dest}")
+    if run.failed or run.interrupted:
+        raise typer.Exit(1 if not run.interrupted else 130)
+
+
+def plot_command(
+    directory: Path = typer.Argument(..., help="A trial's results directory, or a sweep directory."),
+    x: Optional[str] = typer.Option(None, "--x", help="Column on the x axis [default: queue, else the first axis]."),
+    y: Optional[str] = typer.Option(
+        None, "--y", help="Metric on the y axis, e.g. total.loss_pct or share [default: every summary plot]."
+    ),
+    by: Optional[str] = typer.Option(None, "--by", help="One line per value of this column."),
+    facet: Optional[str] = typer.Option(None, "--facet", help="One panel per value of this column."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG file (with --y) or directory for the plots."),
+) -> None:
+    """Draw a trial's stacked plot, or a sweep's summary plots (loss, utilization, shares vs queue)."""
+    from .store import Store
+
+    if not directory.is_dir():
+        _fail(f"{directory}: no such directory")
+    if Store.is_sweep_dir(directory):
+        from .sweepplot import PlotError, SweepData, default_plots, plot_metric
+
+        try:
+            data = SweepData.load(directory)
+            if y is None:
+                dest = output if output is not None else directory / "plots"
+                paths = default_plots(data, dest, x=x, by=by, facet=facet)
+            else:
+                dest = output if output is not None else directory / "plots" / f"{y.replace('.', '_')}.png"
+                paths = [plot_metric(data, y, dest, x=x, by=by, facet=facet)]
+        except PlotError as e:
+            _fail(str(e))
+        for p in paths:
+            out.print(f"plot: {p}")
+        return
+    if (directory / "summary.json").is_file() and (directory / "flows.parquet").is_file():
+        from .plot import save_figure
+        from .results import TrialResult
+
+        if any(v is not None for v in (x, y, by, facet)):
+            _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
+        result = TrialResult.load(directory)
+        dest = output if output is not None else directory / "trial.png"
+        save_figure(result.plot(), str(dest))
+        out.print(f"plot: {dest}")
+        return
+    _fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
+          "nor a sweep directory (sweep.json, trials.parquet)")
+
+
+def report_command(
+    directory: Path = typer.Argument(..., help="A sweep directory."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file [default: DIR/report.html]."),
+) -> None:
+    """Write a static HTML report of a sweep: its table and every summary plot."""
+    from .store import Store
+
+    if not Store.is_sweep_dir(directory):
+        _fail(f"{directory} is not a sweep directory (no sweep.json)")
+    from .report import write_report
+    from .sweepplot import PlotError
+
+    try:
+        path = write_report(directory, output)
+    except PlotError as e:
+        _fail(str(e))
+    out.print(f"report: {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the sweep commands to the ``cctestbed`` app."""
+    app.command("sweep")(sweep_command)
+    app.command("plot")(plot_command)
+    app.command("report")(report_command)
