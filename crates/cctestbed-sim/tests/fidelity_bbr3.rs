@@ -93,6 +93,28 @@ fn probe_rtt_every_5s_at_half_the_bdp_for_at_least_200ms() {
     println!("measured: PROBE_RTT first at {first:.3} s, then every {gaps:.3?} s");
 }
 
+/// Published (checklist item 1): BBRv3 leaves Startup with at most 1 BDP queued. The model
+/// leaves with cwnd = 2 BDP plus v3's quantization budget (>= 3 TSO goals) and ACK-aggregation
+/// allowance (on in Startup in v3), so the queue at exit is 1 BDP plus those few packets:
+/// measured 1.07 BDP at 80 Mb/s / 25 ms and 1.26 BDP at 10 Mb/s / 40 ms (BDP 34 packets).
+#[test]
+#[ignore = "published <= 1 BDP at Startup exit; measured 1.07 BDP (80 Mb/s) and 1.26 BDP (10 Mb/s): cwnd 2 BDP + quantization budget + ACK-aggregation allowance"]
+fn startup_exits_with_at_most_one_bdp_queued() {
+    for (rate, rtt) in [(80_000_000, 25 * MS), (10_000_000, 40 * MS)] {
+        let c = single_flow(rate, rtt, 8.0, 2);
+        let end = c.duration_ns;
+        let mut sim = Simulation::new(c).unwrap();
+        let mut t = 0;
+        while t < end && bbr3(&sim, 0).state() == State::Startup {
+            t += MS / 10;
+            sim.run_until(t);
+        }
+        let q = sim.bottleneck.queue_len().1 as f64 / bdp_bytes(rate, rtt);
+        println!("measured: queue at Startup exit {q:.2} BDP ({} Mb/s)", rate / 1_000_000);
+        assert!(q <= 1.0, "{q:.2} BDP queued at Startup exit");
+    }
+}
+
 /// Rounds and seconds from the start of each cycle (entering PROBE_BW_DOWN, or CRUISE on
 /// leaving PROBE_RTT) to the next REFILL, for cycles not cut short by PROBE_RTT.
 fn cycle_lengths(tr: &Trace) -> Vec<(u64, f64)> {

@@ -24,10 +24,12 @@
 //!   round) --> PROBE_BW_CRUISE (via DOWN) or STARTUP
 //! ```
 //! Reference choice: the Linux v3 code, not the draft, because it is what runs in deployed
-//! kernels and what published v3 measurements used; the draft is the public description of
-//! the same algorithm and agrees with it except for a few constants. Those constants are
-//! parameters below ([`Bbr3Params`]) with Linux's values as defaults; [`Bbr3Params::draft`]
-//! holds the draft's. To run the draft's values from a trial file, set `cc = "bbr3"` and
+//! kernels and what Google's published v3 measurements used; the draft is the public
+//! description of the same state machine. Where they differ in a constant, the constant is a
+//! parameter below ([`Bbr3Params`]) with Linux's value as default, and [`Bbr3Params::draft`]
+//! holds the draft's. Details the draft words differently are modelled as Linux has them:
+//! Startup grows cwnd while below target or below twice the initial window, and the
+//! app-limited fast path (`bbr_run_fast_path`, `fast_path = 0` turns it off) is kept. To run the draft's values from a trial file, set `cc = "bbr3"` and
 //! `params = { startup_pacing_gain = 2.77, drain_gain = 0.5, drain_max_rounds = 3,
 //! probe_down_gain = 0.9, beta = 0.7, loss_thresh = 0.02, inflight_headroom = 0.15,
 //! extra_acked_win_rtts = 10, extra_acked_win_rtts_startup = 10 }`.
@@ -55,6 +57,9 @@
 //! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt and ProbeRTT stamps,
 //!   ProbeRTT timer); the 1-4 ms jiffy granularity is not modelled.
 //! - `drain_max_rounds` (0 = off, as Linux) is the draft's bound on rounds spent in Drain.
+//! - The transport reports each packet it marks lost (RACK or RTO) through
+//!   [`CongestionControl::skb_marked_lost`] after counting it in `lost`, as google/bbr's
+//!   `tcp_mark_skb_lost` does.
 //! - The random probe timing (`bbr_pick_probe_wait`: 0 or 1 extra round, 0-1 s extra wait)
 //!   draws from the injected per-flow RNG, the only randomness here.
 
@@ -103,9 +108,9 @@ crate::cc_params! {
         cwnd_gain: 2.0, 0.5, 10.0;
         /// cwnd gain in PROBE_BW_UP (bbr_cwnd_gain + bbr_bw_probe_cwnd_gain / 4).
         probe_up_cwnd_gain: 2.25, 0.5, 10.0;
-        /// PROBE_BW_UP pacing gain (bbr_pacing_gain[BBR_BW_PROBE_UP]).
+        /// PROBE_BW_UP pacing gain (the UP entry of `bbr_pacing_gain`).
         probe_up_gain: 1.25, 1.0, 4.0;
-        /// PROBE_BW_DOWN pacing gain (bbr_pacing_gain[BBR_BW_PROBE_DOWN] = 232/256; draft 0.90).
+        /// PROBE_BW_DOWN pacing gain (the DOWN entry of `bbr_pacing_gain`, 232/256; draft 0.90).
         probe_down_gain: 232.0 / 256.0, 0.1, 1.0;
         /// Fraction of bw_lo / inflight_lo kept per lossy round and of the target inflight
         /// kept on too much loss (1 - bbr_beta = 180/256 = 0.703; draft BBRBeta 0.7).
