@@ -347,6 +347,10 @@ class Trial(_Model):
     mss: int = Field(default=1448, ge=1)
     link: Link
     flows: list[FlowGroup] = Field(min_length=1)
+    #: Where the trial runs: the simulator (default) or real Linux TCP (cctestbed.kernel).
+    backend: Optional[Literal["sim", "kernel"]] = None
+    #: Kernel backend: keep tcpdump captures of every sender and receiver host.
+    capture: Optional[bool] = None
 
     @field_validator("steady")
     @classmethod

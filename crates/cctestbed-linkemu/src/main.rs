@@ -1,0 +1,627 @@
+//! # cctestbed-linkemu: the userspace link emulator
+//!
+//! Joins two interfaces of the router namespace like a bridge and applies the simulator's own
+//! link model on the way: [`ccsim::link::DelayLine`] for the propagation delay in each
+//! direction and [`ccsim::link::LossModel`] (drawn from the same [`ccsim::rng`] stream as the
+//! simulator's bottleneck, `stream::LINK_LOSS`) for random loss on the forward (data) path.
+//! It is used where the kernel has no `netem`.
+//!
+//! ```text
+//!   senders ── left ═[ delay_fwd, then loss ]═▶ right ──(bottleneck qdisc)──▶ receivers
+//!   senders ◀─ left ◀═[ delay_rev ]═══════════ right ◀──────────────────────── receivers
+//! ```
+//!
+//! Frames are read with raw `AF_PACKET` sockets (one per interface, outgoing frames ignored)
+//! and written back with the same sockets, so frames sent to `right` pass through its qdisc
+//! (the bottleneck: rate and drop-tail queue). Each frame's arrival time is the kernel's
+//! receive timestamp (`SO_TIMESTAMPNS`), so wake-up latency does not add to the delay; the
+//! process runs under `SCHED_FIFO` with its memory locked where allowed and sleeps in
+//! `ppoll` with a nanosecond timeout until the next frame is due.
+//!
+//! Random loss applies to IPv4 frames when they leave the forward delay line, i.e. just
+//! before the bottleneck queue, as in the simulator (loss before the queue, netem-style).
+//!
+//! Counters are kept in a small memory-mapped file (`--stats`, little-endian `u64` slots,
+//! see [`Slot`]) that the router sampler reads every sample interval; at exit a JSON report
+//! (`--report`) gives the counters and the distribution of the emulator's timing error: for
+//! every forwarded frame, when it was actually sent minus when it was due (kernel receive
+//! time + delay).
+//!
+//! Usage: `cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N
+//! [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P]`.
+//! SIGINT/SIGTERM end it cleanly.
+
+use ccsim::config::{LossConfig, Nanos};
+use ccsim::link::{DelayLine, LossModel};
+use ccsim::rng::{stream, SimRng};
+use std::ffi::CString;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const ETH_P_ALL: u16 = 0x0003;
+const ETH_P_IP: u16 = 0x0800;
+const PACKET_OUTGOING: u8 = 4;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_STATISTICS: libc::c_int = 6;
+const SO_TIMESTAMPNS: libc::c_int = 35;
+const FRAME_MAX: usize = 65536;
+const MAGIC: u64 = 0x6363_7465_6d75_0001;
+
+/// Slots of the stats file, each a little-endian u64.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum Slot {
+    Magic = 0,
+    /// Frames read from the left interface (towards the receivers), and their bytes.
+    FwdRxPkts,
+    FwdRxBytes,
+    /// IPv4 packets leaving the forward delay line (arriving at the bottleneck), IP bytes.
+    FwdArrivalPkts,
+    FwdArrivalBytes,
+    /// Of those, dropped by random loss (packets, IP bytes).
+    FwdLossPkts,
+    FwdLossBytes,
+    /// Frames written to the right interface, and frames its qdisc refused (ENOBUFS).
+    FwdTxPkts,
+    FwdTxRefused,
+    RevRxPkts,
+    RevRxBytes,
+    RevTxPkts,
+    RevTxRefused,
+    /// Frames the kernel dropped before the emulator read them (socket buffer full).
+    SockDrops,
+    /// Frames on the delay lines now.
+    Queued,
+    /// Largest timing error so far, ns.
+    LateMaxNs,
+    /// CLOCK_MONOTONIC of the last update, ns.
+    UpdatedNs,
+    /// Frames sent more than 1 ms after they were due.
+    LateOver1ms,
+    Count,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn mono() -> Nanos {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn err<T>(what: &str) -> Result<T, String> {
+    Err(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+struct Args {
+    left: String,
+    right: String,
+    delay_fwd: Nanos,
+    delay_rev: Nanos,
+    loss: LossConfig,
+    seed: u64,
+    stats: Option<String>,
+    report: Option<String>,
+    rt_priority: i32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        left: String::new(),
+        right: String::new(),
+        delay_fwd: 0,
+        delay_rev: 0,
+        loss: LossConfig::None,
+        seed: 1,
+        stats: None,
+        report: None,
+        rt_priority: 50,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let key = argv[i].as_str();
+        if key == "-h" || key == "--help" {
+            println!(
+                "usage: cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N \
+                 [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)]"
+            );
+            std::process::exit(0);
+        }
+        let val = argv.get(i + 1).ok_or(format!("{key}: missing value"))?.clone();
+        let num = |v: &str| v.parse::<i64>().map_err(|e| format!("{key}: {v}: {e}"));
+        match key {
+            "--left" => a.left = val,
+            "--right" => a.right = val,
+            "--delay-fwd-ns" => a.delay_fwd = num(&val)?,
+            "--delay-rev-ns" => a.delay_rev = num(&val)?,
+            "--loss" => a.loss = serde_json::from_str(&val).map_err(|e| format!("--loss: {e}"))?,
+            "--seed" => a.seed = val.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--stats" => a.stats = Some(val),
+            "--report" => a.report = Some(val),
+            "--rt-priority" => a.rt_priority = num(&val)? as i32,
+            _ => return Err(format!("unknown option {key}")),
+        }
+        i += 2;
+    }
+    if a.left.is_empty() || a.right.is_empty() {
+        return Err("--left and --right are required".into());
+    }
+    if a.delay_fwd < 0 || a.delay_rev < 0 {
+        return Err("delays must be >= 0".into());
+    }
+    Ok(a)
+}
+
+/// A raw packet socket bound to one interface.
+struct PacketSocket {
+    fd: libc::c_int,
+}
+
+impl PacketSocket {
+    fn open(ifname: &str) -> Result<Self, String> {
+        let proto = (ETH_P_ALL).to_be() as libc::c_int;
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) };
+        if fd < 0 {
+            return err("socket(AF_PACKET)");
+        }
+        let s = PacketSocket { fd };
+        let name = CString::new(ifname).map_err(|e| e.to_string())?;
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return err(&format!("interface {ifname}"));
+        }
+        s.setopt(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING").ok();
+        s.setopt(libc::SOL_SOCKET, SO_TIMESTAMPNS, 1, "SO_TIMESTAMPNS")?;
+        for (opt, force, name) in [
+            (libc::SO_RCVBUF, libc::SO_RCVBUFFORCE, "SO_RCVBUF"),
+            (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE, "SO_SNDBUF"),
+        ] {
+            if s.setopt(libc::SOL_SOCKET, force, 64 << 20, name).is_err() {
+                s.setopt(libc::SOL_SOCKET, opt, 64 << 20, name)?;
+            }
+        }
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_ifindex = ifindex as i32;
+        let rc = unsafe {
+            libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32)
+        };
+        if rc < 0 {
+            return err(&format!("bind to {ifname}"));
+        }
+        Ok(s)
+    }
+
+    fn setopt(&self, level: libc::c_int, opt: libc::c_int, v: libc::c_int, name: &str) -> Result<(), String> {
+        let rc = unsafe {
+            libc::setsockopt(self.fd, level, opt, &v as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32)
+        };
+        if rc < 0 {
+            return err(name);
+        }
+        Ok(())
+    }
+
+    /// Reads one frame into `buf`: Ok(Some((len, kernel realtime ns or 0, outgoing))) or
+    /// Ok(None) when nothing is waiting.
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, i64, bool)>> {
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        let mut cbuf = [0u64; 16];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = &mut sll as *mut _ as *mut libc::c_void;
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_TRUNC) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        let mut ts = 0i64;
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                    let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    ts = t.tv_sec * 1_000_000_000 + t.tv_nsec;
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        Ok(Some(((n as usize).min(buf.len()), ts, sll.sll_pkttype == PACKET_OUTGOING)))
+    }
+
+    /// Sends one frame. Ok(true) sent, Ok(false) refused by the qdisc (dropped), Err(WouldBlock)
+    /// when the socket buffer is full (retry later).
+    fn send(&self, frame: &[u8]) -> io::Result<bool> {
+        let n = unsafe { libc::send(self.fd, frame.as_ptr() as *const libc::c_void, frame.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOBUFS) => Ok(false),
+            Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EINTR) => Err(io::ErrorKind::WouldBlock.into()),
+            _ => Err(e),
+        }
+    }
+
+    /// Frames dropped by the kernel for this socket since the last call.
+    fn drops(&self) -> u64 {
+        let mut st = [0u32; 2];
+        let mut len = std::mem::size_of_val(&st) as u32;
+        let rc = unsafe {
+            libc::getsockopt(self.fd, libc::SOL_PACKET, PACKET_STATISTICS, st.as_mut_ptr() as *mut libc::c_void, &mut len)
+        };
+        if rc < 0 {
+            0
+        } else {
+            st[1] as u64
+        }
+    }
+}
+
+impl Drop for PacketSocket {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// The counters, in a memory-mapped file when `--stats` is given (else in memory).
+struct Stats {
+    ptr: *mut u64,
+    _keep: Option<Vec<u64>>,
+}
+
+impl Stats {
+    fn new(path: Option<&str>) -> Result<Self, String> {
+        let n = Slot::Count as usize;
+        let Some(path) = path else {
+            let mut v = vec![0u64; n];
+            return Ok(Stats { ptr: v.as_mut_ptr(), _keep: Some(v) });
+        };
+        let c = CString::new(path).map_err(|e| e.to_string())?;
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644) };
+        if fd < 0 {
+            return err(&format!("open {path}"));
+        }
+        let size = (n * 8) as libc::off_t;
+        if unsafe { libc::ftruncate(fd, size) } < 0 {
+            return err("ftruncate stats");
+        }
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            return err("mmap stats");
+        }
+        Ok(Stats { ptr: p as *mut u64, _keep: None })
+    }
+
+    fn get(&self, s: Slot) -> u64 {
+        unsafe { std::ptr::read_volatile(self.ptr.add(s as usize)) }
+    }
+
+    fn set(&self, s: Slot, v: u64) {
+        unsafe { std::ptr::write_volatile(self.ptr.add(s as usize), v) }
+    }
+
+    fn add(&self, s: Slot, v: u64) {
+        self.set(s, self.get(s) + v);
+    }
+}
+
+/// Timing error histogram: 1 µs buckets up to 100 ms.
+struct Hist {
+    buckets: Vec<u64>,
+    n: u64,
+    max: i64,
+    sum: f64,
+}
+
+impl Hist {
+    fn new() -> Self {
+        Hist { buckets: vec![0; 100_001], n: 0, max: 0, sum: 0.0 }
+    }
+    fn add(&mut self, ns: i64) {
+        let us = (ns.max(0) / 1000) as usize;
+        let last = self.buckets.len() - 1;
+        self.buckets[us.min(last)] += 1;
+        self.n += 1;
+        self.max = self.max.max(ns);
+        self.sum += ns as f64;
+    }
+    fn quantile_us(&self, q: f64) -> f64 {
+        if self.n == 0 {
+            return f64::NAN;
+        }
+        let target = (q * self.n as f64).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (i, &b) in self.buckets.iter().enumerate() {
+            acc += b;
+            if acc >= target {
+                return i as f64 + 1.0; // upper edge of the bucket
+            }
+        }
+        f64::INFINITY
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "n": self.n,
+            "mean_us": if self.n > 0 { self.sum / self.n as f64 / 1e3 } else { f64::NAN },
+            "p50_us": self.quantile_us(0.5),
+            "p99_us": self.quantile_us(0.99),
+            "p999_us": self.quantile_us(0.999),
+            "max_us": self.max as f64 / 1e3,
+        })
+    }
+}
+
+/// Frame storage: slots reused through a free list; delay lines carry slot indices.
+struct Slab {
+    frames: Vec<Vec<u8>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn put(&mut self, data: &[u8]) -> u32 {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.frames.push(Vec::with_capacity(2048));
+                (self.frames.len() - 1) as u32
+            }
+        };
+        let f = &mut self.frames[i as usize];
+        f.clear();
+        f.extend_from_slice(data);
+        i
+    }
+    fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+}
+
+fn is_ipv4(frame: &[u8]) -> bool {
+    frame.len() >= 34 && u16::from_be_bytes([frame[12], frame[13]]) == ETH_P_IP
+}
+
+/// One direction: the delay line and the frames that wait on it with their due times.
+struct Direction {
+    line: DelayLine<(u32, Nanos)>,
+    /// A frame whose send would have blocked, to retry first.
+    retry: Option<(u32, Nanos)>,
+    forward: bool,
+}
+
+fn set_realtime(prio: i32) -> Result<(), String> {
+    if prio <= 0 {
+        return Err("disabled".into());
+    }
+    let p = libc::sched_param { sched_priority: prio };
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } < 0 {
+        return err("sched_setscheduler(SCHED_FIFO)");
+    }
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } < 0 {
+        eprintln!("linkemu: mlockall: {}", io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let stats = Stats::new(a.stats.as_deref())?;
+    let left = PacketSocket::open(&a.left)?;
+    let right = PacketSocket::open(&a.right)?;
+    // Frames queued before bind may come from any interface: discard them.
+    let mut buf = vec![0u8; FRAME_MAX];
+    for s in [&left, &right] {
+        while let Ok(Some(_)) = s.recv(&mut buf) {}
+        s.drops();
+    }
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0; // no SA_RESTART: ppoll returns EINTR
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+    let rt = set_realtime(a.rt_priority);
+    if let Err(e) = &rt {
+        eprintln!("linkemu: running without real-time priority: {e}");
+    }
+
+    let mut loss = LossModel::new(a.loss.clone(), SimRng::new(a.seed, stream::LINK_LOSS));
+    let mut slab = Slab { frames: Vec::new(), free: Vec::new() };
+    let mut dirs = [
+        Direction { line: DelayLine::new(a.delay_fwd, None), retry: None, forward: true },
+        Direction { line: DelayLine::new(a.delay_rev, None), retry: None, forward: false },
+    ];
+    let mut hist = [Hist::new(), Hist::new()];
+    let mut wake = Hist::new();
+    let mut fatal: Option<String> = None;
+    stats.set(Slot::Magic, MAGIC);
+    stats.set(Slot::UpdatedNs, mono() as u64);
+    let started = mono();
+
+    while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
+        // 1. Read whatever waits on both interfaces.
+        let offset = mono() - clock_ns(libc::CLOCK_REALTIME);
+        for (d, sock) in [(0usize, &left), (1usize, &right)] {
+            for _ in 0..512 {
+                match sock.recv(&mut buf) {
+                    Ok(None) => break,
+                    Ok(Some((_, _, true))) => continue,
+                    Ok(Some((len, ts, false))) => {
+                        let now = mono();
+                        let at = if ts > 0 { (ts + offset).min(now) } else { now };
+                        wake.add(now - at);
+                        let frame = &buf[..len];
+                        let (rx_p, rx_b) = if d == 0 { (Slot::FwdRxPkts, Slot::FwdRxBytes) } else { (Slot::RevRxPkts, Slot::RevRxBytes) };
+                        stats.add(rx_p, 1);
+                        stats.add(rx_b, len as u64);
+                        let idx = slab.put(frame);
+                        let due = at + if d == 0 { a.delay_fwd } else { a.delay_rev };
+                        dirs[d].line.push(at, (idx, due), len as u32);
+                    }
+                    Err(e) => {
+                        fatal = Some(format!("recv: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        // 2. Send what is due.
+        let now = mono();
+        for (d, dir) in dirs.iter_mut().enumerate() {
+            let sock = if dir.forward { &right } else { &left };
+            loop {
+                let item = match dir.retry.take() {
+                    Some(x) => Some(x),
+                    None => dir.line.pop_due(now),
+                };
+                let Some((idx, due)) = item else { break };
+                let frame = &slab.frames[idx as usize];
+                if dir.forward && is_ipv4(frame) {
+                    let ip_bytes = (frame.len() - 14) as u64;
+                    stats.add(Slot::FwdArrivalPkts, 1);
+                    stats.add(Slot::FwdArrivalBytes, ip_bytes);
+                    if loss.drop_next() {
+                        stats.add(Slot::FwdLossPkts, 1);
+                        stats.add(Slot::FwdLossBytes, ip_bytes);
+                        slab.release(idx);
+                        continue;
+                    }
+                }
+                match sock.send(frame) {
+                    Ok(sent) => {
+                        let t = mono();
+                        let late = t - due;
+                        hist[d].add(late);
+                        if late > stats.get(Slot::LateMaxNs) as i64 {
+                            stats.set(Slot::LateMaxNs, late as u64);
+                        }
+                        if late > 1_000_000 {
+                            stats.add(Slot::LateOver1ms, 1);
+                        }
+                        let slot = match (dir.forward, sent) {
+                            (true, true) => Slot::FwdTxPkts,
+                            (true, false) => Slot::FwdTxRefused,
+                            (false, true) => Slot::RevTxPkts,
+                            (false, false) => Slot::RevTxRefused,
+                        };
+                        stats.add(slot, 1);
+                        slab.release(idx);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Undo the arrival count: the frame is offered again on the retry.
+                        if dir.forward && is_ipv4(frame) {
+                            stats.set(Slot::FwdArrivalPkts, stats.get(Slot::FwdArrivalPkts) - 1);
+                            stats.set(Slot::FwdArrivalBytes, stats.get(Slot::FwdArrivalBytes) - (frame.len() - 14) as u64);
+                        }
+                        dir.retry = Some((idx, due));
+                        break;
+                    }
+                    Err(e) => {
+                        fatal = Some(format!("send: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        stats.add(Slot::SockDrops, left.drops() + right.drops());
+        stats.set(Slot::Queued, (dirs[0].line.len() + dirs[1].line.len()) as u64);
+        stats.set(Slot::UpdatedNs, mono() as u64);
+
+        // 3. Sleep until the next frame is due or one arrives.
+        let retrying = dirs.iter().any(|d| d.retry.is_some());
+        let next = dirs.iter().filter_map(|d| d.line.head_time()).min();
+        let timeout_ns = if retrying {
+            20_000
+        } else {
+            match next {
+                Some(t) => (t - mono()).max(0),
+                None => 100_000_000,
+            }
+        };
+        let ts = libc::timespec { tv_sec: timeout_ns / 1_000_000_000, tv_nsec: timeout_ns % 1_000_000_000 };
+        let mut fds = [
+            libc::pollfd { fd: left.fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: right.fd, events: libc::POLLIN, revents: 0 },
+        ];
+        if timeout_ns > 0 {
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        }
+    }
+
+    let names = [
+        ("fwd_rx_pkts", Slot::FwdRxPkts),
+        ("fwd_arrival_pkts", Slot::FwdArrivalPkts),
+        ("fwd_loss_pkts", Slot::FwdLossPkts),
+        ("fwd_tx_pkts", Slot::FwdTxPkts),
+        ("fwd_tx_refused", Slot::FwdTxRefused),
+        ("rev_rx_pkts", Slot::RevRxPkts),
+        ("rev_tx_pkts", Slot::RevTxPkts),
+        ("rev_tx_refused", Slot::RevTxRefused),
+        ("sock_drops", Slot::SockDrops),
+        ("late_over_1ms", Slot::LateOver1ms),
+    ];
+    let mut counters = serde_json::Map::new();
+    for (n, s) in names {
+        counters.insert(n.into(), stats.get(s).into());
+    }
+    let report = serde_json::json!({
+        "left": a.left,
+        "right": a.right,
+        "delay_fwd_ns": a.delay_fwd,
+        "delay_rev_ns": a.delay_rev,
+        "realtime": rt.is_ok(),
+        "realtime_error": rt.err(),
+        "runtime_s": (mono() - started) as f64 / 1e9,
+        "counters": counters,
+        "timing_error_fwd": hist[0].json(),
+        "timing_error_rev": hist[1].json(),
+        "wakeup_latency": wake.json(),
+        "error": fatal.clone(),
+    });
+    let text = serde_json::to_string_pretty(&report).unwrap();
+    match &a.report {
+        Some(p) => std::fs::write(p, text + "\n").map_err(|e| format!("write {p}: {e}"))?,
+        None => println!("{text}"),
+    }
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("cctestbed-linkemu: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(args) {
+        eprintln!("cctestbed-linkemu: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,704 @@
+"""Running a trial on real Linux TCP: checks, the run itself, and the result frames.
+
+:func:`run_kernel_trial` takes the same trial as the simulator and returns the same
+:class:`~cctestbed.results.TrialResult`, with ``backend = "kernel"``. Before anything is
+created it checks that it runs as root, that the tools it needs exist, that the kernel has
+every algorithm the trial names, and that the trial uses nothing the kernel backend cannot
+reproduce (each refused with the reason). Then it builds the topology
+(:mod:`.topology`), starts the link emulator, the sinks, the senders and the router sampler
+in their namespaces, releases them all at one start time, waits for the trial's duration,
+and turns their samples into ``flows.parquet`` / ``router.parquet`` rows shaped exactly like
+the simulator's (same columns and types, plus ``backend``).
+
+What the kernel cannot measure is left null (``lost_segs``, ``departed_payload_bytes``, the
+algorithms' internal counters other than BBR's ``TCP_CC_INFO`` fields). Two columns differ
+in meaning and are documented as such: ``rtt_ms`` is the kernel's smoothed RTT (``tcpi_rtt``)
+read at the sample time, as the kernel exposes no per-ACK RTT samples (so it equals
+``srtt_ms``); rates (``goodput_bps``, ``send_rate_bps``) divide by the measured time between
+two readings rather than the nominal interval.
+
+Everything is removed on success, failure, Ctrl-C and SIGTERM; a killed run's leftovers go
+with ``cctestbed cleanup``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import polars as pl
+
+from ..config import Trial, load_trial
+from ..results import TrialResult, dump_summary, write_dir, write_parquet
+from ..summary import TrialInfo, summarize
+from . import topology as topo
+
+BACKEND = "kernel"
+PORT = 5201
+PORT_BASE = 20000
+
+
+class KernelUnavailable(RuntimeError):
+    """The kernel backend cannot run here (not root, missing tools or kernel features)."""
+
+
+class TrialRefused(ValueError):
+    """The trial asks for something the kernel backend cannot do; ``problems`` lists each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class KernelRunError(RuntimeError):
+    """The run started but failed."""
+
+
+#: Trial algorithm names that map to another kernel module name.
+KERNEL_NAMES = {"bbr1": "bbr"}
+
+
+def kernel_cc(name: str) -> str:
+    return KERNEL_NAMES.get(name, name)
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+def find_linkemu() -> Optional[str]:
+    """The link emulator binary: $CCTESTBED_LINKEMU, the workspace's target/, or $PATH."""
+    env = os.environ.get("CCTESTBED_LINKEMU")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    root = Path(__file__).resolve().parents[3]
+    for profile in ("release", "debug"):
+        p = root / "target" / profile / "cctestbed-linkemu"
+        if os.access(p, os.X_OK):
+            return str(p)
+    return shutil.which("cctestbed-linkemu")
+
+
+def check_host() -> None:
+    """Root, the tools, network namespaces. Raises KernelUnavailable saying what to do."""
+    if os.geteuid() != 0:
+        raise KernelUnavailable(
+            "the kernel backend requires root (it creates network namespaces and qdiscs): run with sudo, "
+            f"e.g. sudo {Path(sys.executable).parent / 'cctestbed'} run TRIAL --backend kernel"
+        )
+    missing = [t for t in ("ip", "tc", "ethtool", "sysctl") if shutil.which(t) is None]
+    if missing:
+        raise KernelUnavailable(
+            f"missing tools: {', '.join(missing)}; install them with `make kernel-deps` "
+            "(apt-get install iproute2 ethtool procps)"
+        )
+    if not Path("/proc/self/ns/net").exists():
+        raise KernelUnavailable("this kernel has no network namespaces")
+
+
+def choose_link_emulator(requested: Optional[str]) -> str:
+    """``tc`` where the kernel has netem and ifb, else ``userspace``; ``requested`` overrides."""
+    if requested not in (None, "tc", "userspace"):
+        raise KernelUnavailable(f"--link-emulator {requested}: valid are tc, userspace")
+    caps = topo.probe_qdiscs()
+    if requested == "tc" and not (caps.get("netem") and caps.get("ifb")):
+        lacking = [k for k in ("netem", "ifb") if not caps.get(k)]
+        raise KernelUnavailable(
+            f"--link-emulator tc: this kernel lacks {' and '.join(lacking)}; use --link-emulator userspace"
+        )
+    mode = requested or ("tc" if caps.get("netem") and caps.get("ifb") else "userspace")
+    if mode == "userspace" and find_linkemu() is None:
+        raise KernelUnavailable(
+            "the userspace link emulator is not built: run `make build` "
+            "(or cargo build --release -p cctestbed-linkemu), or set CCTESTBED_LINKEMU"
+        )
+    return mode
+
+
+def trial_problems(trial: Trial) -> list[str]:
+    """What in the trial the kernel backend cannot reproduce, one reason each."""
+    problems = []
+    available = topo.available_algorithms()
+    for i, g in enumerate(trial.flows):
+        name = kernel_cc(g.cc)
+        if not topo.load_algorithm(name):
+            problems.append(
+                f"flows[{i}].cc: {g.cc!r}: this kernel has no such congestion control; "
+                f"available are {', '.join(available) or 'none'}"
+            )
+        if g.params:
+            problems.append(f"flows[{i}].params: the kernel's algorithms take no per-flow parameters")
+        if g.extra_delay:
+            problems.append(f"flows[{i}].extra_delay: not supported by the kernel backend")
+        if g.pacing is False and name.startswith("bbr"):
+            problems.append(f"flows[{i}].pacing: false: the kernel's BBR always paces")
+        d = g.delayed_ack
+        if d.enabled and (d.timeout != 40_000_000 or d.segments_per_ack != 2 or d.quickacks != 16):
+            problems.append(
+                f"flows[{i}].delayed_ack: the kernel's delayed ACKs are fixed (40 ms, every 2 segments, "
+                "16 quick ACKs); only delayed_ack = false (quick ACKs) can be set"
+            )
+    link = trial.link
+    for name in ("shaper", "policer", "access_rate"):
+        if getattr(link, name) is not None:
+            problems.append(f"link.{name}: not supported by the kernel backend")
+    return problems
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+    ready: bool = False
+
+
+@dataclass
+class Run:
+    trial: Trial
+    names: topo.Names
+    workdir: Path
+    mode: str
+    capture: bool
+    procs: list[Proc] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def spawn(self, name: str, ns: str, argv: list[str], stdin: bool = False) -> Proc:
+        log = self.workdir / f"{name}.log"
+        fh = open(log, "w")
+        p = subprocess.Popen(
+            topo.nsexec(ns, *argv),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdin else fh,
+            stderr=fh,
+            text=True,
+            start_new_session=True,
+        )
+        fh.close()
+        proc = Proc(name, p, log)
+        self.procs.append(proc)
+        return proc
+
+    def py(self, name: str, ns: str, module: str, *args: str) -> Proc:
+        return self.spawn(name, ns, [sys.executable, "-m", f"cctestbed.kernel.{module}", *args], stdin=True)
+
+    def wait_ready(self, procs: list[Proc], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            assert p.popen.stdout is not None
+            while not p.ready:
+                if time.monotonic() > deadline:
+                    raise KernelRunError(f"{p.name} did not start in {timeout:.0f} s; see {p.log}")
+                line = p.popen.stdout.readline()
+                if line.strip() == "ready":
+                    p.ready = True
+                elif line == "" and p.popen.poll() is not None:
+                    raise KernelRunError(f"{p.name} exited ({p.popen.returncode}): {self.tail(p)}")
+
+    def tail(self, p: Proc) -> str:
+        try:
+            return p.log.read_text()[-2000:].strip()
+        except OSError:
+            return ""
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.popen.poll() is None:
+                try:
+                    p.popen.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+
+
+class _Terminated(BaseException):
+    pass
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def run_kernel_trial(
+    config: Union[str, Path, dict[str, Any], Trial],
+    seed: Optional[int] = None,
+    link_emulator: Optional[str] = None,
+    capture: Optional[bool] = None,
+    keep_workdir: bool = False,
+    status: Optional[Callable[[str], None]] = None,
+) -> "KernelTrialResult":
+    """Run one trial on the kernel; returns a TrialResult with ``backend == "kernel"``.
+
+    Raises :class:`KernelUnavailable` (not root, tools or features missing) and
+    :class:`TrialRefused` before creating anything, :class:`KernelRunError` if the run fails.
+    """
+    trial = load_trial(config)
+    if seed is not None:
+        trial = trial.with_seed(seed)
+    say = status or (lambda s: None)
+    check_host()
+    problems = trial_problems(trial)
+    if problems:
+        raise TrialRefused(problems)
+    mode = choose_link_emulator(link_emulator)
+    capture = bool(trial.capture) if capture is None else capture
+    if capture and shutil.which("tcpdump") is None:
+        raise KernelUnavailable("capture = true needs tcpdump: run `make kernel-deps` (apt-get install tcpdump)")
+
+    names = topo.Names(topo.new_id(), len(trial.flows))
+    workdir = Path(f"/tmp/cctestbed-{names.id}")
+    workdir.mkdir(mode=0o755)
+    reg = topo.register(names, workdir)
+    run = Run(trial, names, workdir, mode, capture)
+    limit_bytes, limit_pkts = trial.link.queue_limits()
+    bdp = trial.link.bdp_bytes()
+    mem = int(4 * (bdp + (limit_bytes or (limit_pkts or 0) * trial.mtu)))
+    topology = topo.Topology(
+        names,
+        trial.mtu,
+        mode,
+        [topo.HostSettings(initcwnd=g.initial_cwnd, quickack=not g.delayed_ack.enabled) for g in trial.flows],
+        tcp_mem_max=mem,
+    )
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    old_hup = signal.signal(signal.SIGHUP, _raise_terminated)
+    try:
+        say("building the namespaces")
+        topology.build()
+        run.info["bottleneck"] = topology.set_bottleneck(trial.link.capacity, limit_bytes, limit_pkts)
+        fwd, rev = trial.link.delays_ns
+        emu_stats = None
+        if mode == "userspace":
+            emu_stats = str(workdir / "linkemu.stats")
+            emu = run.spawn("linkemu", names.rtr, [
+                find_linkemu() or "cctestbed-linkemu", "--left", names.left, "--right", names.right,
+                "--delay-fwd-ns", str(fwd), "--delay-rev-ns", str(rev),
+                "--loss", json.dumps(trial.link.loss.to_core()), "--seed", str(trial.seed),
+                "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
+            ])
+            from .routerstats import emu_ready
+
+            deadline = time.monotonic() + 10
+            while not emu_ready(emu_stats):
+                if emu.popen.poll() is not None or time.monotonic() > deadline:
+                    raise KernelRunError(f"the link emulator did not start: {run.tail(emu)}")
+                time.sleep(0.01)
+        else:
+            run.info["tc_link"] = topology.set_tc_link(fwd, rev, _netem_loss(trial))
+        say("starting senders, sinks and samplers")
+        interval = trial.sample_interval
+        base = {"interval_ns": interval, "duration_ns": trial.duration}
+        procs = []
+        flow_ids = _flow_ids(trial)
+        for k, g in enumerate(trial.flows):
+            rw = {str(f): g.rwnd for f in flow_ids[k]} if g.rwnd else {}
+            sink_spec = {**base, "addr": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE, "rwnd": rw,
+                         "out": str(workdir / f"sink{k}.npz")}
+            procs.append(run.py(f"sink{k}", names.rcv(k), "traffic", "sink", _write(workdir / f"sink{k}.json", sink_spec)))
+        for k, g in enumerate(trial.flows):
+            flows = [{"flow": f, "cc": kernel_cc(g.cc), "start_ns": g.start + j * g.stagger, "size": g.size,
+                      "pacing": g.pacing} for j, f in enumerate(flow_ids[k])]
+            snd_spec = {**base, "src": names.ip("snd", k), "dst": names.ip("rcv", k), "port": PORT,
+                        "port_base": PORT_BASE, "flows": flows, "out": str(workdir / f"send{k}.npz")}
+            procs.append(run.py(f"send{k}", names.snd(k), "traffic", "send", _write(workdir / f"send{k}.json", snd_spec)))
+        rs_spec = {**base, "bottleneck_dev": names.right, "bottleneck_handle": run.info["bottleneck"]["handle"],
+                   "emu_stats": emu_stats, "out": str(workdir / "router.npz"),
+                   **({"loss_dev": run.info["tc_link"]["loss_dev"], "loss_handle": run.info["tc_link"]["loss_handle"]}
+                      if mode == "tc" else {})}
+        procs.append(run.py("router", names.rtr, "routerstats", _write(workdir / "router.json", rs_spec)))
+        if capture:
+            for k in range(len(trial.flows)):
+                for role, ns in (("snd", names.snd(k)), ("rcv", names.rcv(k))):
+                    run.spawn(f"tcpdump-{role}{k}", ns, ["tcpdump", "-i", names.host_if(k), "-n", "-s", "128",
+                                                          "-U", "-w", str(workdir / f"{role}{k}.pcap")])
+        run.wait_ready(procs)
+        if capture:
+            time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface
+        t0 = time.monotonic_ns() + 200_000_000
+        for p in procs:
+            assert p.popen.stdin is not None
+            p.popen.stdin.write(f"{t0}\n")
+            p.popen.stdin.close()
+        sched = _CapacitySchedule(topology, trial, t0)
+        sched.start()
+        say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
+        end = t0 + trial.duration
+        while time.monotonic_ns() < end + 3_000_000_000:
+            time.sleep(0.1)
+            dead = [p for p in run.procs if p.popen.poll() is not None and p.popen.returncode != 0]
+            if dead:
+                raise KernelRunError(f"{dead[0].name} failed ({dead[0].popen.returncode}): {run.tail(dead[0])}")
+            if time.monotonic_ns() > end and all(p.popen.poll() is not None for p in procs):
+                break
+        sched.stop()
+        unfinished = [p.name for p in procs if p.popen.poll() is None]
+        if unfinished:
+            raise KernelRunError(f"did not finish: {', '.join(unfinished)}")
+        run.stop_all()
+        say("collecting results")
+        result = _collect(run, topology)
+        return result
+    except _Terminated:
+        raise KeyboardInterrupt("terminated") from None
+    finally:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            run.stop_all()
+            topology.teardown()
+            if not keep_workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            reg.unlink(missing_ok=True)
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGHUP, old_hup)
+
+
+def _write(path: Path, spec: dict[str, Any]) -> str:
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def _flow_ids(trial: Trial) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in trial.flows]
+    for fid, (gi, _, _) in enumerate(trial.expanded()):
+        out[gi].append(fid)
+    return out
+
+
+def _netem_loss(trial: Trial) -> Optional[str]:
+    loss = trial.link.loss
+    if loss.model == "bernoulli":
+        return f"loss random {100 * (loss.p or 0):.6f}%"
+    if loss.model == "gilbert-elliott":
+        lg = 0.0 if loss.loss_good is None else loss.loss_good
+        lb = 1.0 if loss.loss_bad is None else loss.loss_bad
+        return (f"loss gemodel {100 * (loss.p or 0):.6f}% {100 * (loss.r or 0):.6f}% "
+                f"{100 * lb:.6f}% {100 * lg:.6f}%")
+    return None
+
+
+class _CapacitySchedule(threading.Thread):
+    """Changes the bottleneck rate at the trial's scheduled times."""
+
+    def __init__(self, topology: topo.Topology, trial: Trial, t0: int):
+        super().__init__(daemon=True)
+        self.topology, self.trial, self.t0 = topology, trial, t0
+        self.done = threading.Event()
+        self.error: Optional[str] = None
+
+    def run(self) -> None:
+        for c in sorted(self.trial.link.schedule, key=lambda c: c.at):
+            wait = (self.t0 + c.at - time.monotonic_ns()) / 1e9
+            if wait > 0 and self.done.wait(wait):
+                return
+            try:
+                self.topology.set_bottleneck(c.capacity, None, None, change=True)
+            except topo.TopologyError as e:
+                self.error = str(e)
+
+    def stop(self) -> None:
+        self.done.set()
+
+
+# --- results -------------------------------------------------------------------------------------
+
+
+@dataclass
+class KernelTrialResult(TrialResult):
+    """A TrialResult whose directory also keeps the kernel run's own files."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def save(self, directory: Union[str, Path], force: bool = False) -> Path:
+        from ..plot import save_figure
+
+        def write(tmp: Path) -> None:
+            (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
+            write_parquet(self.flows, tmp / "flows.parquet")
+            write_parquet(self.router, tmp / "router.parquet")
+            (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
+            save_figure(self.plot(), str(tmp / "trial.png"))
+            (tmp / "kernel.json").write_text(json.dumps(self.extra, indent=2, default=str) + "\n", encoding="utf-8")
+            for name, data in self.files.items():
+                (tmp / name).write_bytes(data)
+
+        return write_dir(Path(directory), write, force=force)
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def sim_schema(trial: Trial) -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
+    """The simulator's flows/router column types for this trial (from a two-sample run)."""
+    from .. import _core
+    from ..runner import flows_frame, router_frame
+
+    core = trial.to_core()
+    core["duration_ns"] = 2 * trial.sample_interval
+    core["link"]["schedule"] = []
+    for f in core["flows"]:
+        f["start_ns"] = 0
+    raw = _core.simulate(json.dumps(core))
+    return dict(flows_frame(raw, trial).schema), dict(router_frame(raw).schema)
+
+
+def _bbr_state(pacing_gain: float, cwnd_gain: float) -> str:
+    """BBRv1's mode from the gains it reports (tcp_bbr.c sets them per mode)."""
+    if cwnd_gain > 2.5:
+        return "STARTUP" if pacing_gain > 2.5 else "DRAIN"
+    if abs(cwnd_gain - 1.0) < 0.01:
+        return "PROBE_RTT"
+    return "PROBE_BW"
+
+
+CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
+
+
+def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict[str, np.ndarray]],
+                schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    dt = trial.sample_interval
+    n_ticks = trial.duration // dt
+    expanded = trial.expanded()
+    n_flows = len(expanded)
+    ticks = np.arange(1, n_ticks + 1)
+    nan = np.nan
+
+    def grid(src: list[dict[str, np.ndarray]], col: str, fill: float) -> np.ndarray:
+        out = np.full((n_flows, n_ticks), fill, dtype=float)
+        for d in src:
+            if len(d.get("tick", [])) == 0:
+                continue
+            t = d["tick"].astype(int) - 1
+            f = d["flow"].astype(int)
+            ok = (t >= 0) & (t < n_ticks)
+            out[f[ok], t[ok]] = d[col][ok].astype(float)
+        return out
+
+    def times(src: list[dict[str, np.ndarray]]) -> np.ndarray:
+        out = np.tile(ticks * dt, (n_flows, 1)).astype(float)
+        g = grid(src, "t_ns", nan)
+        return np.where(np.isnan(g), out, g)
+
+    def ffill(a: np.ndarray, first: float = 0.0) -> np.ndarray:
+        out = a.copy()
+        for i in range(out.shape[0]):
+            row = out[i]
+            last = first
+            for j in range(row.shape[0]):
+                if np.isnan(row[j]):
+                    row[j] = last
+                else:
+                    last = row[j]
+        return out
+
+    def rate(counter: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+        prev_c = np.concatenate([np.zeros((n_flows, 1)), counter[:, :-1]], axis=1)
+        prev_t = np.concatenate([np.zeros((n_flows, 1)), t_ns[:, :-1]], axis=1)
+        span = np.maximum(t_ns - prev_t, 1.0)
+        return (counter - prev_c) * 8e9 / span
+
+    recv = ffill(grid(sink, "bytes_received", nan))
+    t_sink = times(sink)
+    t_send = times(send)
+    g = {k: grid(send, k, nan) for k in ("snd_mss", "unacked", "sacked", "lost", "retrans", "rtt_us", "snd_cwnd",
+                                         "snd_ssthresh", "total_retrans", "pacing_rate", "min_rtt_us", "data_segs_out",
+                                         "bytes_sent", "total_rto", "ca_state", "bbr_bw", "bbr_min_rtt_us",
+                                         "bbr_pacing_gain", "bbr_cwnd_gain", "started", "done")}
+    sent_bytes = ffill(g["bytes_sent"])
+    mss = np.where(np.isnan(g["snd_mss"]), trial.mss, g["snd_mss"])
+    inflight = g["unacked"] - g["sacked"] - g["lost"] + g["retrans"]
+    ms = lambda us: np.where((us > 0) & (us < 0xFFFFFFFF), us / 1e3, nan)  # noqa: E731
+    paced = np.array([kernel_cc(gr.cc).startswith("bbr") or bool(gr.pacing) for _, gr, _ in expanded])[:, None]
+    pacing = np.where(paced & (g["pacing_rate"] > 0) & (g["pacing_rate"] < 2**63), g["pacing_rate"] * 8, nan)
+    rto = g["total_rto"]
+    cols: dict[str, Any] = {
+        "time_s": np.tile(ticks * dt / 1e9, (n_flows, 1)),
+        "flow": np.repeat(np.arange(n_flows), n_ticks).reshape(n_flows, n_ticks),
+        "goodput_bps": rate(recv, t_sink),
+        "delivered_bytes": recv,
+        "send_rate_bps": rate(sent_bytes, t_send),
+        "sent_bytes": sent_bytes,
+        "rtt_ms": ms(g["rtt_us"]),
+        "srtt_ms": ms(g["rtt_us"]),
+        "min_rtt_ms": ms(g["min_rtt_us"]),
+        "cwnd_pkts": np.nan_to_num(g["snd_cwnd"], nan=0.0),
+        "cwnd_bytes": np.nan_to_num(g["snd_cwnd"] * mss, nan=0.0),
+        "inflight_pkts": np.nan_to_num(inflight, nan=0.0),
+        "inflight_bytes": np.nan_to_num(inflight * mss, nan=0.0),
+        "pacing_rate_bps": pacing,
+        "sent_segs": ffill(g["data_segs_out"]),
+        "retrans_segs": ffill(g["total_retrans"]),
+        "lost_segs": None,
+        "rto_count": None if np.all(np.isnan(rto)) else ffill(rto),
+    }
+    # states
+    state = np.empty((n_flows, n_ticks), dtype=object)
+    ca = np.empty((n_flows, n_ticks), dtype=object)
+    for i, (_, gr, _) in enumerate(expanded):
+        bbr = kernel_cc(gr.cc).startswith("bbr")
+        for j in range(n_ticks):
+            c = g["ca_state"][i, j]
+            ca_label = CA_STATES[int(c)] if not np.isnan(c) and int(c) < len(CA_STATES) else "open"
+            ca[i, j] = ca_label
+            if np.isnan(g["started"][i, j]) or not g["started"][i, j] or (
+                g["done"][i, j] and g["unacked"][i, j] == 0
+            ):
+                state[i, j] = "idle"
+            elif bbr and not np.isnan(g["bbr_cwnd_gain"][i, j]):
+                state[i, j] = _bbr_state(g["bbr_pacing_gain"][i, j], g["bbr_cwnd_gain"][i, j])
+            elif ca_label in ("recovery", "loss"):
+                state[i, j] = ca_label
+            elif g["snd_cwnd"][i, j] < g["snd_ssthresh"][i, j]:
+                state[i, j] = "slow_start"
+            else:
+                state[i, j] = "cong_avoid"
+    cols["state"] = state
+    cols["ca_state"] = ca
+    cc_cols = {
+        "cc.btlbw_bps": g["bbr_bw"] * 8,
+        "cc.rtprop_ms": ms(g["bbr_min_rtt_us"]),
+        "cc.pacing_gain": g["bbr_pacing_gain"],
+        "cc.cwnd_gain": g["bbr_cwnd_gain"],
+    }
+    series = []
+    for name, dtype in schema.items():
+        if name == "backend":
+            series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
+            continue
+        if name in ("cc", "group"):
+            vals = [(gr.cc if name == "cc" else gr.label) for _, gr, _ in expanded]
+            series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
+            continue
+        v = cols.get(name, cc_cols.get(name))
+        if v is None:
+            series.append(pl.Series(name, [None] * (n_flows * n_ticks), dtype=dtype))
+            continue
+        flat = np.asarray(v).reshape(-1)
+        if flat.dtype == object:
+            series.append(pl.Series(name, flat.tolist(), dtype=dtype))
+        else:
+            s = pl.Series(name, flat.astype(float))
+            if dtype.is_integer():
+                s = s.fill_nan(None).cast(dtype, strict=False)
+            else:
+                s = s.cast(dtype)
+            series.append(s)
+    # rows ordered by time then flow, as the simulator writes them
+    df = pl.DataFrame(series)
+    return df.sort(["time_s", "flow"], maintain_order=True)
+
+
+def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    dt = trial.sample_interval
+    n_ticks = trial.duration // dt
+    tick = r["tick"].astype(int)
+    base = {k: (v[tick == 0][0] if np.any(tick == 0) else 0) for k, v in r.items()}
+    keep = (tick >= 1) & (tick <= n_ticks)
+    col = {k: v[keep].astype(float) for k, v in r.items()}
+    n = int(keep.sum())
+
+    def counter(k: str) -> np.ndarray:
+        return col[k] - float(base[k])
+
+    eth = topo.ETH_HEADER
+    steps = trial.capacity_schedule()
+    t_s = col["tick"] * dt / 1e9
+    cap = np.array([[bps for start, bps in steps if start <= t + 1e-12][-1] for t in t_s], dtype=float)
+    if mode == "userspace":
+        arrivals, arrival_bytes = counter("emu_fwd_arrival_pkts"), counter("emu_fwd_arrival_bytes")
+        drops_random = counter("emu_fwd_loss_pkts")
+    else:
+        drops_random = counter("loss_q_drops")
+        arrivals = counter("loss_q_packets") + drops_random
+        arrival_bytes = None
+    cols: dict[str, Any] = {
+        "time_s": t_s,
+        "queue_bytes": col["q_backlog"] - eth * col["q_qlen"],
+        "queue_pkts": col["q_qlen"],
+        "capacity_bps": cap,
+        "arrivals_pkts": arrivals,
+        "arrival_bytes": arrival_bytes,
+        "departures_pkts": counter("q_packets"),
+        "departed_bytes": counter("q_bytes") - eth * counter("q_packets"),
+        "departed_payload_bytes": None,
+        "drops_overflow": counter("q_drops"),
+        "drops_random": drops_random,
+        "drops_policer": np.zeros(n),
+    }
+    series = []
+    for name, dtype in schema.items():
+        if name == "backend":
+            series.append(pl.Series(name, [BACKEND] * n, dtype=dtype))
+            continue
+        v = cols.get(name)
+        if v is None:
+            series.append(pl.Series(name, [None] * n, dtype=dtype))
+            continue
+        s = pl.Series(name, np.asarray(v, dtype=float))
+        series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
+    return pl.DataFrame(series)
+
+
+def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
+    trial, wd = run.trial, run.workdir
+    k = len(trial.flows)
+    send = [_npz(wd / f"send{i}.npz") for i in range(k)]
+    sink = [_npz(wd / f"sink{i}.npz") for i in range(k)]
+    router = _npz(wd / "router.npz")
+    fschema, rschema = sim_schema(trial)
+    flows = build_flows(trial, send, sink, fschema)
+    rframe = build_router(trial, router, run.mode, rschema)
+    summary = summarize(flows, rframe, TrialInfo.from_trial(trial, backend=BACKEND))
+    extra: dict[str, Any] = {
+        "backend": BACKEND,
+        "kernel": os.uname().release,
+        "link_emulator": run.mode,
+        "available_congestion_control": topo.available_algorithms(),
+        "trial_id": run.names.id,
+        "conversion": {
+            "capacity_bps": trial.link.capacity,
+            "tc_rate_bps": run.info["bottleneck"]["rate_tc_bps"],
+            "note": "tc counts Ethernet frames: rate_tc = capacity x (mtu + 14) / mtu; "
+                    "bfifo limit = queue limit x (mtu + 14) / mtu",
+        },
+        "bottleneck": run.info.get("bottleneck"),
+        "senders": {},
+    }
+    for i in range(k):
+        p = wd / f"send{i}.npz.json"
+        if p.exists():
+            extra["senders"][str(i)] = json.loads(p.read_text())
+    files: dict[str, bytes] = {}
+    emu = wd / "linkemu.json"
+    if emu.exists():
+        extra["linkemu"] = json.loads(emu.read_text())
+    for pcap in sorted(wd.glob("*.pcap")):
+        files[pcap.name] = pcap.read_bytes()
+    errors = {i: e for i, s in extra["senders"].items() for e in [s.get("errors")] if e}
+    if errors:
+        raise KernelRunError(f"flows failed: {errors}")
+    return KernelTrialResult(trial, flows, rframe, summary, None, BACKEND, extra=extra, files=files)

@@ -1,0 +1,212 @@
+"""The router sampler: qdisc statistics over netlink and the link emulator's counters.
+
+Run inside the router namespace (``python -m cctestbed.kernel.routerstats SPEC``). Every
+``interval`` it dumps the namespace's qdiscs with one ``RTM_GETQDISC`` request on a raw
+netlink socket (no tool is spawned, so sampling costs well under a millisecond) and keeps
+the bottleneck queue's backlog, packets sent, and drops; with the userspace emulator it also
+reads the emulator's counters from its memory-mapped stats file. Samples are written as
+``.npz`` arrays at the end, like the traffic programs.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import socket
+import struct
+import sys
+from typing import Any, Optional
+
+from .traffic import Stop, _on_signal, _save, _sleep_until, mono_ns, wait_t0
+
+RTM_NEWQDISC = 36
+RTM_GETQDISC = 38
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NLMSG_DONE = 3
+NLMSG_ERROR = 2
+TCA_KIND = 1
+TCA_STATS = 3
+TCA_STATS2 = 7
+TCA_STATS_BASIC = 1
+TCA_STATS_QUEUE = 3
+
+#: Slots of the emulator's stats file (crates/cctestbed-linkemu, enum Slot).
+EMU_SLOTS = (
+    "magic",
+    "fwd_rx_pkts",
+    "fwd_rx_bytes",
+    "fwd_arrival_pkts",
+    "fwd_arrival_bytes",
+    "fwd_loss_pkts",
+    "fwd_loss_bytes",
+    "fwd_tx_pkts",
+    "fwd_tx_refused",
+    "rev_rx_pkts",
+    "rev_rx_bytes",
+    "rev_tx_pkts",
+    "rev_tx_refused",
+    "sock_drops",
+    "queued",
+    "late_max_ns",
+    "updated_ns",
+    "late_over_1ms",
+)
+EMU_MAGIC = 0x6363_7465_6D75_0001
+
+
+def _attrs(data: bytes, off: int, end: int) -> dict[int, bytes]:
+    out = {}
+    while off + 4 <= end:
+        length, kind = struct.unpack_from("HH", data, off)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = data[off + 4 : off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+class QdiscReader:
+    """Dumps qdisc statistics of the current network namespace."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.seq = 0
+
+    def dump(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """{(ifindex, handle): {kind, bytes, packets, drops, qlen, backlog, overlimits}}."""
+        self.seq += 1
+        tcmsg = struct.pack("BxxxiIII", socket.AF_UNSPEC, 0, 0, 0, 0)
+        hdr = struct.pack("IHHII", 16 + len(tcmsg), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
+        self.sock.send(hdr + tcmsg)
+        out: dict[tuple[int, int], dict[str, Any]] = {}
+        while True:
+            data = self.sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind, flags, seq, pid = struct.unpack_from("IHHII", data, off)
+                if length < 16:
+                    return out
+                if kind == NLMSG_DONE:
+                    return out
+                if kind == NLMSG_ERROR:
+                    (code,) = struct.unpack_from("i", data, off + 16)
+                    if code != 0:
+                        raise OSError(-code, os.strerror(-code))
+                    return out
+                if kind == RTM_NEWQDISC and seq == self.seq:
+                    _, ifindex, handle, parent, _ = struct.unpack_from("BxxxiIII", data, off + 16)
+                    a = _attrs(data, off + 36, off + length)
+                    q: dict[str, Any] = {"kind": a.get(TCA_KIND, b"").rstrip(b"\0").decode(), "parent": parent}
+                    if TCA_STATS2 in a:
+                        s2 = _attrs(a[TCA_STATS2], 0, len(a[TCA_STATS2]))
+                        if TCA_STATS_BASIC in s2:
+                            q["bytes"], q["packets"] = struct.unpack_from("QI", s2[TCA_STATS_BASIC], 0)
+                        if TCA_STATS_QUEUE in s2:
+                            q["qlen"], q["backlog"], q["drops"], q["requeues"], q["overlimits"] = struct.unpack_from(
+                                "5I", s2[TCA_STATS_QUEUE], 0
+                            )
+                    elif TCA_STATS in a:
+                        b, p, d, o, _, _, ql, bl = struct.unpack_from("QIIIIIII", a[TCA_STATS], 0)
+                        q.update(bytes=b, packets=p, drops=d, overlimits=o, qlen=ql, backlog=bl)
+                    out[(ifindex, handle)] = q
+                off += (length + 3) & ~3
+
+
+class EmuStats:
+    """The emulator's counters, read from its memory-mapped stats file."""
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.map = mmap.mmap(fd, len(EMU_SLOTS) * 8, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def read(self) -> dict[str, int]:
+        vals = struct.unpack_from(f"<{len(EMU_SLOTS)}Q", self.map, 0)
+        return dict(zip(EMU_SLOTS, vals))
+
+
+def emu_ready(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and struct.unpack("<Q", head)[0] == EMU_MAGIC
+
+
+def run(spec: dict[str, Any]) -> int:
+    interval: int = spec["interval_ns"]
+    reader = QdiscReader()
+    key = (socket.if_nametoindex(spec["bottleneck_dev"]), int(spec["bottleneck_handle"]))
+    loss_key: Optional[tuple[int, int]] = None
+    if spec.get("loss_dev"):
+        loss_key = (socket.if_nametoindex(spec["loss_dev"]), int(spec["loss_handle"]))
+    emu = EmuStats(spec["emu_stats"]) if spec.get("emu_stats") else None
+    names = ["tick", "t_ns", "q_bytes", "q_packets", "q_drops", "q_qlen", "q_backlog", "loss_q_drops",
+             "loss_q_packets"]
+    names += [f"emu_{k}" for k in EMU_SLOTS[1:]]
+    cols: dict[str, list[Any]] = {k: [] for k in names}
+    wait_t0(spec)
+    t0: int = spec["t0_ns"]
+    end: int = t0 + spec["duration_ns"]
+
+    def sample(tick: int) -> None:
+        now = mono_ns()
+        qs = reader.dump()
+        e = emu.read() if emu else None
+        if key not in qs:
+            raise RuntimeError(f"no qdisc {key[1] >> 16:x}: on {spec['bottleneck_dev']}: found {sorted(qs)}")
+        q = qs[key]
+        lq = qs.get(loss_key, {}) if loss_key else {}
+        cols["tick"].append(tick)
+        cols["t_ns"].append(now - t0)
+        cols["q_bytes"].append(q.get("bytes", -1))
+        cols["q_packets"].append(q.get("packets", -1))
+        cols["q_drops"].append(q.get("drops", -1))
+        cols["q_qlen"].append(q.get("qlen", -1))
+        cols["q_backlog"].append(q.get("backlog", -1))
+        cols["loss_q_drops"].append(lq.get("drops", -1))
+        cols["loss_q_packets"].append(lq.get("packets", -1))
+        for k in EMU_SLOTS[1:]:
+            cols[f"emu_{k}"].append(e[k] if e else -1)
+
+    tick = 1
+    try:
+        _sleep_until(t0)
+        sample(0)
+        while True:
+            next_tick = t0 + tick * interval
+            _sleep_until(next_tick)
+            sample(tick)
+            tick += 1
+            if next_tick >= end:
+                break
+    except Stop:
+        pass
+    finally:
+        _save(spec["out"], cols)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m cctestbed.kernel.routerstats SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as fh:
+        spec = json.load(fh)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return run(spec)
+    except Stop:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,412 @@
+"""The dumbbell in network namespaces, its bottleneck, its registry and its cleanup.
+
+::
+
+    snd0 ─┐                                         ┌─ rcv0
+    snd1 ─┤── swl (bridge) ── rtr ── swr (bridge) ──┤── rcv1
+    ...  ─┘          left ─┘    └─ right          └─ ...
+
+One sender host and one receiver host per flow group, each a namespace; a switch namespace
+(a Linux bridge) on each side; the router namespace in the middle. Every namespace is named
+``cct-<id>-<role>`` from a 6-hex-digit trial id, every interface carries the id too, and the
+hosts share one private /24 derived from the id (senders .1.., receivers .129..), so trials
+run side by side without meeting. Nothing is routed out of these namespaces: they have no
+link to the root namespace at all. IPv6 is off (no stray neighbour discovery), neighbours
+are static (no ARP at flow start), and TSO, GSO, GRO and checksum offloads are off on every
+veth so that every frame is one MTU-sized packet with a real checksum.
+
+The router joins ``left`` and ``right`` in one of two ways:
+
+- ``userspace``: the project's link emulator (``cctestbed-linkemu``) bridges the two
+  interfaces itself and applies delay and random loss (the kernel here has no netem);
+- ``tc``: a Linux bridge joins them; ``netem`` on ``left``'s egress delays the ACK path, and
+  ``left``'s ingress is redirected through an ``ifb`` device whose ``netem`` adds the forward
+  delay and the random loss.
+
+Either way the bottleneck is ``right``'s egress: ``htb`` (one class) with a ``bfifo`` leaf.
+
+Units: capacity in a trial is the IP-level rate (a 1500-byte packet takes 1500 x 8 /
+capacity seconds) and queue limits are IP bytes, as in the simulator. ``htb`` and ``bfifo``
+count whole Ethernet frames (IP length + 14 bytes of header), so both are set in frame
+bytes: ``rate_tc = capacity x (mtu + 14) / mtu`` and ``limit_tc = limit x (mtu + 14) /
+mtu``. Full-size packets then leave at exactly the simulator's rate and the queue holds the
+same number of them; smaller frames (the sender's pure ACKs, SYN, FIN) are charged 14 bytes
+more than in the simulator, which at bulk-transfer rates is negligible.
+
+The registry (``/run/cctestbed/<id>.json``, written *before* anything is created) names the
+owning process and everything the trial made; :func:`cleanup` removes whatever belongs to
+an owner that is no longer alive (or everything, with ``everything=True``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+PREFIX = "cct-"
+REGISTRY = Path(os.environ.get("CCTESTBED_RUN_DIR", "/run/cctestbed"))
+ETH_HEADER = 14
+
+
+class TopologyError(RuntimeError):
+    """A command that builds the topology failed."""
+
+
+def sh(args: Sequence[str], check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Runs a command, raising TopologyError with its stderr if it fails (and check)."""
+    p = subprocess.run(list(args), input=input, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise TopologyError(f"{' '.join(args)}: {(p.stderr or p.stdout).strip()}")
+    return p
+
+
+def nsexec(ns: str, *args: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *args]
+
+
+def tc_rate(capacity_bps: int, mtu: int) -> int:
+    """htb rate in bit/s of Ethernet frames for an IP-level capacity (see the module doc)."""
+    return round(capacity_bps * (mtu + ETH_HEADER) / mtu)
+
+
+def tc_limit(limit_bytes: int, mtu: int) -> int:
+    """bfifo limit in frame bytes holding as many full-size packets as ``limit_bytes`` of IP."""
+    return limit_bytes * (mtu + ETH_HEADER) // mtu
+
+
+@dataclass
+class Names:
+    """Every name and address of one trial, derived from its id."""
+
+    id: str
+    groups: int
+
+    @property
+    def subnet(self) -> tuple[int, int]:
+        h = int(hashlib.sha256(self.id.encode()).hexdigest(), 16)
+        return 100 + h % 100, (h >> 8) % 256
+
+    def ns(self, role: str) -> str:
+        return f"{PREFIX}{self.id}-{role}"
+
+    def snd(self, k: int) -> str:
+        return self.ns(f"snd{k}")
+
+    def rcv(self, k: int) -> str:
+        return self.ns(f"rcv{k}")
+
+    @property
+    def rtr(self) -> str:
+        return self.ns("rtr")
+
+    @property
+    def swl(self) -> str:
+        return self.ns("swl")
+
+    @property
+    def swr(self) -> str:
+        return self.ns("swr")
+
+    def all_ns(self) -> list[str]:
+        return [*(self.snd(k) for k in range(self.groups)), self.swl, self.rtr, self.swr,
+                *(self.rcv(k) for k in range(self.groups))]
+
+    def ip(self, role: str, k: int) -> str:
+        a, b = self.subnet
+        return f"10.{a}.{b}.{(1 if role == 'snd' else 129) + k}"
+
+    def dev(self, tag: str) -> str:
+        name = f"{tag}-{self.id}"
+        assert len(name) <= 15, name
+        return name
+
+    # interfaces
+    def host_if(self, k: int) -> str:  # in snd k and in rcv k
+        return self.dev(f"h{k}")
+
+    def swl_port(self, k: int) -> str:
+        return self.dev(f"p{k}")
+
+    def swr_port(self, k: int) -> str:
+        return self.dev(f"q{k}")
+
+    @property
+    def left(self) -> str:
+        return self.dev("l")
+
+    @property
+    def right(self) -> str:
+        return self.dev("r")
+
+    @property
+    def uplink(self) -> str:  # in each switch
+        return self.dev("u")
+
+    @property
+    def bridge(self) -> str:  # in each switch, and in the router with tc
+        return self.dev("br")
+
+    @property
+    def ifb(self) -> str:
+        return self.dev("ifb")
+
+
+def new_id() -> str:
+    return os.urandom(3).hex()
+
+
+# --- registry and cleanup ---------------------------------------------------------------------
+
+
+def _proc_start(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def register(names: Names, workdir: Path) -> Path:
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    path = REGISTRY / f"{names.id}.json"
+    pid = os.getpid()
+    path.write_text(json.dumps({"id": names.id, "pid": pid, "start": _proc_start(pid),
+                                "namespaces": names.all_ns(), "workdir": str(workdir)}))
+    return path
+
+
+def _owner_alive(entry: dict[str, Any]) -> bool:
+    pid = entry.get("pid")
+    return isinstance(pid, int) and _proc_start(pid) is not None and _proc_start(pid) == entry.get("start")
+
+
+def list_netns() -> list[str]:
+    p = sh(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+
+
+def ns_pids(ns: str) -> list[int]:
+    p = sh(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in p.stdout.split() if x.isdigit()]
+
+
+def destroy_namespaces(namespaces: Sequence[str]) -> list[str]:
+    """Kills every process in the namespaces, then deletes them. Returns what was removed."""
+    present = set(list_netns())
+    targets = [ns for ns in namespaces if ns in present]
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
+        pids = {pid for ns in targets for pid in ns_pids(ns)}
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            pids = {pid for pid in pids if _proc_start(pid) is not None}
+            time.sleep(0.02)
+        if not pids:
+            break
+    for ns in targets:
+        sh(["ip", "netns", "del", ns], check=False)
+    return targets
+
+
+def cleanup(everything: bool = False) -> dict[str, list[str]]:
+    """Removes leftovers of trials whose owner is gone (all trials with ``everything``).
+
+    Namespaces named ``cct-*`` that no live registry entry claims are leftovers too.
+    Returns {"trials": ids, "namespaces": names removed}.
+    """
+    removed_ids: list[str] = []
+    removed_ns: list[str] = []
+    claimed: set[str] = set()
+    if REGISTRY.is_dir():
+        for path in sorted(REGISTRY.glob("*.json")):
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)
+                continue
+            if not everything and _owner_alive(entry):
+                claimed.update(entry.get("namespaces", []))
+                continue
+            removed_ns += destroy_namespaces(entry.get("namespaces", []))
+            wd = entry.get("workdir")
+            if wd and Path(wd).name.startswith("cctestbed-"):
+                shutil.rmtree(wd, ignore_errors=True)
+            path.unlink(missing_ok=True)
+            removed_ids.append(str(entry.get("id")))
+    orphans = [ns for ns in list_netns() if ns.startswith(PREFIX) and ns not in claimed]
+    removed_ns += destroy_namespaces(orphans)
+    return {"trials": removed_ids, "namespaces": sorted(set(removed_ns))}
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+@dataclass
+class HostSettings:
+    """Per flow group: the sender route's initial cwnd, the receiver's quick ACKs."""
+
+    initcwnd: int = 10
+    quickack: bool = False
+
+
+@dataclass
+class Topology:
+    names: Names
+    mtu: int
+    link_emulator: str  # "userspace" or "tc"
+    hosts: list[HostSettings]
+    tcp_mem_max: int = 6 << 20
+    made: list[str] = field(default_factory=list)
+
+    def build(self) -> None:
+        n = self.names
+        for ns in n.all_ns():
+            sh(["ip", "netns", "add", ns])
+            self.made.append(ns)
+            sh(["ip", "-n", ns, "link", "set", "dev", "lo", "up"])
+            sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+            if "-snd" in ns or "-rcv" in ns:
+                m = self.tcp_mem_max
+                sysctls += [f"net.ipv4.tcp_rmem=4096 131072 {max(m, 6 << 20)}",
+                            f"net.ipv4.tcp_wmem=4096 16384 {max(m, 4 << 20)}",
+                            "net.ipv4.tcp_no_metrics_save=1"]
+            sh(nsexec(ns, "sysctl", "-q", "-w", *sysctls))
+        veths: list[tuple[str, str]] = []  # (ns, dev) of every veth end
+
+        def veth(ns_a: str, a: str, ns_b: str, b: str) -> None:
+            sh(["ip", "-n", ns_a, "link", "add", "name", a, "mtu", str(self.mtu), "type", "veth",
+                "peer", "name", b, "mtu", str(self.mtu), "netns", ns_b])
+            veths.extend([(ns_a, a), (ns_b, b)])
+
+        for k in range(n.groups):
+            veth(n.snd(k), n.host_if(k), n.swl, n.swl_port(k))
+            veth(n.swr, n.swr_port(k), n.rcv(k), n.host_if(k))
+        veth(n.swl, n.uplink, n.rtr, n.left)
+        veth(n.rtr, n.right, n.swr, n.uplink)
+        for sw, ports in ((n.swl, [n.swl_port(k) for k in range(n.groups)]),
+                          (n.swr, [n.swr_port(k) for k in range(n.groups)])):
+            sh(["ip", "-n", sw, "link", "add", "name", n.bridge, "type", "bridge", "stp_state", "0",
+                "forward_delay", "0", "mcast_snooping", "0"])
+            for dev in [*ports, n.uplink]:
+                sh(["ip", "-n", sw, "link", "set", "dev", dev, "master", n.bridge])
+            sh(["ip", "-n", sw, "link", "set", "dev", n.bridge, "up"])
+        for ns, dev in veths:
+            sh(nsexec(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off", "rx", "off"))
+            sh(["ip", "-n", ns, "link", "set", "dev", dev, "up"])
+        macs = {}
+        for k in range(n.groups):
+            for role, ns in (("snd", n.snd(k)), ("rcv", n.rcv(k))):
+                sh(["ip", "-n", ns, "addr", "add", f"{n.ip(role, k)}/24", "dev", n.host_if(k)])
+                out = sh(["ip", "-n", ns, "-j", "link", "show", "dev", n.host_if(k)]).stdout
+                macs[(role, k)] = json.loads(out)[0]["address"]
+        for k in range(n.groups):
+            s, r = n.snd(k), n.rcv(k)
+            sh(["ip", "-n", s, "neigh", "replace", n.ip("rcv", k), "lladdr", macs[("rcv", k)], "dev",
+                n.host_if(k), "nud", "permanent"])
+            sh(["ip", "-n", r, "neigh", "replace", n.ip("snd", k), "lladdr", macs[("snd", k)], "dev",
+                n.host_if(k), "nud", "permanent"])
+            h = self.hosts[k]
+            sh(["ip", "-n", s, "route", "add", f"{n.ip('rcv', k)}/32", "dev", n.host_if(k), "initcwnd",
+                str(h.initcwnd)])
+            route = ["ip", "-n", r, "route", "add", f"{n.ip('snd', k)}/32", "dev", n.host_if(k)]
+            sh(route + (["quickack", "1"] if h.quickack else []))
+
+    def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
+                       change: bool = False) -> dict[str, Any]:
+        """htb + bfifo (or pfifo for a packet limit) on the router's egress to the receivers."""
+        n = self.names
+        frame = self.mtu + ETH_HEADER
+        rate = tc_rate(capacity_bps, self.mtu)
+        # A small bucket, as on the thesis testbed: two frames, or 100 us at the rate if larger.
+        burst = max(2 * frame, rate // 8 // 10_000)
+        cls = ["rate", f"{rate}bit", "ceil", f"{rate}bit", "burst", str(burst), "cburst", str(burst),
+               "quantum", str(frame)]
+        if change:
+            sh(nsexec(n.rtr, "tc", "class", "change", "dev", n.right, "parent", "1:", "classid", "1:1", "htb", *cls))
+            return {"rate_tc_bps": rate}
+        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", n.right, "root", "handle", "1:", "htb", "default", "1"))
+        sh(nsexec(n.rtr, "tc", "class", "add", "dev", n.right, "parent", "1:", "classid", "1:1", "htb", *cls))
+        if limit_bytes is not None:
+            leaf = ["bfifo", "limit", str(tc_limit(limit_bytes, self.mtu))]
+        else:
+            leaf = ["pfifo", "limit", str(limit_packets)]
+        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", n.right, "parent", "1:1", "handle", "10:", *leaf))
+        return {"rate_tc_bps": rate, "burst_bytes": burst, "leaf": " ".join(leaf), "handle": 0x00100000}  # "10:" (tc handles are hex)
+
+    def set_tc_link(self, delay_fwd_ns: int, delay_rev_ns: int, loss: Optional[str]) -> dict[str, Any]:
+        """tc mode: bridge the router's interfaces and add netem delays and loss."""
+        n = self.names
+        r = n.rtr
+        sh(["ip", "-n", r, "link", "add", "name", n.bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"])
+        for dev in (n.left, n.right):
+            sh(["ip", "-n", r, "link", "set", "dev", dev, "master", n.bridge])
+        sh(["ip", "-n", r, "link", "set", "dev", n.bridge, "up"])
+        sh(["ip", "-n", r, "link", "add", "name", n.ifb, "type", "ifb"])
+        sh(["ip", "-n", r, "link", "set", "dev", n.ifb, "up"])
+        limit = "1000000"
+        sh(nsexec(r, "tc", "qdisc", "add", "dev", n.left, "root", "handle", "1:", "netem", "limit", limit,
+                  "delay", f"{delay_rev_ns / 1e3:.3f}us"))
+        fwd = ["netem", "limit", limit, "delay", f"{delay_fwd_ns / 1e3:.3f}us"] + (loss.split() if loss else [])
+        sh(nsexec(r, "tc", "qdisc", "add", "dev", n.ifb, "root", "handle", "1:", *fwd))
+        sh(nsexec(r, "tc", "qdisc", "add", "dev", n.left, "handle", "ffff:", "ingress"))
+        sh(nsexec(r, "tc", "filter", "add", "dev", n.left, "parent", "ffff:", "protocol", "all", "u32", "match",
+                  "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", n.ifb))
+        return {"loss_dev": n.ifb, "loss_handle": 0x00010000}
+
+    def teardown(self) -> list[str]:
+        return destroy_namespaces(self.made)
+
+
+# --- what the kernel offers ---------------------------------------------------------------------
+
+
+def available_algorithms() -> list[str]:
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return []
+
+
+def load_algorithm(name: str) -> bool:
+    """Tries to load tcp_<name> (modprobe, if present); True if it is available afterwards."""
+    if name in available_algorithms():
+        return True
+    if shutil.which("modprobe"):
+        sh(["modprobe", "-q", f"tcp_{name}"], check=False)
+    return name in available_algorithms()
+
+
+_probe_cache: dict[str, bool] = {}
+
+
+def probe_qdiscs() -> dict[str, bool]:
+    """Which of netem and ifb this kernel has, tried in a throw-away namespace."""
+    if _probe_cache:
+        return dict(_probe_cache)
+    ns = f"{PREFIX}{new_id()}-probe"
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    reg = REGISTRY / f"probe-{ns}.json"
+    reg.write_text(json.dumps({"id": ns, "pid": os.getpid(), "start": _proc_start(os.getpid()), "namespaces": [ns]}))
+    try:
+        sh(["ip", "netns", "add", ns])
+        sh(["ip", "-n", ns, "link", "add", "name", "p0", "type", "veth", "peer", "name", "p1"])
+        _probe_cache["netem"] = sh(nsexec(ns, "tc", "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"),
+                                   check=False).returncode == 0
+        _probe_cache["ifb"] = sh(["ip", "-n", ns, "link", "add", "name", "i0", "type", "ifb"],
+                                 check=False).returncode == 0
+    finally:
+        destroy_namespaces([ns])
+        reg.unlink(missing_ok=True)
+    return dict(_probe_cache)

@@ -1,0 +1,366 @@
+"""The multi-flow sender and sink, run inside a host namespace (``ip netns exec``).
+
+Why Python: the data path is the kernel's (one large ``send``/``recv`` per wake-up keeps the
+interpreter far below a millisecond per 10 ms tick at the rates the testbed runs), and the
+telemetry is ``getsockopt`` calls; one single-threaded ``epoll`` loop per host both pumps the
+sockets and samples them, so there is no lock and no thread to schedule. Both programs read a
+JSON spec, print ``ready`` once listening (sink) or set up (sender), read the start time ``t0``
+(CLOCK_MONOTONIC ns, shared by every namespace) from standard input, start their clock there, and write their samples as
+``.npz`` arrays when done.
+
+Sender (``python -m cctestbed.kernel.traffic send SPEC``): one socket per flow, bound to
+source port ``port_base + flow`` so the sink and packet captures can tell flows apart; per
+socket ``TCP_CONGESTION``, optional ``SO_MAX_PACING_RATE`` (which turns on the kernel's own
+pacing for algorithms that do not ask for it), staggered connects, bulk or fixed-size
+transfers. Every ``interval`` it reads ``TCP_INFO`` and, for BBR, ``TCP_CC_INFO``.
+
+Sink (``... sink SPEC``): accepts every flow, reads and discards, and every ``interval`` reads
+each connection's ``tcpi_bytes_received`` (payload delivered in order by the receiving TCP)
+and the bytes the application has read. ``rwnd`` sets ``SO_RCVBUF`` (twice the window, as the
+kernel halves it for overhead) and ``TCP_WINDOW_CLAMP`` (the advertised-window cap itself).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any, Optional
+
+TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
+TCP_INFO = getattr(socket, "TCP_INFO", 11)
+TCP_CC_INFO = 26
+TCP_WINDOW_CLAMP = getattr(socket, "TCP_WINDOW_CLAMP", 10)
+SO_MAX_PACING_RATE = 47
+TCP_INFO_LEN = 280
+
+#: tcp_info fields read (byte offset, struct format), see linux/tcp.h.
+INFO_FIELDS: dict[str, tuple[int, str]] = {
+    "state": (0, "B"),
+    "ca_state": (1, "B"),
+    "snd_mss": (16, "I"),
+    "unacked": (24, "I"),
+    "sacked": (28, "I"),
+    "lost": (32, "I"),
+    "retrans": (36, "I"),
+    "rtt_us": (68, "I"),
+    "rttvar_us": (72, "I"),
+    "snd_ssthresh": (76, "I"),
+    "snd_cwnd": (80, "I"),
+    "total_retrans": (100, "I"),
+    "pacing_rate": (104, "Q"),
+    "bytes_acked": (120, "Q"),
+    "bytes_received": (128, "Q"),
+    "min_rtt_us": (148, "I"),
+    "data_segs_out": (156, "I"),
+    "delivery_rate": (160, "Q"),
+    "delivered": (192, "I"),
+    "bytes_sent": (200, "Q"),
+    "bytes_retrans": (208, "Q"),
+    "total_rto": (240, "H"),
+}
+
+
+def parse_tcp_info(raw: bytes) -> dict[str, float]:
+    """The fields of INFO_FIELDS present in ``raw`` (older kernels return shorter structs)."""
+    out: dict[str, float] = {}
+    for name, (off, fmt) in INFO_FIELDS.items():
+        if off + struct.calcsize(fmt) <= len(raw):
+            out[name] = struct.unpack_from(fmt, raw, off)[0]
+        else:
+            out[name] = float("nan")
+    return out
+
+
+def parse_bbr_info(raw: bytes) -> Optional[dict[str, float]]:
+    """struct tcp_bbr_info: bw (bytes/s), min_rtt (us), pacing and cwnd gains (<< 8)."""
+    if len(raw) < 20:
+        return None
+    lo, hi, min_rtt, pg, cg = struct.unpack_from("5I", raw, 0)
+    return {"bw": float(lo | (hi << 32)), "min_rtt_us": float(min_rtt), "pacing_gain": pg / 256, "cwnd_gain": cg / 256}
+
+
+def mono_ns() -> int:
+    return time.monotonic_ns()
+
+
+class Stop(Exception):
+    pass
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise Stop()
+
+
+def _sleep_until(t_ns: int) -> None:
+    while True:
+        d = t_ns - mono_ns()
+        if d <= 0:
+            return
+        time.sleep(min(d / 1e9, 0.05))
+
+
+def wait_t0(spec: dict[str, Any]) -> None:
+    """Prints ``ready`` and reads the start time (CLOCK_MONOTONIC ns) from standard input."""
+    print("ready", flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        raise Stop()
+    spec["t0_ns"] = int(line)
+
+
+def _save(path: str, cols: dict[str, list[Any]]) -> None:
+    import numpy as np
+
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **{k: np.asarray(v) for k, v in cols.items()})
+    os.replace(tmp, path)
+
+
+# --- sender -----------------------------------------------------------------------------------
+
+
+class Flow:
+    def __init__(self, spec: dict[str, Any], t0: int):
+        self.id: int = spec["flow"]
+        self.cc: str = spec["cc"]
+        self.start_ns: int = t0 + spec["start_ns"]
+        self.size: Optional[int] = spec.get("size")
+        self.pacing: Optional[bool] = spec.get("pacing")
+        self.sock: Optional[socket.socket] = None
+        self.connected = False
+        self.sent = 0
+        self.done_sending = False
+        self.error: Optional[str] = None
+
+
+def run_sender(spec: dict[str, Any]) -> int:
+    wait_t0(spec)
+    t0: int = spec["t0_ns"]
+    interval: int = spec["interval_ns"]
+    end: int = t0 + spec["duration_ns"]
+    dst = (spec["dst"], spec["port"])
+    flows = [Flow(f, t0) for f in spec["flows"]]
+    chunk = memoryview(b"\0" * spec.get("chunk", 1 << 18))
+    ep = select.epoll()
+    by_fd: dict[int, Flow] = {}
+    cols: dict[str, list[Any]] = {k: [] for k in ("tick", "t_ns", "flow", *INFO_FIELDS, "bbr_bw", "bbr_min_rtt_us",
+                                                   "bbr_pacing_gain", "bbr_cwnd_gain", "started", "done")}
+
+    def start(f: Flow) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, f.cc.encode())
+        if f.pacing:
+            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 0xFFFFFFFF)
+        s.bind((spec["src"], spec["port_base"] + f.id))
+        s.setblocking(False)
+        err = s.connect_ex(dst)
+        if err not in (0, errno.EINPROGRESS):
+            f.error = f"connect: {os.strerror(err)}"
+        f.sock = s
+        by_fd[s.fileno()] = f
+        ep.register(s.fileno(), select.EPOLLOUT)
+
+    def sample(tick: int) -> None:
+        now = mono_ns()
+        for f in flows:
+            if f.sock is None:
+                continue
+            try:
+                info = parse_tcp_info(f.sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
+            except OSError:
+                continue
+            bbr = None
+            if f.cc.startswith("bbr"):
+                try:
+                    bbr = parse_bbr_info(f.sock.getsockopt(socket.IPPROTO_TCP, TCP_CC_INFO, 20))
+                except OSError:
+                    bbr = None
+            cols["tick"].append(tick)
+            cols["t_ns"].append(now - t0)
+            cols["flow"].append(f.id)
+            for k in INFO_FIELDS:
+                cols[k].append(info[k])
+            nan = float("nan")
+            cols["bbr_bw"].append(bbr["bw"] if bbr else nan)
+            cols["bbr_min_rtt_us"].append(bbr["min_rtt_us"] if bbr else nan)
+            cols["bbr_pacing_gain"].append(bbr["pacing_gain"] if bbr else nan)
+            cols["bbr_cwnd_gain"].append(bbr["cwnd_gain"] if bbr else nan)
+            cols["started"].append(f.connected)
+            cols["done"].append(f.done_sending)
+
+    pending = sorted(flows, key=lambda f: f.start_ns)
+    tick = 1
+    try:
+        _sleep_until(t0)
+        while True:
+            now = mono_ns()
+            while pending and pending[0].start_ns <= now:
+                start(pending.pop(0))
+            next_tick = t0 + tick * interval
+            if now >= next_tick:
+                sample(tick)
+                tick += 1
+                if next_tick >= end:
+                    break
+                continue
+            wake = next_tick if not pending else min(next_tick, pending[0].start_ns)
+            timeout = max(0.0, (wake - now) / 1e9)
+            for fd, ev in ep.poll(timeout):
+                f = by_fd[fd]
+                assert f.sock is not None
+                if not f.connected:
+                    err = f.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        f.error = f"connect: {os.strerror(err)}"
+                        ep.unregister(fd)
+                        continue
+                    f.connected = True
+                if f.done_sending:
+                    continue
+                want = len(chunk) if f.size is None else min(len(chunk), f.size - f.sent)
+                try:
+                    n = f.sock.send(chunk[:want])
+                except BlockingIOError:
+                    continue
+                except OSError as e:
+                    f.error = f"send: {e.strerror}"
+                    ep.unregister(fd)
+                    continue
+                f.sent += n
+                if f.size is not None and f.sent >= f.size:
+                    f.done_sending = True
+                    f.sock.shutdown(socket.SHUT_WR)
+                    ep.modify(fd, 0)
+    except Stop:
+        pass
+    finally:
+        _save(spec["out"], cols)
+        errors = {f.id: f.error for f in flows if f.error}
+        with open(spec["out"] + ".json", "w") as fh:
+            json.dump({"errors": errors, "sent": {f.id: f.sent for f in flows}}, fh)
+        for f in flows:
+            if f.sock is not None:
+                # RST rather than FIN: nothing lingers once the trial is over.
+                f.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                f.sock.close()
+    return 0
+
+
+# --- sink -------------------------------------------------------------------------------------
+
+
+def run_sink(spec: dict[str, Any]) -> int:
+    interval: int = spec["interval_ns"]
+    port_base: int = spec["port_base"]
+    rwnd: dict[int, int] = {int(k): v for k, v in (spec.get("rwnd") or {}).items()}
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if rwnd:
+        # The listening socket's buffer is inherited by accepted sockets and sets the window
+        # scale negotiated in the handshake; the per-flow clamp is applied after accept.
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 * max(rwnd.values()))
+    ls.bind((spec["addr"], spec["port"]))
+    ls.listen(256)
+    ls.setblocking(False)
+    ep = select.epoll()
+    ep.register(ls.fileno(), select.EPOLLIN)
+    conns: dict[int, tuple[socket.socket, int]] = {}
+    app_bytes: dict[int, int] = {}
+    closed: dict[int, int] = {}
+    buf = bytearray(1 << 20)
+    cols: dict[str, list[Any]] = {k: [] for k in ("tick", "t_ns", "flow", "bytes_received", "app_bytes", "closed")}
+    wait_t0(spec)
+    t0: int = spec["t0_ns"]
+    end: int = t0 + spec["duration_ns"]
+
+    def sample(tick: int) -> None:
+        now = mono_ns()
+        for fd, (s, flow) in conns.items():
+            try:
+                info = parse_tcp_info(s.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
+                received = info["bytes_received"]
+            except OSError:
+                received = float("nan")
+            cols["tick"].append(tick)
+            cols["t_ns"].append(now - t0)
+            cols["flow"].append(flow)
+            cols["bytes_received"].append(received)
+            cols["app_bytes"].append(app_bytes[flow])
+            cols["closed"].append(flow in closed)
+
+    tick = 1
+    try:
+        while True:
+            now = mono_ns()
+            next_tick = t0 + tick * interval
+            if now >= next_tick and now >= t0:
+                sample(tick)
+                tick += 1
+                if next_tick >= end:
+                    break
+                continue
+            for fd, ev in ep.poll(max(0.0, (next_tick - now) / 1e9)):
+                if fd == ls.fileno():
+                    while True:
+                        try:
+                            s, peer = ls.accept()
+                        except BlockingIOError:
+                            break
+                        flow = peer[1] - port_base
+                        if flow in rwnd:
+                            s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])
+                        s.setblocking(False)
+                        conns[s.fileno()] = (s, flow)
+                        app_bytes[flow] = 0
+                        ep.register(s.fileno(), select.EPOLLIN)
+                    continue
+                s, flow = conns[fd]
+                while True:
+                    try:
+                        n = s.recv_into(buf)
+                    except BlockingIOError:
+                        break
+                    except OSError:
+                        n = 0
+                    if n == 0:
+                        # Keep the socket for TCP_INFO but stop polling it.
+                        closed[flow] = app_bytes[flow]
+                        ep.unregister(fd)
+                        break
+                    app_bytes[flow] += n
+                    if n < len(buf):
+                        break
+    except Stop:
+        pass
+    finally:
+        _save(spec["out"], cols)
+        for s, _ in conns.values():
+            s.close()
+        ls.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("send", "sink"):
+        print("usage: python -m cctestbed.kernel.traffic send|sink SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[1]) as fh:
+        spec = json.load(fh)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return run_sender(spec) if argv[0] == "send" else run_sink(spec)
+    except Stop:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
