@@ -15,8 +15,23 @@ $(VENV)/.deps: Makefile pyproject.toml
 	touch $@
 
 # cargo rebuilds only what changed; maturin then reinstalls the extension into the venv.
-build: venv
+build: venv kernel-deps
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	cargo build --release --quiet -p cctestbed-linkemu
+
+# The kernel backend's system tools (iproute2, ethtool, tcpdump, sysctl), from Debian's packages
+# when missing; without apt or root the kernel tests are skipped and say why.
+.PHONY: kernel-deps
+kernel-deps:
+	@missing=""; \
+	for t in ip:iproute2 tc:iproute2 ethtool:ethtool tcpdump:tcpdump sysctl:procps; do \
+	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "kernel backend tools missing:$$missing (install them as root; kernel tests will be skipped)"; fi; \
+	fi
 
 demo: build
 	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force

@@ -100,6 +100,13 @@ def run(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Results directory [default: results/<name>]."),
     force: bool = typer.Option(False, "--force", "-f", help="Replace the results directory if it exists."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the trial's seed."),
+    backend: Optional[str] = typer.Option(
+        None, "--backend", help="sim (the simulator) or kernel (real Linux TCP; root) [default: the trial's, else sim]."
+    ),
+    link_emulator: Optional[str] = typer.Option(
+        None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
+    ),
+    capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Kernel backend: keep pcaps."),
 ) -> None:
     """Run one trial and write its results directory."""
     from .runner import run_trial
@@ -108,6 +115,8 @@ def run(
         trial = load_trial(trial_file)
         if seed is not None:
             trial = trial.with_seed(seed)
+        if backend is not None:
+            trial = trial.with_backend(backend)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)
@@ -118,12 +127,17 @@ def run(
         raise typer.Exit(2)
 
     n_flows = len(trial.expanded())
-    with err.status(
-        f"simulating [bold]{trial.name}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
-        f"of simulated time ...",
-        spinner="dots",
-    ):
-        result = run_trial(trial)
+    if trial.backend == "kernel":
+        from .kernel.cli import run_kernel
+
+        result = run_kernel(trial, link_emulator, capture)
+    else:
+        with err.status(
+            f"simulating [bold]{trial.name}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
+            f"of simulated time ...",
+            spinner="dots",
+        ):
+            result = run_trial(trial)
     with err.status("writing results ...", spinner="dots"):
         path = result.save(dest, force=force)
 
@@ -156,6 +170,11 @@ def validate(trial_file: Path = typer.Argument(..., help="Trial file to check.")
 from .sweep_cli import register as _register_sweep_commands  # noqa: E402
 
 _register_sweep_commands(app)
+
+
+from .kernel.cli import register as _register_kernel_commands  # noqa: E402
+
+_register_kernel_commands(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

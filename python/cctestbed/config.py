@@ -516,6 +516,10 @@ class Trial(_Model):
         """The same trial with another seed (validated like any trial)."""
         return parse_trial({**self.model_dump(mode="json"), "seed": seed})
 
+    def with_backend(self, backend: str) -> "Trial":
+        """The same trial on another backend ("sim" or "kernel"), validated like any trial."""
+        return parse_trial({**self.model_dump(mode="json", exclude_none=True), "backend": backend})
+
     def to_core_json(self) -> str:
         return json.dumps(self.to_core(), sort_keys=True)
 

@@ -104,6 +104,10 @@ def run_trial(config: Union[str, Path, dict[str, Any], Trial], seed: Optional[in
     trial = load_trial(config)
     if seed is not None:
         trial = trial.with_seed(seed)
+    if trial.backend == "kernel":  # real Linux TCP in namespaces (needs root)
+        from .kernel.backend import run_kernel_trial
+
+        return run_kernel_trial(trial)
     raw = _core.simulate(trial.to_core_json())
     flows = flows_frame(raw, trial)
     router = router_frame(raw)

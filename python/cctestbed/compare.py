@@ -1,0 +1,147 @@
+"""Two trials side by side: steady-state metrics in one table, time series overlaid in one plot.
+
+The natural use is the same trial on the simulator and on the kernel
+(``cctestbed compare results/x-sim results/x-kernel``), but any two results directories work.
+Trial A is drawn solid, trial B dashed; per-group curves keep one colour per group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import polars as pl
+from matplotlib.figure import Figure
+from rich.table import Table
+
+from .plot import binned_flows, binned_router, save_figure
+from .results import TrialResult
+
+
+def load_pair(dir_a: Union[str, Path], dir_b: Union[str, Path]) -> tuple[TrialResult, TrialResult]:
+    """Both results directories, loaded; a missing or incomplete one raises OSError."""
+    out = []
+    for d in (Path(dir_a), Path(dir_b)):
+        for f in ("trial.toml", "flows.parquet", "router.parquet", "summary.json"):
+            if not (d / f).is_file():
+                raise OSError(f"{d}: not a results directory (no {f})")
+        out.append(TrialResult.load(d))
+    return out[0], out[1]
+
+
+def _label(r: TrialResult) -> str:
+    return f"{r.trial.name} ({r.backend})"
+
+
+def metric_rows(summary: dict[str, Any]) -> list[tuple[str, Optional[float], str]]:
+    """(name, value, format) for every steady-state metric of a summary.json."""
+    tot, q, rtt = summary["total"], summary["queue"], summary["rtt"]
+
+    def pct(x: Optional[float]) -> Optional[float]:
+        return None if x is None else 100 * x
+
+    def mbit(x: Optional[float]) -> Optional[float]:
+        return None if x is None else x / 1e6
+
+    rows: list[tuple[str, Optional[float], str]] = [
+        ("utilization %", pct(tot["utilization"]), ".1f"),
+        ("goodput Mbit/s", mbit(tot["goodput_bps"]), ".2f"),
+        ("loss at router %", tot["loss_pct"], ".3f"),
+        ("retransmissions %", tot["retrans_pct"], ".3f"),
+        ("Jain index", tot["jain"], ".3f"),
+        ("queue mean BDP", q["mean_bdp"], ".3f"),
+        ("queue p95 BDP", q["p95_bdp"], ".3f"),
+        ("RTT p50 ms", rtt["p50_ms"], ".2f"),
+        ("RTT p95 ms", rtt["p95_ms"], ".2f"),
+        ("RTT min ms", rtt["min_ms"], ".2f"),
+        ("RTT mean ms", rtt.get("mean_ms"), ".2f"),
+    ]
+    for name, g in summary["groups"].items():
+        rows += [
+            (f"{name}: share %", pct(g["share"]), ".1f"),
+            (f"{name}: goodput Mbit/s", mbit(g["goodput_bps"]), ".2f"),
+            (f"{name}: retransmissions %", g["retrans_pct"], ".3f"),
+            (f"{name}: Jain index", g["jain"], ".3f"),
+        ]
+    for f in summary["flows"]:
+        rows += [
+            (f"flow {f['id']} ({f['group']}): goodput Mbit/s", mbit(f["goodput_bps"]), ".2f"),
+            (f"flow {f['id']} ({f['group']}): RTT p50 ms", f["rtt_p50_ms"], ".2f"),
+        ]
+    return rows
+
+
+def compare_table(a: TrialResult, b: TrialResult) -> Table:
+    """The steady-state metrics of both trials and their difference (B - A)."""
+    t = Table(title="steady-state metrics", title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("metric")
+    t.add_column(f"A: {_label(a)}", justify="right")
+    t.add_column(f"B: {_label(b)}", justify="right")
+    t.add_column("B - A", justify="right")
+    ra = {name: (v, fmt) for name, v, fmt in metric_rows(a.summary)}
+    rb = {name: (v, fmt) for name, v, fmt in metric_rows(b.summary)}
+    names = list(ra) + [n for n in rb if n not in ra]
+    for name in names:
+        va, fmt = ra.get(name, (None, ".3f"))
+        vb, fmt_b = rb.get(name, (None, fmt))
+        diff = None if va is None or vb is None else vb - va
+        show = lambda x: "-" if x is None else format(x, fmt)  # noqa: E731
+        t.add_row(name, show(va), show(vb), "-" if diff is None else format(diff, "+" + fmt))
+    return t
+
+
+def _by_group(r: TrialResult, bf: pl.DataFrame) -> pl.DataFrame:
+    meta = r.flows.group_by("flow").agg(pl.col("group").first())
+    return bf.join(meta, on="flow", how="left")
+
+
+def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
+    """Goodput per group and in total, RTT per group, queue and loss: A solid, B dashed."""
+    from matplotlib import colormaps
+
+    fig = Figure(figsize=(11, 11), layout="constrained")
+    ax_tp, ax_rtt, ax_q, ax_loss = fig.subplots(4, 1, sharex=True, height_ratios=[1.3, 1, 1, 0.8])
+    groups: list[str] = []
+    for r in (a, b):
+        for g in r.flows["group"].unique(maintain_order=True).to_list():
+            if g not in groups:
+                groups.append(g)
+    colors = {g: colormaps["tab10"](i % 10) for i, g in enumerate(groups)}
+    for r, ls in ((a, "-"), (b, "--")):
+        tag = "A" if r is a else "B"
+        bf = _by_group(r, binned_flows(r.flows))
+        per_group = bf.group_by(["group", "t"]).agg(
+            pl.col("goodput_bps").sum(), pl.col("rtt_ms").mean()
+        ).sort(["group", "t"])
+        for g in groups:
+            d = per_group.filter(pl.col("group") == g)
+            if len(d) == 0:
+                continue
+            ax_tp.plot(d["t"], d["goodput_bps"] / 1e6, color=colors[g], ls=ls, lw=1.3, label=f"{tag}: {g}")
+            ax_rtt.plot(d["t"], d["rtt_ms"], color=colors[g], ls=ls, lw=1.2)
+        total = bf.group_by("t").agg(pl.col("goodput_bps").sum()).sort("t")
+        ax_tp.plot(total["t"], total["goodput_bps"] / 1e6, color="black", ls=ls, lw=1, alpha=0.7, label=f"{tag}: total")
+        br = binned_router(r.router)
+        if len(br):
+            ax_q.plot(br["t"], br["queue_mean"] / 1e3, color="black", ls=ls, lw=1.2, label=f"{tag}: {_label(r)}")
+            ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", ls=ls, lw=1.2, drawstyle="steps-pre")
+    info = a.info
+    ax_tp.axhline(info.capacity_bps * info.mss / info.mtu / 1e6, color="0.5", lw=0.8, ls=":")
+    ax_rtt.axhline(info.rtprop_ms, color="0.5", lw=0.8, ls=":")
+    ax_tp.set_ylabel("goodput (Mbit/s)")
+    ax_rtt.set_ylabel("RTT (ms)")
+    ax_q.set_ylabel("queue (KB)")
+    ax_loss.set_ylabel("loss at router (%)")
+    ax_loss.set_xlabel("time (s)")
+    for ax in (ax_tp, ax_rtt, ax_q, ax_loss):
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    ax_tp.legend(loc="lower right", fontsize=8, ncol=max(2, len(groups) + 1))
+    ax_q.legend(loc="upper right", fontsize=8)
+    fig.suptitle(f"A (solid): {_label(a)}    B (dashed): {_label(b)}\n{a.trial.describe()}", fontsize=11)
+    return fig
+
+
+def save_compare(fig: Figure, path: Union[str, Path]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, str(path))

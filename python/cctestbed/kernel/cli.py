@@ -1,0 +1,97 @@
+"""Command-line pieces of the kernel backend: ``run --backend kernel``, ``cleanup``, ``compare``.
+
+:func:`register` adds the ``cleanup`` and ``compare`` commands to the main typer app;
+:func:`run_kernel` is what ``cctestbed run`` calls for a kernel trial. Exit codes follow the
+main CLI: 2 when the trial cannot run here (not root, tools or algorithms missing, options
+the kernel backend refuses), nothing having been created; 1 when a started run fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from ..config import Trial
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
+    """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
+    from .backend import KernelRunError, KernelUnavailable, TrialRefused, run_kernel_trial
+
+    with err.status(f"kernel: [bold]{trial.name}[/] ...", spinner="dots") as st:
+        try:
+            return run_kernel_trial(
+                trial,
+                link_emulator=link_emulator,
+                capture=capture,
+                status=lambda s: st.update(f"kernel: [bold]{trial.name}[/]: {s} ..."),
+            )
+        except KernelUnavailable as e:
+            err.print(f"[bold red]error[/]: {e}", markup=True)
+            raise typer.Exit(2)
+        except TrialRefused as e:
+            err.print(f"[bold red]error[/]: the kernel backend cannot run {trial.name} ({len(e.problems)} problem(s)):")
+            for p in e.problems:
+                err.print(f"  - {p}", markup=False)
+            raise typer.Exit(2)
+        except KernelRunError as e:
+            err.print(f"[bold red]error[/]: the kernel run failed: {e}", markup=True)
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            err.print("interrupted: everything the trial created has been removed")
+            raise typer.Exit(130)
+
+
+def cleanup(
+    everything: bool = typer.Option(
+        False, "--all", help="Also remove trials whose owner is still running (stops them)."
+    ),
+) -> None:
+    """Remove leftovers of killed kernel trials: namespaces, veths, processes, work files."""
+    import os
+
+    from .topology import cleanup as do_cleanup
+
+    if os.geteuid() != 0:
+        err.print("[bold red]error[/]: cleanup requires root: run with sudo (sudo cctestbed cleanup)", markup=True)
+        raise typer.Exit(2)
+    done = do_cleanup(everything=everything)
+    if not done["trials"] and not done["namespaces"]:
+        out.print("nothing to clean up")
+        return
+    if done["trials"]:
+        out.print(f"removed trial(s): {', '.join(done['trials'])}")
+    if done["namespaces"]:
+        out.print(f"removed {len(done['namespaces'])} namespace(s) and their interfaces and processes:")
+        for ns in done["namespaces"]:
+            out.print(f"  {ns}")
+
+
+def compare(
+    dir_a: Path = typer.Argument(..., help="First results directory."),
+    dir_b: Path = typer.Argument(..., help="Second results directory."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG to write [default: DIR_B/compare.png]."),
+) -> None:
+    """Overlay two trials' time series (PNG) and print their steady-state metrics side by side."""
+    from ..compare import compare_table, load_pair, plot_compare, save_compare
+
+    try:
+        a, b = load_pair(dir_a, dir_b)
+    except (OSError, ValueError) as e:
+        err.print(f"[bold red]error[/]: {e}", markup=True)
+        raise typer.Exit(2)
+    out.print(compare_table(a, b))
+    dest = output if output is not None else dir_b / "compare.png"
+    save_compare(plot_compare(a, b), dest)
+    out.print(f"plot: {dest}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(cleanup)
+    app.command()(compare)
