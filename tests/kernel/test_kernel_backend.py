@@ -22,6 +22,7 @@ from kernelutil import has_bbr, kernel_trial, our_namespaces
 from cctestbed.config import parse_trial
 from cctestbed.kernel.backend import run_kernel_trial
 from cctestbed.kernel.topology import REGISTRY
+from cctestbed.kernel.topology import alive as is_alive
 
 CLI = [sys.executable, "-m", "cctestbed.cli"]
 
@@ -138,7 +139,7 @@ def test_sigkill_then_cleanup_leaves_nothing(tmp_path, write_trial):
     print(f"\ncleanup: {p.stdout.strip()}")
     assert trial_id in p.stdout
     assert_nothing_left(trial_id)
-    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    alive = [pid for pid in pids if is_alive(pid)]
     assert alive == [], f"processes left: {alive}"
     assert not (tmp_path / "out").exists()
 

@@ -174,6 +174,15 @@ def _proc_start(pid: int) -> Optional[str]:
         return None
 
 
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def register(names: Names, workdir: Path) -> Path:
     REGISTRY.mkdir(parents=True, exist_ok=True)
     path = REGISTRY / f"{names.id}.json"
@@ -185,7 +194,7 @@ def register(names: Names, workdir: Path) -> Path:
 
 def _owner_alive(entry: dict[str, Any]) -> bool:
     pid = entry.get("pid")
-    return isinstance(pid, int) and _proc_start(pid) is not None and _proc_start(pid) == entry.get("start")
+    return isinstance(pid, int) and alive(pid) and _proc_start(pid) == entry.get("start")
 
 
 def list_netns() -> list[str]:
@@ -211,7 +220,7 @@ def destroy_namespaces(namespaces: Sequence[str]) -> list[str]:
                 pass
         deadline = time.monotonic() + wait
         while pids and time.monotonic() < deadline:
-            pids = {pid for pid in pids if _proc_start(pid) is not None}
+            pids = {pid for pid in pids if alive(pid)}
             time.sleep(0.02)
         if not pids:
             break
