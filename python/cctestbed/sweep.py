@@ -133,7 +133,7 @@ def _show(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
-    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+    return json.dumps(v, sort_keys=True)
 
 
 def _qpath(path: str) -> str:
@@ -162,8 +162,9 @@ def value_label(path: str, value: Any) -> Any:
     return value
 
 
-def trial_key(trial: Trial, backend: str = "sim") -> str:
+def trial_key(trial: Trial) -> str:
     """Content address of a trial: its normalised core config (with seed), steady window and backend."""
+    backend = getattr(trial, "backend", None) or "sim"
     doc = {"core": trial.to_core(), "steady_ns": list(trial.steady_ns), "backend": backend, "format": STORE_FORMAT}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
