@@ -80,6 +80,19 @@ def test_queue_drops_match_retransmissions():
     assert abs(retrans - drops) <= 0.05 * drops
 
 
+def test_capture_keeps_pcaps(tmp_path):
+    """capture = true: a pcap per sender and receiver host, kept in the results directory."""
+    import shutil
+
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump is not installed (make kernel-deps)")
+    r = run_kernel_trial(parse_trial(kernel_trial(name="capture", duration="3s", capture=True)))
+    out = r.save(tmp_path / "res")
+    for name in ("snd0.pcap", "rcv0.pcap"):
+        assert (out / name).stat().st_size > 10_000, name
+    assert json.loads((out / "kernel.json").read_text())["backend"] == "kernel"
+
+
 def test_random_loss():
     """1 % configured loss is measured within 0.2 % (one BBR flow keeps the link busy)."""
     cc = "bbr" if has_bbr() else "cubic"
@@ -109,11 +122,10 @@ def test_refuses_algorithms_the_kernel_lacks(tmp_path, write_trial):
     assert our_namespaces() == before and not (tmp_path / "out").exists()
 
 
-def test_sigkill_then_cleanup_leaves_nothing(tmp_path, write_trial):
-    """SIGKILL a running trial; `cctestbed cleanup` removes its namespaces and processes."""
+def start_and_wait_for_traffic(path: Path, out: Path) -> tuple[subprocess.Popen, list[str], set[int]]:
+    """Starts `cctestbed run --backend kernel` and waits until its programs run in its namespaces."""
     before = set(our_namespaces())
-    path = write_trial(kernel_trial(duration="30s"))
-    proc = subprocess.Popen([*CLI, "run", str(path), "--backend", "kernel", "-o", str(tmp_path / "out")],
+    proc = subprocess.Popen([*CLI, "run", str(path), "--backend", "kernel", "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     mine: list[str] = []
@@ -130,6 +142,26 @@ def test_sigkill_then_cleanup_leaves_nothing(tmp_path, write_trial):
         time.sleep(0.2)
     assert mine and pids, "the trial did not start"
     time.sleep(1.0)
+    return proc, mine, pids
+
+
+def test_sigterm_and_ctrl_c_clean_up(tmp_path, write_trial):
+    """SIGTERM or SIGINT (Ctrl-C) during a run: it exits and removes everything it made."""
+    path = write_trial(kernel_trial(duration="30s"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc, mine, pids = start_and_wait_for_traffic(path, tmp_path / "out")
+        os.kill(proc.pid, sig)
+        assert proc.wait(30) != 0
+        trial_id = mine[0].split("-")[1]
+        assert_nothing_left(trial_id)
+        assert [pid for pid in pids if is_alive(pid)] == []
+        assert not (tmp_path / "out").exists()
+
+
+def test_sigkill_then_cleanup_leaves_nothing(tmp_path, write_trial):
+    """SIGKILL a running trial; `cctestbed cleanup` removes its namespaces and processes."""
+    path = write_trial(kernel_trial(duration="30s"))
+    proc, mine, pids = start_and_wait_for_traffic(path, tmp_path / "out")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     trial_id = mine[0].split("-")[1]

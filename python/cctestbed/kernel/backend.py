@@ -362,7 +362,9 @@ def run_kernel_trial(
     except _Terminated:
         raise KeyboardInterrupt("terminated") from None
     finally:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        # Cleanup must not be cut short by a second Ctrl-C or SIGTERM.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             run.stop_all()
             topology.teardown()
@@ -370,6 +372,7 @@ def run_kernel_trial(
                 shutil.rmtree(workdir, ignore_errors=True)
             reg.unlink(missing_ok=True)
         finally:
+            signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
             signal.signal(signal.SIGHUP, old_hup)
 
