@@ -625,3 +625,54 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_bucket_upper_edges() {
+        let mut h = Hist::new();
+        for us in 0..100 {
+            h.add(us * 1000 + 500);
+        }
+        assert_eq!(h.quantile_us(0.5), 50.0);
+        assert_eq!(h.quantile_us(0.99), 99.0);
+        assert_eq!(h.max, 99_500);
+        h.add(1_000_000_000); // beyond the last bucket: counted there
+        assert_eq!(h.n, 101);
+    }
+
+    #[test]
+    fn only_ipv4_frames_meet_random_loss() {
+        let mut f = vec![0u8; 60];
+        f[12] = 0x08;
+        assert!(is_ipv4(&f));
+        f[13] = 0x06; // ARP
+        assert!(!is_ipv4(&f));
+        assert!(!is_ipv4(&f[..20]));
+    }
+
+    #[test]
+    fn loss_draws_match_the_simulators_stream() {
+        // The emulator's loss process is the simulator's, seeded the same way: equal draws.
+        let cfg = LossConfig::Bernoulli { p: 0.01 };
+        let mut a = LossModel::new(cfg.clone(), SimRng::new(7, stream::LINK_LOSS));
+        let mut b = LossModel::new(cfg, SimRng::new(7, stream::LINK_LOSS));
+        let da: Vec<bool> = (0..100_000).map(|_| a.drop_next()).collect();
+        let db: Vec<bool> = (0..100_000).map(|_| b.drop_next()).collect();
+        assert_eq!(da, db);
+        let rate = da.iter().filter(|&&x| x).count() as f64 / 1e5;
+        assert!((rate - 0.01).abs() < 0.002, "{rate}");
+    }
+
+    #[test]
+    fn slab_reuses_slots() {
+        let mut s = Slab { frames: Vec::new(), free: Vec::new() };
+        let a = s.put(&[1, 2, 3]);
+        s.release(a);
+        let b = s.put(&[4]);
+        assert_eq!(a, b);
+        assert_eq!(s.frames[b as usize], vec![4]);
+    }
+}
