@@ -240,7 +240,7 @@ def _grid(n: int, share_y: bool = True) -> tuple[Figure, list[Any]]:
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(max(4.6 * ncols + 0.6, 7.0), 3.5 * nrows + 1.6), layout="constrained")
-    axs = fig.subplots(nrows, ncols, sharex=True, sharey=share_y, squeeze=False).ravel().tolist()
+    axs = fig.subplots(nrows, ncols, sharey=share_y, squeeze=False).ravel().tolist()
     for ax in axs[n:]:
         ax.set_visible(False)
     return fig, axs[:n]
@@ -365,6 +365,7 @@ def plot_metric(
         axs[0].set_ylim(min(90.0, 10 * math.floor(low / 10)), 101)
     if col == "total.jain":
         axs[0].set_ylim(0, 1.02)
+    _outer_labels(axs)
     _legend(fig, axs, by)
     fig.suptitle(f"{data.name}: {phrase} vs {x}\n{_subtitle(data)}", fontsize=11)
     return _finish(fig, dest)
@@ -422,6 +423,7 @@ def plot_shares(
         ax.set_title(_facet_title(panel_cols, key), fontsize=10)
         ax.grid(True, alpha=0.3, which="both")
         ax.set_ylabel("share of the link (%)")
+    _outer_labels(axs)
     _legend(fig, axs, None)
     seeds = mixed["seed"].n_unique()
     steady = f"; steady window {data.steady[0]}-{data.steady[1]}" if data.steady else ""
@@ -429,6 +431,17 @@ def plot_shares(
                  f"line: mean over {seeds} seed(s); band: 25th-75th percentile of 0.5 s intervals{steady}",
                  fontsize=11)
     return _finish(fig, dest)
+
+
+def _outer_labels(axs: list[Any]) -> None:
+    """Axis labels on the outer panels only: x where no panel is below, y in the first column."""
+    n = len(axs)
+    ncols = min(n, 3)
+    for i, ax in enumerate(axs):
+        if i + ncols < n:
+            ax.set_xlabel("")
+        if i % ncols:
+            ax.set_ylabel("")
 
 
 def _legend(fig: Figure, axs: list[Any], title: Optional[str]) -> None:
