@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import polars as pl
 
-from .sweepplot import DEFAULT_PLOTS, PlotError, SweepData, choose_axes, plot_metric
+from .sweepplot import SweepData, choose_axes, summary_plots
 
 #: Columns of the per-point table: (column, heading, scale, format).
 POINT_METRICS = (
@@ -134,21 +134,7 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
     img_dir.mkdir(parents=True)
 
     x, by, facets = choose_axes(data)
-    figures = []
-    for stem, y in DEFAULT_PLOTS:
-        if y == "share" and len(data.groups()) < 2:
-            continue
-        if y != "share" and y not in data.table.columns:
-            continue
-        dest = img_dir / f"{stem}_vs_{x}.png"
-        try:
-            plot_metric(data, y, dest)
-        except PlotError as e:
-            if y != "share":
-                raise
-            figures.append((None, stem, str(e)))
-            continue
-        figures.append((dest, stem, CAPTIONS.get(stem, "")))
+    figures = [(path, stem, why or CAPTIONS.get(stem, "")) for stem, path, why in summary_plots(data, img_dir)]
 
     sweep = meta.get("sweep", {})
     failed = all_rows.filter(pl.col("status") == "failed")

@@ -31,7 +31,6 @@ import hashlib
 import itertools
 import json
 import re
-import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +39,7 @@ from typing import Any, Optional, Union
 from pydantic import BaseModel
 
 from . import units
-from .config import ConfigError, Trial, parse_trial
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .config import ConfigError, Trial, parse_trial, read_trial_file
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 
@@ -285,21 +279,11 @@ def _column_names(paths: list[str]) -> dict[str, str]:
 
 
 def read_sweep_file(path: Union[str, Path]) -> dict[str, Any]:
-    path = Path(path)
+    """The raw table in a TOML or JSON sweep file (read as trial files are)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SweepError([f"{path}: no such file"]) from None
-    except OSError as e:
-        raise SweepError([f"{path}: cannot read: {e.strerror}"]) from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return tomllib.loads(text)
-    except json.JSONDecodeError as e:
-        raise SweepError([f"{path}: line {e.lineno}: not valid JSON: {e.msg}"]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise SweepError([f"{path}: not valid TOML: {e}"]) from None
+        return read_trial_file(path)
+    except ConfigError as e:
+        raise SweepError(e.problems) from None
 
 
 def load_sweep(path: Union[str, Path]) -> Sweep:

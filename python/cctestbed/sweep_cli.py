@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .units import human_size, human_time
+from .units import human_size
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -105,13 +105,11 @@ def sweep_command(
             sweep = parse_sweep(json.loads(meta_path.read_text())["sweep"], source=str(meta_path))
         except SweepError as e:
             _refuse(str(meta_path), e.problems)
-        source = str(meta_path)
     else:
         try:
             sweep = load_sweep(sweep_file)
         except SweepError as e:
             _refuse(str(sweep_file), e.problems)
-        source = str(sweep_file)
     if cluster is not None and workers is not None:
         _fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
     dest = output if output is not None else Path("results") / sweep.name
@@ -121,6 +119,9 @@ def sweep_command(
     except StoreMismatch as e:
         _fail(str(e))
     n_workers = workers or os.cpu_count() or 1
+    if workers is None and any(getattr(s.trial, "backend", None) == "kernel" for s in sweep.specs):
+        # real TCP runs in real time: parallel trials would share the cores and skew each other
+        n_workers = 1
     known = store if Store.is_sweep_dir(dest) else None
     todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
     head = (

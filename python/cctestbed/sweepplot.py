@@ -476,20 +476,29 @@ DEFAULT_PLOTS = (
 )
 
 
-def default_plots(
+def summary_plots(
     data: SweepData, dest_dir: Path, x: Optional[str] = None, by: Optional[str] = None, facet: Optional[str] = None
-) -> list[Path]:
-    """Every summary plot into ``dest_dir`` as ``<metric>_vs_<x>.png``; returns the paths."""
+) -> list[tuple[str, Optional[Path], str]]:
+    """Every summary plot into ``dest_dir`` as ``<metric>_vs_<x>.png``: (stem, path, "") for each
+    drawn, (stem, None, why) for a share plot this sweep cannot have."""
     x_col, _, _ = choose_axes(data, x, by, facet)
-    paths = []
+    out: list[tuple[str, Optional[Path], str]] = []
     for stem, y in DEFAULT_PLOTS:
-        if y == "share" and len(data.groups()) < 2:
-            continue
         if y != "share" and y not in data.table.columns:
             continue
         try:
-            paths.append(plot_metric(data, y, Path(dest_dir) / f"{stem}_vs_{x_col}.png", x=x, by=by, facet=facet))
-        except PlotError:
+            path = plot_metric(data, y, Path(dest_dir) / f"{stem}_vs_{x_col}.png", x=x, by=by, facet=facet)
+        except PlotError as e:
             if y != "share":
                 raise
-    return paths
+            out.append((stem, None, str(e)))
+            continue
+        out.append((stem, path, ""))
+    return out
+
+
+def default_plots(
+    data: SweepData, dest_dir: Path, x: Optional[str] = None, by: Optional[str] = None, facet: Optional[str] = None
+) -> list[Path]:
+    """The paths of :func:`summary_plots` that were drawn."""
+    return [p for _, p, _ in summary_plots(data, dest_dir, x, by, facet) if p is not None]
