@@ -39,7 +39,7 @@ from typing import Any, Optional, Union
 from pydantic import BaseModel
 
 from . import units
-from .config import ConfigError, Trial, parse_trial, read_trial_file
+from .config import ConfigError, Trial, _model_in, parse_trial, read_trial_file
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 
@@ -163,16 +163,6 @@ def trial_key(trial: Trial) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
 
-def _inner_model(annotation: Any) -> Optional[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
 def _kind(annotation: Any) -> str:
     """'list', 'dict', 'model' or 'leaf' for a field annotation (through Optional/Annotated)."""
     origin = typing.get_origin(annotation)
@@ -223,7 +213,7 @@ def check_path(path: str, base: dict[str, Any]) -> Optional[str]:
             node = node[int(nxt)]
             i += 1
             where = ".".join(parts[:i])
-            model = _inner_model(ann)
+            model = _model_in(ann)
             if i == len(parts):
                 return None
             if model is None:
@@ -232,7 +222,7 @@ def check_path(path: str, base: dict[str, Any]) -> Optional[str]:
             # algorithm parameters: any name here; the trial's validation checks it
             return None if i + 1 == len(parts) else f"'{'.'.join(parts[: i + 1])}' is a single value"
         elif kind == "model":
-            model = _inner_model(ann)
+            model = _model_in(ann)
             if isinstance(node, (str, int, float)) and not isinstance(node, bool):
                 # e.g. link.loss = "1%": the shorthand replaces the table; vary the whole field
                 return f"the base gives '{where}' as a single value ({_show(node)}); vary '{where}' itself"
