@@ -76,9 +76,9 @@ def sweep_command(
     sweep_file: Optional[Path] = typer.Argument(
         None, help="Sweep file (TOML, or JSON if it ends in .json); with --resume, defaults to DIR's own."
     ),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Sweep directory [default: results/<name>]."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Sweep directory (default: results/<name>)."),
     workers: Optional[int] = typer.Option(
-        None, "--workers", "-j", min=1, help="Local worker processes [default: all cores]."
+        None, "--workers", "-j", min=1, help="Local worker processes (default: all cores)."
     ),
     cluster: Optional[str] = typer.Option(
         None, "--cluster", help="Run on a Dask distributed scheduler, e.g. tcp://host:8786."
@@ -210,9 +210,9 @@ def sweep_command(
 
 def plot_command(
     directory: Path = typer.Argument(..., help="A trial's results directory, or a sweep directory."),
-    x: Optional[str] = typer.Option(None, "--x", help="Column on the x axis [default: queue, else the first axis]."),
+    x: Optional[str] = typer.Option(None, "--x", help="Column on the x axis (default: queue, else the first axis)."),
     y: Optional[str] = typer.Option(
-        None, "--y", help="Metric on the y axis, e.g. total.loss_pct or share [default: every summary plot]."
+        None, "--y", help="Metric on the y axis, e.g. total.loss_pct or share (default: every summary plot)."
     ),
     by: Optional[str] = typer.Option(None, "--by", help="One line per value of this column."),
     facet: Optional[str] = typer.Option(None, "--facet", help="One panel per value of this column."),
@@ -256,7 +256,7 @@ def plot_command(
 
 def report_command(
     directory: Path = typer.Argument(..., help="A sweep directory."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file [default: DIR/report.html]."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file (default: DIR/report.html)."),
 ) -> None:
     """Write a static HTML report of a sweep: its table and every summary plot."""
     from .store import Store
