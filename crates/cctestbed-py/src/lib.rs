@@ -50,6 +50,13 @@ macro_rules! columns {
     };
 }
 
+/// Copies named scalar fields of a struct into a dict under the same names.
+macro_rules! fields {
+    ($d:ident, $src:expr, [$($f:ident),* $(,)?]) => {
+        $( $d.set_item(stringify!($f), $src.$f)?; )*
+    };
+}
+
 fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let res = PyDict::new_bound(py);
     let flows = PyDict::new_bound(py);
@@ -78,30 +85,19 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let flows_fin = PyList::empty_bound(py);
     for ff in &out.flow_final {
         let d = PyDict::new_bound(py);
-        d.set_item("sent_pkts", ff.sent_pkts)?;
-        d.set_item("delivered_pkts", ff.delivered_pkts)?;
-        d.set_item("dropped_pkts", ff.dropped_pkts)?;
-        d.set_item("queued_pkts", ff.queued_pkts)?;
-        d.set_item("in_transit_pkts", ff.in_transit_pkts)?;
-        d.set_item("delivered_bytes", ff.delivered_bytes)?;
-        d.set_item("retrans_segs", ff.retrans_segs)?;
-        d.set_item("sent_segs", ff.sent_segs)?;
-        d.set_item("lost_segs", ff.lost_segs)?;
-        d.set_item("rto_count", ff.rto_count)?;
+        fields!(d, ff, [
+            sent_pkts, delivered_pkts, dropped_pkts, queued_pkts, in_transit_pkts, delivered_bytes,
+            retrans_segs, sent_segs, lost_segs, rto_count,
+        ]);
         flows_fin.append(d)?;
     }
     fin.set_item("flows", flows_fin)?;
     let rf = out.router_final;
     let rd = PyDict::new_bound(py);
-    rd.set_item("arrivals_pkts", rf.arrivals_pkts)?;
-    rd.set_item("arrival_bytes", rf.arrival_bytes)?;
-    rd.set_item("departures_pkts", rf.departures_pkts)?;
-    rd.set_item("departed_bytes", rf.departed_bytes)?;
-    rd.set_item("departed_payload_bytes", rf.departed_payload_bytes)?;
-    rd.set_item("drops_overflow", rf.drops_overflow)?;
-    rd.set_item("drops_random", rf.drops_random)?;
-    rd.set_item("drops_policer", rf.drops_policer)?;
-    rd.set_item("dropped_bytes", rf.dropped_bytes)?;
+    fields!(rd, rf, [
+        arrivals_pkts, arrival_bytes, departures_pkts, departed_bytes, departed_payload_bytes,
+        drops_overflow, drops_random, drops_policer, dropped_bytes,
+    ]);
     rd.set_item("queued_bytes", out.router_queued_bytes)?;
     fin.set_item("router", rd)?;
     fin.set_item("events", out.events)?;

@@ -163,6 +163,24 @@ fn default_iw() -> u32 {
     10
 }
 
+impl FlowConfig {
+    /// A bulk flow of algorithm `cc` with every other setting at its default, starting at 0.
+    pub fn bulk(cc: &str) -> Self {
+        FlowConfig {
+            cc: cc.into(),
+            params: BTreeMap::new(),
+            start_ns: 0,
+            extra_delay_ns: 0,
+            size_bytes: None,
+            rwnd_bytes: None,
+            pacing: None,
+            initial_cwnd: default_iw(),
+            delayed_ack: DelayedAckConfig::default(),
+            group: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DelayedAckConfig {
@@ -205,6 +223,38 @@ fn sixteen() -> u32 {
 }
 
 impl SimConfig {
+    /// A dumbbell of `capacity_bps` with two-way propagation delay `rtt_ns` split evenly, and a
+    /// drop-tail queue of `queue_bdp` bandwidth-delay products (at least one packet); 10 s, seed
+    /// 1, no flows. For programs and tests that build trials in Rust.
+    pub fn dumbbell(capacity_bps: u64, rtt_ns: Nanos, queue_bdp: f64) -> Self {
+        let bdp_bytes = capacity_bps as f64 / 8.0 * rtt_ns as f64 / 1e9;
+        let mtu = default_mtu();
+        SimConfig {
+            duration_ns: 10_000_000_000,
+            seed: 1,
+            sample_interval_ns: default_sample_interval(),
+            mtu,
+            mss: default_mss(),
+            link: LinkConfig {
+                capacity_bps,
+                delay_fwd_ns: rtt_ns / 2,
+                delay_rev_ns: rtt_ns - rtt_ns / 2,
+                queue: QueueConfig {
+                    limit_bytes: Some((queue_bdp * bdp_bytes).round().max(mtu as f64) as u64),
+                    limit_packets: None,
+                },
+                loss: LossConfig::None,
+                shaper: None,
+                policer: None,
+                schedule: vec![],
+                delay_schedule: vec![],
+                access_rate_bps: None,
+                jitter_ns: 0,
+            },
+            flows: vec![],
+        }
+    }
+
     /// Checks what serde cannot: ranges and consistency. Returns every problem found, each as
     /// "field: value: what is valid".
     pub fn validate(&self) -> Result<(), Vec<String>> {

@@ -370,19 +370,9 @@ mod tests {
     use crate::config::QueueConfig;
 
     fn cfg(rate: u64, limit_bytes: u64) -> LinkConfig {
-        LinkConfig {
-            capacity_bps: rate,
-            delay_fwd_ns: 0,
-            delay_rev_ns: 0,
-            queue: QueueConfig { limit_bytes: Some(limit_bytes), limit_packets: None },
-            loss: LossConfig::None,
-            shaper: None,
-            policer: None,
-            schedule: vec![],
-            delay_schedule: vec![],
-            access_rate_bps: None,
-            jitter_ns: 0,
-        }
+        let mut link = crate::config::SimConfig::dumbbell(rate, 0, 1.0).link;
+        link.queue = QueueConfig { limit_bytes: Some(limit_bytes), limit_packets: None };
+        link
     }
 
     fn pkt(seq: u64) -> DataPacket {

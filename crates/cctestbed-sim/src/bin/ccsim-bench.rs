@@ -3,7 +3,6 @@
 //! and peak resident memory. Wall-clock time is read here only, never inside the simulator.
 
 use ccsim::config::*;
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
@@ -30,42 +29,15 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn config(s: &Scenario) -> SimConfig {
-    let rtt = s.rtt_ms * 1_000_000;
-    let bdp_bytes = s.rate_bps as f64 / 8.0 * rtt as f64 / 1e9;
-    SimConfig {
-        duration_ns: s.secs * 1_000_000_000,
-        seed: 1,
-        sample_interval_ns: 10_000_000,
-        mtu: 1500,
-        mss: 1448,
-        link: LinkConfig {
-            capacity_bps: s.rate_bps,
-            delay_fwd_ns: rtt / 2,
-            delay_rev_ns: rtt / 2,
-            queue: QueueConfig { limit_bytes: Some((s.bdp * bdp_bytes) as u64), limit_packets: None },
-            loss: if s.loss > 0.0 { LossConfig::Bernoulli { p: s.loss } } else { LossConfig::None },
-            shaper: None,
-            policer: None,
-            schedule: vec![],
-            delay_schedule: vec![],
-            access_rate_bps: None,
-            jitter_ns: 0,
-        },
-        flows: (0..s.flows)
-            .map(|i| FlowConfig {
-                cc: s.cc.into(),
-                params: BTreeMap::new(),
-                start_ns: i as i64 * 10_000_000,
-                extra_delay_ns: 0,
-                size_bytes: None,
-                rwnd_bytes: None,
-                pacing: None,
-                initial_cwnd: 10,
-                delayed_ack: DelayedAckConfig::default(),
-                group: None,
-            })
-            .collect(),
+    let mut c = SimConfig::dumbbell(s.rate_bps, s.rtt_ms * 1_000_000, s.bdp);
+    c.duration_ns = s.secs * 1_000_000_000;
+    if s.loss > 0.0 {
+        c.link.loss = LossConfig::Bernoulli { p: s.loss };
     }
+    c.flows = (0..s.flows)
+        .map(|i| FlowConfig { start_ns: i as i64 * 10_000_000, ..FlowConfig::bulk(s.cc) })
+        .collect();
+    c
 }
 
 fn peak_rss_mib() -> f64 {

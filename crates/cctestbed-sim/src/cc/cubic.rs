@@ -242,15 +242,9 @@ impl CongestionControl for Cubic {
     }
 
     fn cong_avoid(&mut self, info: &ConnInfo, w: &mut Window, acked: u32) {
-        if !info.is_cwnd_limited {
+        let acked = w.slow_start_if_cwnd_limited(info, acked);
+        if acked == 0 {
             return;
-        }
-        let mut acked = acked;
-        if w.in_slow_start() {
-            acked = w.slow_start(acked);
-            if acked == 0 {
-                return;
-            }
         }
         self.update(info.now, w.cwnd, acked);
         w.cong_avoid_ai(self.cnt, acked);

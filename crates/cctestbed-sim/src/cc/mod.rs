@@ -119,6 +119,18 @@ impl Window {
     pub fn in_slow_start(&self) -> bool {
         self.cwnd < self.ssthresh
     }
+
+    /// The common head of Linux's Reno-style `cong_avoid` hooks: nothing unless cwnd-limited,
+    /// then slow start up to ssthresh. Returns the ACKed packets left for congestion avoidance.
+    pub fn slow_start_if_cwnd_limited(&mut self, info: &ConnInfo, acked: u32) -> u32 {
+        if !info.is_cwnd_limited {
+            0
+        } else if self.in_slow_start() {
+            self.slow_start(acked)
+        } else {
+            acked
+        }
+    }
 }
 
 /// One delivery-rate sample (Linux `struct rate_sample`, net/ipv4/tcp_rate.c), produced once

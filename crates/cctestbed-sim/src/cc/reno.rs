@@ -30,18 +30,11 @@ pub fn reno_ssthresh(cwnd: u32) -> u32 {
 
 /// `tcp_reno_cong_avoid`, shared with algorithms that fall back to Reno growth.
 pub fn reno_cong_avoid(info: &ConnInfo, w: &mut Window, acked: u32) {
-    if !info.is_cwnd_limited {
-        return;
+    let acked = w.slow_start_if_cwnd_limited(info, acked);
+    if acked > 0 {
+        let cwnd = w.cwnd;
+        w.cong_avoid_ai(cwnd, acked);
     }
-    let mut acked = acked;
-    if w.in_slow_start() {
-        acked = w.slow_start(acked);
-        if acked == 0 {
-            return;
-        }
-    }
-    let cwnd = w.cwnd;
-    w.cong_avoid_ai(cwnd, acked);
 }
 
 impl CongestionControl for Reno {

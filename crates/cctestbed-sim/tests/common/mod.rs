@@ -3,50 +3,17 @@
 
 use ccsim::config::*;
 use ccsim::SimOutput;
-use std::collections::BTreeMap;
 
 pub const MS: i64 = 1_000_000;
 pub const S: i64 = 1_000_000_000;
 
 /// A dumbbell of `rate` bit/s and `rtt` ns RTprop with a drop-tail queue of `bdp` BDPs.
 pub fn dumbbell(rate: u64, rtt: i64, bdp: f64) -> SimConfig {
-    let bdp_bytes = rate as f64 / 8.0 * rtt as f64 / 1e9;
-    SimConfig {
-        duration_ns: 10 * S,
-        seed: 1,
-        sample_interval_ns: 10 * MS,
-        mtu: 1500,
-        mss: 1448,
-        link: LinkConfig {
-            capacity_bps: rate,
-            delay_fwd_ns: rtt / 2,
-            delay_rev_ns: rtt - rtt / 2,
-            queue: QueueConfig { limit_bytes: Some((bdp * bdp_bytes).round().max(1500.0) as u64), limit_packets: None },
-            loss: LossConfig::None,
-            shaper: None,
-            policer: None,
-            schedule: vec![],
-            delay_schedule: vec![],
-            access_rate_bps: None,
-            jitter_ns: 0,
-        },
-        flows: vec![],
-    }
+    SimConfig::dumbbell(rate, rtt, bdp)
 }
 
 pub fn flow(cc: &str) -> FlowConfig {
-    FlowConfig {
-        cc: cc.into(),
-        params: BTreeMap::new(),
-        start_ns: 0,
-        extra_delay_ns: 0,
-        size_bytes: None,
-        rwnd_bytes: None,
-        pacing: None,
-        initial_cwnd: 10,
-        delayed_ack: DelayedAckConfig::default(),
-        group: None,
-    }
+    FlowConfig::bulk(cc)
 }
 
 pub fn with_flows(mut c: SimConfig, flows: Vec<FlowConfig>) -> SimConfig {
