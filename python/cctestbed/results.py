@@ -64,16 +64,17 @@ class TrialResult:
 
     def save(self, directory: Union[str, Path], force: bool = False) -> Path:
         """Write every result file into ``directory`` atomically; see :func:`write_dir`."""
+        return write_dir(Path(directory), self.write_files, force=force)
+
+    def write_files(self, tmp: Path) -> None:
+        """The result files, written into the (temporary) directory ``tmp``."""
         from .plot import save_figure
 
-        def write(tmp: Path) -> None:
-            (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
-            write_parquet(self.flows, tmp / "flows.parquet")
-            write_parquet(self.router, tmp / "router.parquet")
-            (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
-            save_figure(self.plot(), str(tmp / "trial.png"))
-
-        return write_dir(Path(directory), write, force=force)
+        (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
+        write_parquet(self.flows, tmp / "flows.parquet")
+        write_parquet(self.router, tmp / "router.parquet")
+        (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
+        save_figure(self.plot(), str(tmp / "trial.png"))
 
     @classmethod
     def load(cls, directory: Union[str, Path]) -> "TrialResult":

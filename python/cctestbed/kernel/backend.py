@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 
 from ..config import Trial, load_trial
-from ..results import TrialResult, dump_summary, write_dir, write_parquet
+from ..results import TrialResult
 from ..summary import TrialInfo, summarize
 from . import topology as topo
 
@@ -434,20 +434,11 @@ class KernelTrialResult(TrialResult):
     extra: dict[str, Any] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
 
-    def save(self, directory: Union[str, Path], force: bool = False) -> Path:
-        from ..plot import save_figure
-
-        def write(tmp: Path) -> None:
-            (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
-            write_parquet(self.flows, tmp / "flows.parquet")
-            write_parquet(self.router, tmp / "router.parquet")
-            (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
-            save_figure(self.plot(), str(tmp / "trial.png"))
-            (tmp / "kernel.json").write_text(json.dumps(self.extra, indent=2, default=str) + "\n", encoding="utf-8")
-            for name, data in self.files.items():
-                (tmp / name).write_bytes(data)
-
-        return write_dir(Path(directory), write, force=force)
+    def write_files(self, tmp: Path) -> None:
+        super().write_files(tmp)
+        (tmp / "kernel.json").write_text(json.dumps(self.extra, indent=2, default=str) + "\n", encoding="utf-8")
+        for name, data in self.files.items():
+            (tmp / name).write_bytes(data)
 
 
 def _npz(path: Path) -> dict[str, np.ndarray]:
