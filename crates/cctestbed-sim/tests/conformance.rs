@@ -68,10 +68,7 @@ fn every_algorithm_keeps_cwnd_above_its_floor() {
     for cc in names() {
         let bbr_family = cc.starts_with("bbr");
         let mut sim = Simulation::new(trial(cc, 0.03, 5)).unwrap();
-        let mut t = 0;
-        while t < 20 * S {
-            t += MS;
-            sim.run_until(t);
+        step_through(&mut sim, 20 * S, MS, |sim, t| {
             for s in &sim.senders {
                 let cwnd = s.w.cwnd;
                 assert!(cwnd >= 1, "{cc}: cwnd {cwnd} at {t} ns");
@@ -81,6 +78,7 @@ fn every_algorithm_keeps_cwnd_above_its_floor() {
                     assert!(cwnd >= floor, "{cc}: cwnd {cwnd} < {floor} in Open state at {t} ns");
                 }
             }
-        }
+            true
+        });
     }
 }

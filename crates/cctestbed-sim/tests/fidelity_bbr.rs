@@ -37,10 +37,7 @@ fn trace(c: ccsim::SimConfig, step: i64) -> (Trace, Simulation) {
         min_rtt: vec![vec![]; n],
         queue: vec![],
     };
-    let mut t = 0;
-    while t < end {
-        t += step;
-        sim.run_until(t);
+    step_through(&mut sim, end, step, |sim, t| {
         tr.t.push(t as f64 / 1e9);
         tr.queue.push(sim.bottleneck.queue_len().1);
         for f in 0..n {
@@ -51,7 +48,8 @@ fn trace(c: ccsim::SimConfig, step: i64) -> (Trace, Simulation) {
             tr.round[f].push(b.rtt_cnt);
             tr.min_rtt[f].push(b.min_rtt_ns().map_or(f64::NAN, |x| x as f64 / 1e9));
         }
-    }
+        true
+    });
     (tr, sim)
 }
 
@@ -129,16 +127,13 @@ fn probe_bw_never_starts_in_the_draining_phase() {
         c.seed = seed;
         let end = c.duration_ns;
         let mut sim = Simulation::new(c).unwrap();
-        let mut t = 0;
-        while t < end {
-            t += MS;
-            sim.run_until(t);
-            let b = bbr(&sim, 0);
+        step_through(&mut sim, end, MS, |sim, _| {
+            let b = bbr(sim, 0);
             if b.mode == Mode::ProbeBw {
                 seen[b.cycle_idx] += 1;
-                break;
             }
-        }
+            b.mode != Mode::ProbeBw
+        });
     }
     assert_eq!(seen[1], 0, "a flow started PROBE_BW in the 0.75 phase: {seen:?}");
     // The other seven phases are all possible starting points.

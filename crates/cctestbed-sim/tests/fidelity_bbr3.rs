@@ -30,10 +30,7 @@ fn trace(c: ccsim::SimConfig, step: i64) -> Trace {
     let end = c.duration_ns;
     let mut sim = Simulation::new(c).unwrap();
     let mut tr = Trace { t: vec![], state: vec![], cwnd: vec![], round: vec![], max_bw: vec![], min_rtt: vec![] };
-    let mut t = 0;
-    while t < end {
-        t += step;
-        sim.run_until(t);
+    step_through(&mut sim, end, step, |sim, t| {
         let b = bbr3(&sim, 0);
         tr.t.push(t as f64 / 1e9);
         tr.state.push(b.state());
@@ -41,7 +38,8 @@ fn trace(c: ccsim::SimConfig, step: i64) -> Trace {
         tr.round.push(b.round_count);
         tr.max_bw.push(b.to_bps(b.max_bw()));
         tr.min_rtt.push(b.min_rtt_ns().map_or(f64::NAN, |x| x as f64 / 1e9));
-    }
+        true
+    });
     tr
 }
 
@@ -104,11 +102,7 @@ fn startup_exits_with_at_most_one_bdp_queued() {
         let c = single_flow(rate, rtt, 8.0, 2);
         let end = c.duration_ns;
         let mut sim = Simulation::new(c).unwrap();
-        let mut t = 0;
-        while t < end && bbr3(&sim, 0).state() == State::Startup {
-            t += MS / 10;
-            sim.run_until(t);
-        }
+        step_through(&mut sim, end, MS / 10, |sim, _| bbr3(sim, 0).state() == State::Startup);
         let q = sim.bottleneck.queue_len().1 as f64 / bdp_bytes(rate, rtt);
         println!("measured: queue at Startup exit {q:.2} BDP ({} Mb/s)", rate / 1_000_000);
         assert!(q <= 1.0, "{q:.2} BDP queued at Startup exit");

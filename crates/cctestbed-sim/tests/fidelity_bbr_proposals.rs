@@ -50,13 +50,11 @@ fn rtprop_trace(c: ccsim::SimConfig) -> Vec<(f64, f64)> {
     let end = c.duration_ns;
     let mut sim = Simulation::new(c).unwrap();
     let mut v = vec![];
-    let mut t = 0;
-    while t < end {
-        t += 100 * MS;
-        sim.run_until(t);
+    step_through(&mut sim, end, 100 * MS, |sim, t| {
         let b = sim.senders[0].cc.as_any().downcast_ref::<Bbr>().unwrap();
         v.push((t as f64 / 1e9, b.min_rtt_ns().map_or(f64::NAN, |x| x as f64 / 1e6)));
-    }
+        true
+    });
     v
 }
 

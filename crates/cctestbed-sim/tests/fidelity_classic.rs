@@ -44,17 +44,15 @@ fn htcp_backoff_follows_the_rtt_ratio_within_its_bounds() {
         let end = c.duration_ns;
         let mut sim = Simulation::new(c).unwrap();
         let mut betas = vec![];
-        let mut t = 0;
-        while t < end {
-            t += 10 * MS;
-            sim.run_until(t);
+        step_through(&mut sim, end, 10 * MS, |sim, t| {
             let h = sim.senders[0].cc.as_any().downcast_ref::<Htcp>().unwrap();
             let b = h.beta_ratio();
             assert!((0.5..=0.8).contains(&b), "beta {b} out of [0.5, 0.8]");
             if t > 20 * S {
                 betas.push(b);
             }
-        }
+            true
+        });
         let mean = betas.iter().sum::<f64>() / betas.len() as f64;
         println!("measured: H-TCP mean beta {mean:.3} with a {bdp} BDP buffer");
         assert!((lo..=hi).contains(&mean), "{bdp} BDP buffer: mean beta {mean:.3}, expected [{lo}, {hi}]");

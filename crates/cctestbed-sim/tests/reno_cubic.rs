@@ -25,10 +25,7 @@ fn trace(c: ccsim::SimConfig, step: i64) -> (Vec<LossEvent>, Vec<(f64, u32, f64)
     let mut samples = vec![];
     let mut last_cwnd = 0;
     let mut open: Option<(f64, u32)> = None;
-    let mut t = 0;
-    while t < end {
-        t += step;
-        sim.run_until(t);
+    step_through(&mut sim, end, step, |sim, t| {
         let s = &sim.senders[0];
         let ts = t as f64 / 1e9;
         let in_rec = matches!(s.ca_state, CaState::Recovery | CaState::Loss);
@@ -44,7 +41,8 @@ fn trace(c: ccsim::SimConfig, step: i64) -> (Vec<LossEvent>, Vec<(f64, u32, f64)
             samples.push((ts, s.w.cwnd, s.rtt.srtt as f64 / 1e9));
         }
         last_cwnd = s.w.cwnd;
-    }
+        true
+    });
     (events, samples)
 }
 
@@ -121,16 +119,13 @@ fn cubic_epochs(fast_convergence: bool) {
     c.duration_ns = 90 * S;
     let end = c.duration_ns;
     let mut sim = Simulation::new(c).unwrap();
-    let mut t = 0;
     let mut prev_state = CaState::Open;
     let mut last_cwnd = 0u32;
     let mut checked_k = 0;
     let mut checked_beta = 0;
     // (recovery exit time, W_max for that epoch, cwnd at the epoch's start)
     let mut epoch: Option<(f64, u32, u32)> = None;
-    while t < end {
-        t += MS;
-        sim.run_until(t);
+    step_through(&mut sim, end, MS, |sim, t| {
         let s = &sim.senders[0];
         let ts = t as f64 / 1e9;
         if s.ca_state == CaState::Recovery && prev_state != CaState::Recovery {
@@ -166,7 +161,8 @@ fn cubic_epochs(fast_convergence: bool) {
         }
         prev_state = s.ca_state;
         last_cwnd = s.w.cwnd;
-    }
+        true
+    });
     assert!(checked_beta >= 3 && checked_k >= 3, "too few epochs: beta {checked_beta}, K {checked_k}");
 }
 
@@ -189,17 +185,16 @@ fn cubic_hystart_leaves_slow_start_before_the_first_loss_on_a_deep_buffer() {
     c.duration_ns = 5 * S;
     let end = c.duration_ns;
     let mut sim = Simulation::new(c).unwrap();
-    let mut t = 0;
-    while t < end {
-        t += MS;
-        sim.run_until(t);
+    let mut ended = false;
+    step_through(&mut sim, end, MS, |sim, _| {
         let s = &sim.senders[0];
         if s.w.ssthresh != u32::MAX {
             assert_eq!(s.stats.lost_segs, 0, "ssthresh was first set by a loss, not by HyStart");
             assert_eq!(s.ca_state, CaState::Open);
             assert!(s.w.cwnd >= 16);
-            return;
+            ended = true;
         }
-    }
-    panic!("slow start never ended");
+        !ended
+    });
+    assert!(ended, "slow start never ended");
 }

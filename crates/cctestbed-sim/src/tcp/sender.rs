@@ -337,7 +337,7 @@ impl Sender {
         self.started = true;
         let info = self.info(now);
         self.cc.init(&info, &mut self.w);
-        self.apply_cc_requests(now);
+        self.apply_cc_requests();
         self.try_send(now, io);
     }
 
@@ -623,7 +623,7 @@ impl Sender {
             self.cc.cong_avoid(&info, &mut self.w, acc.delivered);
         }
         self.w.cwnd = self.w.cwnd.max(1);
-        self.apply_cc_requests(now);
+        self.apply_cc_requests();
 
         if una_advanced {
             self.rearm_rto(now, io);
@@ -631,7 +631,7 @@ impl Sender {
         self.try_send(now, io);
     }
 
-    fn apply_cc_requests(&mut self, _now: Nanos) {
+    fn apply_cc_requests(&mut self) {
         if self.w.set_app_limited {
             self.w.set_app_limited = false;
             self.app_limited = (self.delivered + self.packets_in_flight() as u64).max(1);

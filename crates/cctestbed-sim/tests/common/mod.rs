@@ -81,3 +81,16 @@ pub fn mean_queue(out: &SimOutput, t0: f64, t1: f64) -> f64 {
 pub fn bdp_bytes(rate: u64, rtt: i64) -> f64 {
     rate as f64 / 8.0 * rtt as f64 / 1e9
 }
+
+/// Runs `sim` up to `end` in steps of `step` ns, calling `each(sim, t)` after every step, and
+/// stops early when it returns false; for tests that watch the senders' state over time.
+pub fn step_through(sim: &mut ccsim::Simulation, end: i64, step: i64, mut each: impl FnMut(&ccsim::Simulation, i64) -> bool) {
+    let mut t = 0;
+    while t < end {
+        t += step;
+        sim.run_until(t);
+        if !each(sim, t) {
+            break;
+        }
+    }
+}
