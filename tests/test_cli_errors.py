@@ -131,6 +131,37 @@ def test_existing_output_is_refused_without_force(cli, trial_dict, write_trial, 
     assert os.listdir(out_dir) == ["keep"]
 
 
+@pytest.mark.parametrize("where", ["cwd", "parent", "trial file", "plain file", "foreign dir"])
+def test_force_never_deletes_what_is_not_results(cli, trial_dict, write_trial, tmp_path, monkeypatch, where):
+    """`run -o . --force` once deleted the working directory; every such target is refused, exit 2."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    trial = write_trial(trial_dict())
+    moved = work / "t.toml"
+    os.replace(trial, moved)
+    (work / "notes.txt").write_text("mine")
+    (work / "data").mkdir()
+    (work / "data" / "keep").write_text("mine")
+    dest = {"cwd": ".", "parent": "..", "trial file": "t.toml", "plain file": "notes.txt", "foreign dir": "data"}[where]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    r = cli("run", "t.toml", "-o", dest, "--force")
+    assert r.exit_code == 2, r.output
+    assert "--force replaces only" in r.output or "file being run" in r.output or "not a directory" in r.output
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before, "nothing deleted, nothing written"
+
+
+def test_force_replaces_a_results_directory(cli, trial_dict, write_trial, tmp_path):
+    trial = write_trial(trial_dict())
+    out_dir = tmp_path / "out"
+    assert cli("run", trial, "-o", out_dir).exit_code == 0
+    (out_dir / "summary.json").write_text("{}")
+    r = cli("run", trial, "-o", out_dir, "--force")
+    assert r.exit_code == 0, r.output
+    assert (out_dir / "summary.json").read_text() != "{}"
+
+
 def test_version(cli):
     r = cli("--version")
     assert r.exit_code == 0

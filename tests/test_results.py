@@ -1,11 +1,12 @@
 """Writing results: atomic directories and deterministic parquet."""
 
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
 
-from cctestbed.results import write_dir, write_parquet
+from cctestbed.results import ReplaceRefused, write_dir, write_parquet
 
 
 def test_write_dir_renames_into_place(tmp_path):
@@ -28,27 +29,52 @@ def test_write_dir_failure_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def _results(d):
+    """Something that looks like a results directory (what --force may replace)."""
+    for f in ("trial.toml", "summary.json"):
+        (d / f).write_text("1")
+
+
 def test_write_dir_refuses_existing_unless_forced(tmp_path):
     dest = tmp_path / "out"
-    write_dir(dest, lambda d: (d / "old").write_text("1"))
+    write_dir(dest, _results)
     with pytest.raises(FileExistsError):
         write_dir(dest, lambda d: (d / "new").write_text("2"))
-    assert os.listdir(dest) == ["old"]
+    assert sorted(os.listdir(dest)) == ["summary.json", "trial.toml"]
     write_dir(dest, lambda d: (d / "new").write_text("2"), force=True)
     assert os.listdir(dest) == ["new"]
     assert os.listdir(tmp_path) == ["out"]
 
 
+def test_force_replaces_only_results_directories(tmp_path, monkeypatch):
+    """--force never replaces a plain file, a foreign directory, the working directory or its parents."""
+    plain = tmp_path / "notes.txt"
+    plain.write_text("mine")
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "keep").write_text("mine")
+    work = tmp_path / "work"
+    work.mkdir()
+    _results(work)  # even a results directory is refused while it is the working directory
+    monkeypatch.chdir(work)
+    for dest in (plain, foreign, work, tmp_path, Path(".")):
+        with pytest.raises(ReplaceRefused):
+            write_dir(dest, lambda d: (d / "new").write_text("2"), force=True)
+    assert plain.read_text() == "mine" and (foreign / "keep").read_text() == "mine"
+    assert sorted(os.listdir(work)) == ["summary.json", "trial.toml"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")], "no temporary directory left behind"
+
+
 def test_failed_forced_replace_keeps_old(tmp_path):
     dest = tmp_path / "out"
-    write_dir(dest, lambda d: (d / "old").write_text("1"))
+    write_dir(dest, _results)
 
     def boom(d):
         raise RuntimeError("no")
 
     with pytest.raises(RuntimeError):
         write_dir(dest, boom, force=True)
-    assert os.listdir(dest) == ["old"]
+    assert sorted(os.listdir(dest)) == ["summary.json", "trial.toml"]
 
 
 def test_parquet_is_byte_identical_and_round_trips(tmp_path):

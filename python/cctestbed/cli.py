@@ -125,6 +125,15 @@ def run(
     if dest.exists() and not force:
         err.print(f"[bold red]error[/]: {dest} exists; pass --force to replace it", markup=True)
         raise typer.Exit(2)
+    if force:
+        from .results import ReplaceRefused, check_replaceable
+
+        try:
+            check_replaceable(dest, protect=(trial_file,))
+        except ReplaceRefused as e:
+            err.print("[bold red]error[/]: ", end="")
+            err.print(f"{e}; nothing was written", markup=False)
+            raise typer.Exit(2)
 
     n_flows = len(trial.expanded())
     if trial.backend == "kernel":

@@ -115,16 +115,57 @@ def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
     )
 
 
+class ReplaceRefused(ValueError):
+    """``--force`` was asked to replace something that is not a results directory of this tool."""
+
+
+#: A directory holding all of these was written by :func:`write_dir` (a trial's results).
+MARKER_FILES = ("trial.toml", "summary.json")
+
+
+def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], ...] = ()) -> None:
+    """Raise :class:`ReplaceRefused` unless ``dest`` may be replaced by a new results directory.
+
+    Only a results directory of this tool (one holding trial.toml and summary.json) may be
+    replaced, and never the working directory or one of its parents, nor a directory holding
+    one of the ``protect`` paths (the trial file being run). A path that does not exist is fine.
+    """
+    dest = Path(dest)
+    if not dest.exists() and not dest.is_symlink():
+        return
+    real = dest.resolve()
+    if dest.is_symlink() or not dest.is_dir():
+        raise ReplaceRefused(f"{dest} is not a directory; --force replaces only a results directory")
+    cwd = Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise ReplaceRefused(
+            f"{dest} is the working directory or one of its parents; --force replaces only a results directory"
+        )
+    for p in protect:
+        pr = Path(p).resolve()
+        if pr == real or real in pr.parents:
+            raise ReplaceRefused(f"{dest} holds {p}, the file being run; choose another output directory")
+    missing = [f for f in MARKER_FILES if not (dest / f).is_file()]
+    if missing:
+        raise ReplaceRefused(
+            f"{dest} is not a cctestbed results directory (no {', '.join(missing)}); "
+            "--force replaces only a results directory written by cctestbed"
+        )
+
+
 def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) -> Path:
     """Fill a temporary directory beside ``dest`` with ``write`` and rename it to ``dest``.
 
-    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then it is moved
-    aside, the new directory renamed into place, and the old one deleted. On any error the
-    temporary directory is removed and ``dest`` is left as it was.
+    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then, if it is a
+    results directory (:func:`check_replaceable`), it is moved aside, the new directory renamed
+    into place, and the old one deleted. On any error the temporary directory is removed and
+    ``dest`` is left as it was.
     """
     dest = dest.absolute()
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
+    if force:
+        check_replaceable(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
@@ -133,6 +174,7 @@ def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) ->
         if dest.exists():
             if not force:
                 raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
+            check_replaceable(dest)
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
             os.rename(dest, old / "previous")
             os.rename(tmp, dest)
