@@ -186,5 +186,10 @@ from .kernel.cli import register as _register_kernel_commands  # noqa: E402
 _register_kernel_commands(app)
 
 
+from .fidelity.cli import register as _register_fidelity_commands  # noqa: E402
+
+_register_fidelity_commands(app)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -72,6 +72,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
                 save_figure(result.plot(), str(Path(tmp) / "trial.png"))
                 files["trial.png"] = (Path(tmp) / "trial.png").read_bytes()
+        extra = getattr(result, "extra", None)
+        if extra:  # the kernel backend's record of the run (kernel version, link emulator timing)
+            files["kernel.json"] = (json.dumps(extra, indent=1, default=str) + "\n").encode()
         elapsed = time.perf_counter() - t0
         run = {"key": job["key"], "elapsed_s": round(elapsed, 3), "started": started, **out, **_versions()}
         files["run.json"] = (json.dumps(run, indent=1) + "\n").encode()

@@ -1,0 +1,144 @@
+"""The metrics a fidelity cell compares, computed the same way from either backend's results.
+
+Most come from ``summary.json`` (utilization, loss, retransmissions, queue mean and p95 in BDP,
+per-group share, Jain). Two are computed here so kernel and simulator are compared like with like:
+
+- ``rtt_p50_ms`` / ``rtt_p95_ms`` pool every flow's **smoothed** RTT samples (``srtt_ms``) in
+  the steady window: the kernel reports ``tcpi_rtt`` (a smoothed RTT), while the simulator's
+  ``rtt_ms`` is a per-interval mean of raw samples; ``srtt_ms`` is the same quantity in both.
+- ``period_s``: the dominant period of the share series, where one exists. The series is the
+  first group's share of the delivered bytes (several groups), else the first flow's share
+  (one group of several flows), in :data:`BIN_S` bins over the steady window. Its periodogram's
+  highest peak between :data:`MIN_PERIOD_S` and a third of the window counts when it carries at
+  least :data:`PEAK_FRACTION` of the spectrum's power in that band; otherwise there is none (null).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+import polars as pl
+
+from ..summary import TrialInfo, percentile, window
+
+BIN_S = 0.1
+MIN_PERIOD_S = 0.5
+PEAK_FRACTION = 0.15
+
+#: metric -> (label, unit) in report order; ``share.<group>`` cells follow ``jain``.
+METRICS: dict[str, tuple[str, str]] = {
+    "utilization_pct": ("utilization", "%"),
+    "loss_pct": ("loss at the router", "%"),
+    "retrans_pct": ("retransmissions", "%"),
+    "queue_mean_bdp": ("queue mean", "BDP"),
+    "queue_p95_bdp": ("queue p95", "BDP"),
+    "rtt_p50_ms": ("RTT p50 (smoothed)", "ms"),
+    "rtt_p95_ms": ("RTT p95 (smoothed)", "ms"),
+    "jain": ("Jain index", ""),
+    "share": ("share", "%"),
+    "period_s": ("share period", "s"),
+}
+
+
+def _num(x: Any) -> Optional[float]:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def share_series(flows: pl.DataFrame, t0: float, t1: float) -> Optional[np.ndarray]:
+    """The share series described in the module docstring, or None for a single flow."""
+    groups = flows["group"].unique(maintain_order=True).to_list()
+    ids = flows["flow"].unique().sort().to_list()
+    if len(ids) < 2:
+        return None
+    if len(groups) >= 2:
+        first = flows.filter(pl.col("group") == groups[0])["flow"].unique().to_list()
+    else:
+        first = [ids[0]]
+    edges = t0 + BIN_S * np.arange(int(math.floor((t1 - t0) / BIN_S + 1e-9)) + 1)
+    if len(edges) < 8:
+        return None
+    total = np.zeros(len(edges) - 1)
+    mine = np.zeros(len(edges) - 1)
+    for fid in ids:
+        f = flows.filter(pl.col("flow") == fid).sort("time_s")
+        times = f["time_s"].to_numpy()
+        cum = f["delivered_bytes"].cast(pl.Float64).to_numpy()
+        idx = np.searchsorted(times, edges + 1e-9, side="right") - 1
+        at = np.where(idx >= 0, cum[np.clip(idx, 0, None)], 0.0)
+        d = np.diff(at)
+        total += d
+        if fid in first:
+            mine += d
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.where(total > 0, mine / np.where(total > 0, total, 1), np.nan)
+    if np.isnan(s).all():
+        return None
+    return np.where(np.isnan(s), np.nanmean(s), s)
+
+
+def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optional[float]:
+    """The period (s) of the periodogram's highest peak, if it stands out (module docstring)."""
+    if series is None or len(series) < 8:
+        return None
+    x = series - series.mean()
+    if not np.any(np.abs(x) > 1e-12):
+        return None
+    power = np.abs(np.fft.rfft(x)) ** 2
+    freqs = np.fft.rfftfreq(len(x), d=bin_s)
+    span = len(x) * bin_s
+    band = (freqs > 0) & (freqs <= 1.0 / MIN_PERIOD_S) & (freqs >= 3.0 / span)
+    if not band.any():
+        return None
+    p, f = power[band], freqs[band]
+    i = int(np.argmax(p))
+    # a peak spread over neighbouring bins still counts as one
+    peak = p[max(i - 1, 0): i + 2].sum()
+    if p.sum() <= 0 or peak / p.sum() < PEAK_FRACTION:
+        return None
+    return float(1.0 / f[i])
+
+
+def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[str, Any], info: TrialInfo) -> dict[str, Any]:
+    """The compared metrics of one trial: a flat dict, ``share.<group>`` per group, None where absent."""
+    t0, t1 = info.steady_s
+    tot, q = summary["total"], summary["queue"]
+    util = _num(tot.get("utilization"))
+    w = window(flows, t0, t1)
+    srtt = w["srtt_ms"].cast(pl.Float64).fill_nan(None)
+    srtt = srtt.filter(srtt > 0)
+    out: dict[str, Any] = {
+        "utilization_pct": None if util is None else 100.0 * util,
+        "loss_pct": _num(tot.get("loss_pct")),
+        "retrans_pct": _num(tot.get("retrans_pct")),
+        "queue_mean_bdp": _num(q.get("mean_bdp")),
+        "queue_p95_bdp": _num(q.get("p95_bdp")),
+        "rtt_p50_ms": percentile(srtt, 0.5),
+        "rtt_p95_ms": percentile(srtt, 0.95),
+        "jain": _num(tot.get("jain")),
+        "period_s": dominant_period(share_series(flows, t0, t1)),
+    }
+    for g, gm in summary["groups"].items():
+        share = _num(gm.get("share"))
+        out[f"share.{g}"] = None if share is None or len(summary["groups"]) < 2 else 100.0 * share
+    return {k: v for k, v in out.items() if not (k.startswith("share.") and v is None)}
+
+
+def metrics_of_dir(trial_dir: Any) -> dict[str, Any]:
+    """:func:`scenario_metrics` of a stored trial (trial.toml, summary.json and the Parquet files)."""
+    import json
+    from pathlib import Path
+
+    from ..config import load_trial
+
+    d = Path(trial_dir)
+    trial = load_trial(d / "trial.toml")
+    summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    flows = pl.read_parquet(d / "flows.parquet")
+    router = pl.read_parquet(d / "router.parquet")
+    backend = flows["backend"][0] if "backend" in flows.columns and len(flows) else "sim"
+    return scenario_metrics(flows, router, summary, TrialInfo.from_trial(trial, backend=backend))

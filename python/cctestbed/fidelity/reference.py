@@ -1,0 +1,109 @@
+"""The kernel reference: the kernel side of the suite, one row per scenario rep, small enough to check in.
+
+``kernel-reference.parquet`` (beside the suite file by default) has, per finished kernel trial:
+``scenario``, ``seed``, ``key`` (the scenario key: :meth:`.suite.Scenario.scenario_key`), the
+run's provenance (``kernel`` release, ``host``, ``date`` in UTC, ``cctestbed`` version,
+``link_emulator`` and its forward per-frame timing error ``emu_p99_us``), and every metric of
+:mod:`.measure`. It grows one row at a time, rewritten atomically after each kernel trial, so a
+campaign cut off at any point keeps every finished trial; ``fidelity run`` skips rows it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import polars as pl
+
+from ..results import write_parquet
+from ..store import atomic_write_bytes
+
+FILENAME = "kernel-reference.parquet"
+ID_COLUMNS = ("scenario", "seed", "key")
+PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us")
+
+
+def default_path(suite_source: Optional[str]) -> Path:
+    return (Path(suite_source).parent if suite_source else Path(".")) / FILENAME
+
+
+def provenance(trial_dir: Path) -> dict[str, Any]:
+    """Where and when a stored kernel trial ran, from its kernel.json and run.json."""
+    from .. import __version__
+
+    kj: dict[str, Any] = {}
+    rj: dict[str, Any] = {}
+    try:
+        kj = json.loads((trial_dir / "kernel.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    try:
+        rj = json.loads((trial_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    started = rj.get("started")
+    when = datetime.fromtimestamp(started, timezone.utc) if isinstance(started, (int, float)) else datetime.now(timezone.utc)
+    emu = (kj.get("linkemu") or {}).get("timing_error_fwd") or {}
+    return {
+        "kernel": kj.get("kernel") or platform.release(),
+        "host": rj.get("host") or platform.node(),
+        "date": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "cctestbed": rj.get("cctestbed") or __version__,
+        "link_emulator": kj.get("link_emulator"),
+        "emu_p99_us": emu.get("p99_us"),
+    }
+
+
+class Reference:
+    """The reference file, held as rows keyed by scenario key."""
+
+    def __init__(self, path: Union[str, Path]):
+        self.path = Path(path)
+        self.rows: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            try:
+                df = pl.read_parquet(self.path)
+            except Exception as e:  # a damaged file is named, not silently replaced
+                raise ValueError(f"{self.path}: not a readable kernel reference ({e})") from None
+            missing = [c for c in ID_COLUMNS if c not in df.columns]
+            if missing:
+                raise ValueError(f"{self.path}: not a kernel reference (no {', '.join(missing)} column)")
+            for r in df.iter_rows(named=True):
+                self.rows[r["key"]] = {k: v for k, v in r.items() if v is not None or k in ID_COLUMNS}
+
+    def has(self, key: str) -> bool:
+        return key in self.rows
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Add (or replace) one rep and rewrite the file atomically."""
+        self.rows[row["key"]] = row
+        self.save()
+
+    def frame(self) -> pl.DataFrame:
+        rows = sorted(self.rows.values(), key=lambda r: (r["scenario"], r["seed"]))
+        metric_cols = sorted({k for r in rows for k in r if k not in ID_COLUMNS and k not in PROVENANCE})
+        cols = [*ID_COLUMNS, *PROVENANCE, *metric_cols]
+        data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in cols}
+        schema: dict[str, Any] = {"scenario": pl.String, "seed": pl.Int64, "key": pl.String, "kernel": pl.String,
+                                  "host": pl.String, "date": pl.String, "cctestbed": pl.String,
+                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64}
+        for c in metric_cols:
+            schema[c] = pl.Float64
+        return pl.DataFrame(
+            {c: [None if v is None else (float(v) if schema[c] == pl.Float64 else v) for v in data[c]] for c in cols},
+            schema=schema,
+        )
+
+    def save(self) -> None:
+        import tempfile
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_parquet(self.frame(), Path(tmp) / FILENAME)
+            atomic_write_bytes(self.path, (Path(tmp) / FILENAME).read_bytes())
+
+    def for_scenario(self, keys: list[str]) -> list[dict[str, Any]]:
+        return [self.rows[k] for k in keys if k in self.rows]

@@ -1,0 +1,181 @@
+"""The fidelity suite file: scenarios, each a trial, run ``reps`` times on each backend.
+
+::
+
+    name = "fidelity"
+    reps = 3                         # seeds 1..reps on each backend
+    [defaults]                       # merged under every scenario (a scenario's keys win)
+    duration = "40s"
+    steady = ["10s", "40s"]
+    [[scenarios]]
+    id = "thesis-4bbr-0.5bdp"        # names the trial; letters, digits and . _ + -
+    link = { capacity = "80Mbit", rtt = "25ms", queue = "0.5bdp" }
+    flows = [{ cc = "bbr", count = 4 }]
+
+A scenario's **key** hashes its merged trial document as written (not the normalised trial),
+with the seed and backend: it changes when the scenario's text changes, and stays the same when
+the simulator's code or schema grows, so a checked-in kernel reference stays valid across
+simulator changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..config import ConfigError, Trial, parse_trial, read_trial_file
+from ..store import merge
+from ..sweep import Axis, Sweep, TrialSpec, trial_key
+
+TOP_KEYS = ("name", "description", "reps", "defaults", "scenarios", "tolerances")
+BACKENDS = ("kernel", "sim")
+#: Bumped when the meaning of a scenario key changes (every kernel reference row is then stale).
+KEY_FORMAT = 1
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot run; ``problems`` lists each as ``field: value: what is valid``."""
+
+    def __init__(self, problems: list[str], source: Optional[str] = None):
+        self.problems = list(problems)
+        self.source = source
+        head = f"invalid fidelity suite{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
+        super().__init__("\n".join([head, *("  " + p for p in self.problems)]))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scenario: its id, the merged trial document as written, and the validated trial."""
+
+    id: str
+    doc: dict[str, Any]
+    trial: Trial
+
+    def scenario_key(self, seed: int, backend: str) -> str:
+        """Stable address of one rep of this scenario on one backend (see the module docstring)."""
+        blob = {"doc": self.doc, "seed": seed, "backend": backend, "format": KEY_FORMAT}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+
+    def trial_for(self, seed: int, backend: str) -> Trial:
+        return self.trial.model_copy(update={"seed": seed, "backend": backend})
+
+
+@dataclass
+class Suite:
+    name: str
+    reps: int
+    scenarios: list[Scenario]
+    raw: dict[str, Any]
+    tolerances: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    source: Optional[str] = None
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(1, self.reps + 1))
+
+    def scenario(self, sid: str) -> Scenario:
+        for s in self.scenarios:
+            if s.id == sid:
+                return s
+        raise KeyError(sid)
+
+    def sweep(self, backend: str, seeds: Optional[list[int]] = None) -> Sweep:
+        """The suite on one backend as a sweep (one point per scenario), for the sweep store.
+
+        Trials are ordered rep by rep (every scenario's first rep, then every second rep, ...),
+        so a campaign cut short still covers every scenario.
+        """
+        seeds = seeds or self.seeds
+        ids = tuple(s.id for s in self.scenarios)
+        axis = Axis("scenario", "scenario", ids)
+        raw = {"name": f"{self.name}-{backend}", "fidelity_suite": self.raw, "backend": backend}
+        sweep = Sweep(name=f"{self.name}-{backend}", raw=raw, axes=[axis], seeds=list(seeds), steady=None,
+                      source=self.source, description=self.description)
+        specs = []
+        for seed in seeds:
+            for point, sc in enumerate(self.scenarios):
+                t = sc.trial_for(seed, backend)
+                specs.append(TrialSpec(len(specs), point, {"scenario": sc.id}, seed, t, trial_key(t)))
+        sweep.specs = specs
+        return sweep
+
+
+def _show(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else json.dumps(v)
+
+
+def load_suite(path: Union[str, Path]) -> Suite:
+    """Read and validate a suite file; raises :class:`SuiteError` listing every problem."""
+    try:
+        raw = read_trial_file(path)
+    except ConfigError as e:
+        raise SuiteError(e.problems, str(path)) from None
+    return parse_suite(raw, source=str(path))
+
+
+def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise SuiteError(["(suite): expected a table of settings"], source)
+    for k in raw:
+        if k not in TOP_KEYS:
+            problems.append(f"{k}: unknown key; valid are {', '.join(TOP_KEYS)}")
+    name = raw.get("name", "fidelity")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name):
+        problems.append(f"name: {_show(name)}: letters, digits and . _ + - only, starting with a letter or digit")
+        name = "fidelity"
+    reps = raw.get("reps", 3)
+    if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= 100:
+        problems.append(f"reps: {_show(reps)}: must be a whole number from 1 to 100 (seeds per backend)")
+        reps = 1
+    defaults = raw.get("defaults", {})
+    if not isinstance(defaults, dict):
+        problems.append(f"defaults: {_show(defaults)}: must be a table of trial fields")
+        defaults = {}
+    tolerances = raw.get("tolerances", {})
+    if not isinstance(tolerances, dict):
+        problems.append(f"tolerances: {_show(tolerances)}: must be a table of metric = tolerance")
+        tolerances = {}
+    entries = raw.get("scenarios")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        problems.append("scenarios: must be a non-empty array of tables ([[scenarios]] with an id and a trial)")
+        entries = []
+    scenarios: list[Scenario] = []
+    seen: set[str] = set()
+    for i, e in enumerate(entries):
+        where = f"scenarios[{i}]"
+        sid = e.get("id")
+        if not isinstance(sid, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", sid):
+            problems.append(f"{where}.id: {_show(sid)}: required; letters, digits and . _ + -")
+            continue
+        if sid in seen:
+            problems.append(f"{where}.id: {_show(sid)}: used by an earlier scenario; ids must be unique")
+            continue
+        seen.add(sid)
+        body = {k: v for k, v in e.items() if k != "id"}
+        if "name" in body or "seed" in body or "backend" in body:
+            problems.append(f"{where} ({sid}): name, seed and backend are set by the suite; remove them")
+            continue
+        doc = merge(copy.deepcopy(body), copy.deepcopy(defaults))
+        doc["name"] = sid
+        try:
+            trial = parse_trial(doc)
+        except ConfigError as err:
+            problems += [f"{where} ({sid}): {p}" for p in err.problems]
+            continue
+        scenarios.append(Scenario(sid, doc, trial))
+    if problems:
+        raise SuiteError(problems, source)
+    from .verdict import check_tolerances
+
+    bad = check_tolerances(tolerances)
+    if bad:
+        raise SuiteError(bad, source)
+    return Suite(name=name, reps=reps, scenarios=scenarios, raw=raw, tolerances=tolerances,
+                 description=str(raw.get("description", "")), source=source)
