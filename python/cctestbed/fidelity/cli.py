@@ -180,5 +180,98 @@ def _write_report(suite: Any, output: Path, ref: Any) -> None:
         out.print(f"report: {p}")
 
 
+@app.command("report")
+def report_command(
+    directory: Path = typer.Argument(Path("results/fidelity"), help="The directory `fidelity run` wrote (its sim/ and kernel/ stores)."),
+    suite_file: Path = typer.Option(Path("fidelity/suite.toml"), "--suite", help="The suite file."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="Kernel reference (default: beside the suite)."),
+) -> None:
+    """Write fidelity.md, fidelity.json and fidelity.html for what both sides have measured."""
+    suite = _load(suite_file, None)
+    ref = _reference(suite, reference)
+    if not (directory / "sim" / "sweep.json").is_file():
+        _fail(f"{directory} holds no simulator trials (no sim/sweep.json); run `cctestbed fidelity run {suite_file} "
+              f"-o {directory} --backend sim` first")
+    _write_report(suite, directory, ref)
+    out.print(_headline_of(directory))
+
+
+def _headline_of(directory: Path) -> str:
+    import json
+
+    from .report import headline
+
+    return headline(json.loads((directory / "fidelity.json").read_text(encoding="utf-8")))
+
+
+def _sim_job(job: tuple[str, dict[str, Any], int]) -> tuple[str, int, dict[str, Any]]:
+    """One simulator rep of a scenario, measured (runs in a worker process)."""
+    from ..config import parse_trial
+    from ..runner import run_trial
+    from .measure import scenario_metrics
+
+    sid, doc, seed = job
+    r = run_trial(parse_trial({**doc, "seed": seed}))
+    return sid, seed, scenario_metrics(r.flows, r.router, r.summary, r.info)
+
+
+def simulate_suite(suite: Any, scenario_ids: list[str], workers: int, progress: Any = None) -> dict[str, list[dict[str, Any]]]:
+    """scenario -> metric dicts of its simulator reps, computed in memory (nothing written)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(sc.id, sc.doc, seed) for seed in suite.seeds for sc in suite.scenarios if sc.id in scenario_ids]
+    out: dict[str, list[dict[str, Any]]] = {}
+    ctx = multiprocessing.get_context("spawn")  # polars and rayon threads do not survive fork
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for sid, seed, m in pool.map(_sim_job, jobs, chunksize=1):
+            out.setdefault(sid, []).append(m)
+            if progress is not None:
+                progress.advance(0)
+    return out
+
+
+@app.command("check")
+def check_command(
+    suite_file: Path = typer.Argument(Path("fidelity/suite.toml"), help="The suite file."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="Kernel reference (default: beside the suite)."),
+    json_file: Optional[Path] = typer.Option(None, "--json", help="Also write every cell and the totals here."),
+    scenarios: Optional[str] = typer.Option(None, "--scenarios", help="Only scenarios whose id matches these globs (comma-separated)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, help="Worker processes (default: all cores)."),
+) -> None:
+    """Re-run the simulator side against the checked-in kernel reference; exit 1 on an unexplained miss."""
+    from .report import build_cells, headline, kernel_metrics, write_json
+
+    suite = _load(suite_file, None)
+    _select(suite, scenarios)
+    ref = _reference(suite, reference)
+    kernel = kernel_metrics(suite, ref)
+    if not kernel:
+        _fail(f"{ref.path} holds no kernel rep of this suite's scenarios: run `sudo cctestbed fidelity run "
+              f"{suite_file} --backend kernel` first")
+    n = sum(1 for sc in suite.scenarios if sc.id in kernel) * len(suite.seeds)
+    progress = _progress(f"{suite.name}: simulator", n)
+    with progress:
+        sim = simulate_suite(suite, list(kernel), workers or os.cpu_count() or 1, progress)
+    try:
+        cells, extra = build_cells(suite, kernel, sim)
+    except ValueError as e:  # a damaged known-deviations file
+        _fail(str(e))
+    misses = [c for c in cells if c.verdict == "miss"]
+    for c in misses:
+        def f(x: Optional[float]) -> str:
+            return "-" if x is None else f"{x:.3g}"
+        out.print(f"[red]miss[/]: {c.scenario}: {c.metric}: simulator {f(c.sim_mean)}, kernel {f(c.kernel_mean)} "
+                  f"[{f(c.kernel_min)}, {f(c.kernel_max)}], allowed +-{f(c.allowed)}")
+    for s in extra["stale_known"]:
+        out.print(f"[yellow]note[/]: known deviation now within tolerance: {s}")
+    out.print(headline(extra))
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        write_json(cells, extra, json_file)
+    if misses:
+        raise typer.Exit(1)
+
+
 def register(main: typer.Typer) -> None:
     main.add_typer(app, name="fidelity")
