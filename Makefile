@@ -44,12 +44,24 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "chromium not installed: the report rendering test will be skipped"
 
-# Both suites always run; the target fails if either does.
+# Every suite always runs; the target fails if any does. The last step re-runs the simulator
+# side of the fidelity suite against the checked-in kernel reference (docs/fidelity.md).
 test: build browser
 	@status=0; \
 	cargo test --release --workspace --no-fail-fast || status=1; \
 	$(PY) -m pytest || status=1; \
+	$(VENV)/bin/cctestbed fidelity check fidelity/suite.toml --json results/fidelity-check.json || status=1; \
 	exit $$status
+
+# The fidelity campaign: every scenario on the kernel (root; hours of real time, resumable, each
+# finished rep added to fidelity/kernel-reference.parquet) and on the simulator, then the report
+# in results/fidelity. `make fidelity-check` is the simulator side alone, as `make test` runs it.
+.PHONY: fidelity fidelity-check
+fidelity: build
+	$(VENV)/bin/cctestbed fidelity run fidelity/suite.toml -o results/fidelity
+
+fidelity-check: build
+	$(VENV)/bin/cctestbed fidelity check fidelity/suite.toml --json results/fidelity-check.json
 
 bench: build
 	cargo run --release -p cctestbed-sim --bin ccsim-bench

@@ -181,7 +181,7 @@ def heatmap(cells: list[Cell], extra: dict[str, Any], path: Path) -> None:
     from matplotlib.colors import LinearSegmentedColormap
 
     cmap = LinearSegmentedColormap.from_list("fid", [(0, "#1a9850"), (1 / 3, "#d9ef8b"), (0.34, "#fdae61"), (1, "#a50026")])
-    cmap.set_bad("#dddddd")
+    cmap = cmap.with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, vmin=0, vmax=3, aspect="auto")
     for i, s in enumerate(ids):
         for j, m in enumerate(metrics):
