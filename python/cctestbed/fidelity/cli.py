@@ -101,8 +101,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
         reference.add(row)
 
     if reference is not None:
-        for s in sweep.specs:  # finished in the store but not yet in the reference
-            if not reference.has(scen_key[s.key]) and store.is_done(s.key):
+        for s in sweep.specs:  # finished in the store but not (or not as measured today) in the reference
+            if (not reference.has(scen_key[s.key]) or reference.stale(scen_key[s.key])) and store.is_done(s.key):
                 to_reference(s)
         sweep.specs = [s for s in sweep.specs if not reference.has(scen_key[s.key])]
     todo = [s for s in sweep.specs if not store.is_done(s.key)]

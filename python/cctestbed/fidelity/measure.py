@@ -9,8 +9,8 @@ per-group share, Jain). Two are computed here so kernel and simulator are compar
 - ``period_s``: the dominant period of the share series, where one exists. The series is the
   first group's share of the delivered bytes (several groups), else the first flow's share
   (one group of several flows), in :data:`BIN_S` bins over the steady window. Its periodogram's
-  highest peak between :data:`MIN_PERIOD_S` and a third of the window counts when it carries at
-  least :data:`PEAK_FRACTION` of the spectrum's power in that band; otherwise there is none (null).
+  highest peak between :data:`MIN_PERIOD_S` and a third of the window counts when it stands out
+  (:func:`dominant_period`); otherwise there is none (null).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ import polars as pl
 
 from ..summary import TrialInfo, percentile, window
 
+#: Bumped when a metric's definition changes; reference rows of older versions are measured again.
+VERSION = 2
 BIN_S = 0.1
 MIN_PERIOD_S = 0.5
-PEAK_FRACTION = 0.15
+PEAK_FRACTION = 0.25
+PEAK_RATIO = 1.5
 
 #: metric -> (label, unit) in report order; ``share.<group>`` cells follow ``jain``.
 METRICS: dict[str, tuple[str, str]] = {
@@ -82,7 +85,12 @@ def share_series(flows: pl.DataFrame, t0: float, t1: float) -> Optional[np.ndarr
 
 
 def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optional[float]:
-    """The period (s) of the periodogram's highest peak, if it stands out (module docstring)."""
+    """The period (s) of the periodogram's dominant peak, or None (see the module docstring).
+
+    The peak (its bin and both neighbours) must hold :data:`PEAK_FRACTION` of the band's power
+    and its bin :data:`PEAK_RATIO` times the power of any bin outside it. The period is refined
+    on an 8x zero-padded spectrum, since a 30 s window alone resolves only 30/k seconds.
+    """
     if series is None or len(series) < 8:
         return None
     x = series - series.mean()
@@ -91,16 +99,23 @@ def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optio
     power = np.abs(np.fft.rfft(x)) ** 2
     freqs = np.fft.rfftfreq(len(x), d=bin_s)
     span = len(x) * bin_s
-    band = (freqs > 0) & (freqs <= 1.0 / MIN_PERIOD_S) & (freqs >= 3.0 / span)
-    if not band.any():
+    band = np.flatnonzero((freqs > 0) & (freqs <= 1.0 / MIN_PERIOD_S) & (freqs >= 3.0 / span))
+    if len(band) < 3:
         return None
-    p, f = power[band], freqs[band]
+    p = power[band]
+    total = p.sum()
+    if total <= 0:
+        return None
     i = int(np.argmax(p))
-    # a peak spread over neighbouring bins still counts as one
-    peak = p[max(i - 1, 0): i + 2].sum()
-    if p.sum() <= 0 or peak / p.sum() < PEAK_FRACTION:
+    near = np.zeros(len(p), dtype=bool)
+    near[max(i - 1, 0): i + 2] = True
+    if p[near].sum() / total < PEAK_FRACTION or p[i] < PEAK_RATIO * (p[~near].max() if (~near).any() else 0.0):
         return None
-    return float(1.0 / f[i])
+    lo, hi = freqs[band[max(i - 1, 0)]], freqs[band[min(i + 1, len(band) - 1)]]
+    fine_f = np.fft.rfftfreq(8 * len(x), d=bin_s)
+    fine_p = np.abs(np.fft.rfft(x, n=8 * len(x))) ** 2
+    sel = (fine_f >= lo) & (fine_f <= hi)
+    return float(1.0 / fine_f[sel][int(np.argmax(fine_p[sel]))])
 
 
 def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[str, Any], info: TrialInfo) -> dict[str, Any]:
@@ -121,6 +136,7 @@ def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[st
         "rtt_p95_ms": percentile(srtt, 0.95),
         "jain": _num(tot.get("jain")),
         "period_s": dominant_period(share_series(flows, t0, t1)),
+        "metrics_version": VERSION,
     }
     for g, gm in summary["groups"].items():
         share = _num(gm.get("share"))

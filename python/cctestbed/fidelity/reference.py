@@ -3,8 +3,10 @@
 ``kernel-reference.parquet`` (beside the suite file by default) has, per finished kernel trial:
 ``scenario``, ``seed``, ``key`` (the scenario key: :meth:`.suite.Scenario.scenario_key`), the
 run's provenance (``kernel`` release, ``host``, ``date`` in UTC, ``cctestbed`` version,
-``link_emulator`` and its forward per-frame timing error ``emu_p99_us``), and every metric of
-:mod:`.measure`. It grows one row at a time, rewritten atomically after each kernel trial, so a
+``link_emulator`` and its forward per-frame timing error ``emu_p99_us``, the sender hosts'
+``sender_qdisc``), and every metric of
+:mod:`.measure` with the ``metrics_version`` that computed them (rows of an older version are
+measured again from their trials by the next ``fidelity run`` where the trials are at hand). It grows one row at a time, rewritten atomically after each kernel trial, so a
 campaign cut off at any point keeps every finished trial; ``fidelity run`` skips rows it holds.
 """
 
@@ -23,7 +25,7 @@ from ..store import atomic_write_bytes
 
 FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")
-PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us")
+PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "sender_qdisc", "metrics_version")
 
 
 def default_path(suite_source: Optional[str]) -> Path:
@@ -54,6 +56,7 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
         "cctestbed": rj.get("cctestbed") or __version__,
         "link_emulator": kj.get("link_emulator"),
         "emu_p99_us": emu.get("p99_us"),
+        "sender_qdisc": (kj.get("host_stack") or {}).get("sender_qdisc"),
     }
 
 
@@ -89,7 +92,8 @@ class Reference:
         data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in cols}
         schema: dict[str, Any] = {"scenario": pl.String, "seed": pl.Int64, "key": pl.String, "kernel": pl.String,
                                   "host": pl.String, "date": pl.String, "cctestbed": pl.String,
-                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64}
+                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64, "sender_qdisc": pl.String,
+                                  "metrics_version": pl.Int64}
         for c in metric_cols:
             schema[c] = pl.Float64
         return pl.DataFrame(
@@ -104,6 +108,12 @@ class Reference:
         with tempfile.TemporaryDirectory() as tmp:
             write_parquet(self.frame(), Path(tmp) / FILENAME)
             atomic_write_bytes(self.path, (Path(tmp) / FILENAME).read_bytes())
+
+    def stale(self, key: str) -> bool:
+        """True when the row was measured by an older definition of the metrics (:data:`.measure.VERSION`)."""
+        from .measure import VERSION
+
+        return (self.rows.get(key, {}).get("metrics_version") or 0) < VERSION
 
     def for_scenario(self, keys: list[str]) -> list[dict[str, Any]]:
         return [self.rows[k] for k in keys if k in self.rows]

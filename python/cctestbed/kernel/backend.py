@@ -286,6 +286,7 @@ def run_kernel_trial(
     try:
         say("building the namespaces")
         topology.build()
+        run.info["host_stack"] = topology.host_stack()
         run.info["bottleneck"] = topology.set_bottleneck(trial.link.capacity, limit_bytes, limit_pkts)
         fwd, rev = trial.link.delays_ns
         emu_stats = None
@@ -680,6 +681,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
                     "bfifo limit = queue limit x (mtu + 14) / mtu",
         },
         "bottleneck": run.info.get("bottleneck"),
+        "host_stack": run.info.get("host_stack"),
         "senders": {},
     }
     for i in range(k):

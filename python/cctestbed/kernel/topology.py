@@ -332,6 +332,22 @@ class Topology:
             route = ["ip", "-n", r, "route", "add", f"{n.ip('snd', k)}/32", "dev", n.host_if(k)]
             sh(route + (["quickack", "1"] if h.quickack else []))
 
+    def host_stack(self) -> dict[str, Any]:
+        """What the first sender host's TCP stack runs with: its qdisc and the TCP sysctls that
+        decide trains, loss recovery and ACKs (recorded so a reference says what it measured)."""
+        n = self.names
+        ns = n.snd(0)
+        qdisc = sh(nsexec(ns, "tc", "qdisc", "show", "dev", n.host_if(0)), check=False).stdout.split()
+        keys = ["net.ipv4.tcp_min_tso_segs", "net.ipv4.tcp_frto", "net.ipv4.tcp_recovery",
+                "net.ipv4.tcp_early_retrans", "net.ipv4.tcp_comp_sack_nr", "net.ipv4.tcp_comp_sack_delay_ns",
+                "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps", "net.ipv4.tcp_dsack", "net.ipv4.tcp_autocorking",
+                "net.ipv4.tcp_pacing_ss_ratio", "net.ipv4.tcp_pacing_ca_ratio", "net.ipv4.tcp_limit_output_bytes"]
+        values = {}
+        for k in keys:
+            r = sh(nsexec(ns, "sysctl", "-n", k), check=False)
+            values[k.rsplit(".", 1)[1]] = r.stdout.strip() if r.returncode == 0 else None
+        return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values}
+
     def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
                        change: bool = False) -> dict[str, Any]:
         """htb + bfifo (or pfifo for a packet limit) on the router's egress to the receivers."""
