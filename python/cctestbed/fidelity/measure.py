@@ -6,11 +6,12 @@ per-group share, Jain). Two are computed here so kernel and simulator are compar
 - ``rtt_p50_ms`` / ``rtt_p95_ms`` pool every flow's **smoothed** RTT samples (``srtt_ms``) in
   the steady window: the kernel reports ``tcpi_rtt`` (a smoothed RTT), while the simulator's
   ``rtt_ms`` is a per-interval mean of raw samples; ``srtt_ms`` is the same quantity in both.
-- ``period_s``: the dominant period of the share series, where one exists. The series is the
-  first group's share of the delivered bytes (several groups), else the first flow's share
-  (one group of several flows), in :data:`BIN_S` bins over the steady window. Its periodogram's
-  highest peak between :data:`MIN_PERIOD_S` and a third of the window counts when it stands out
-  (:func:`dominant_period`); otherwise there is none (null).
+- ``period_s``: the period of the share series' strongest oscillation, and ``period_dominant``
+  (1 or 0) whether it stands out of the spectrum (:func:`share_period`). The series is the first
+  group's share of the delivered bytes (several groups), else the first flow's share (one group
+  of several flows), in :data:`BIN_S` bins over the steady window; a single flow has none. A
+  period cell exists where either side's oscillation is dominant in most of its reps (a
+  dominant period exists); otherwise both sides are noise and there is nothing to compare.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import polars as pl
 from ..summary import TrialInfo, percentile, window
 
 #: Bumped when a metric's definition changes; reference rows of older versions are measured again.
-VERSION = 2
+VERSION = 3
 BIN_S = 0.1
 MIN_PERIOD_S = 0.5
 PEAK_FRACTION = 0.25
@@ -84,38 +85,45 @@ def share_series(flows: pl.DataFrame, t0: float, t1: float) -> Optional[np.ndarr
     return np.where(np.isnan(s), np.nanmean(s), s)
 
 
-def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optional[float]:
-    """The period (s) of the periodogram's dominant peak, or None (see the module docstring).
+def share_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> tuple[Optional[float], Optional[bool]]:
+    """(period in s of the periodogram's highest peak, whether that peak is dominant).
 
-    The peak (its bin and both neighbours) must hold :data:`PEAK_FRACTION` of the band's power
-    and its bin :data:`PEAK_RATIO` times the power of any bin outside it. The period is refined
-    on an 8x zero-padded spectrum, since a 30 s window alone resolves only 30/k seconds.
+    The band runs from :data:`MIN_PERIOD_S` to a third of the window. The peak is dominant when
+    it (its bin and both neighbours) holds :data:`PEAK_FRACTION` of the band's power and its bin
+    :data:`PEAK_RATIO` times the power of any bin outside it. The period is refined on an 8x
+    zero-padded spectrum, since a 30 s window alone resolves only 30/k seconds.
     """
     if series is None or len(series) < 8:
-        return None
+        return None, None
     x = series - series.mean()
     if not np.any(np.abs(x) > 1e-12):
-        return None
+        return None, None
     power = np.abs(np.fft.rfft(x)) ** 2
     freqs = np.fft.rfftfreq(len(x), d=bin_s)
     span = len(x) * bin_s
     band = np.flatnonzero((freqs > 0) & (freqs <= 1.0 / MIN_PERIOD_S) & (freqs >= 3.0 / span))
     if len(band) < 3:
-        return None
+        return None, None
     p = power[band]
     total = p.sum()
     if total <= 0:
-        return None
+        return None, None
     i = int(np.argmax(p))
     near = np.zeros(len(p), dtype=bool)
     near[max(i - 1, 0): i + 2] = True
-    if p[near].sum() / total < PEAK_FRACTION or p[i] < PEAK_RATIO * (p[~near].max() if (~near).any() else 0.0):
-        return None
+    dominant = bool(p[near].sum() / total >= PEAK_FRACTION
+                    and p[i] >= PEAK_RATIO * (p[~near].max() if (~near).any() else 0.0))
     lo, hi = freqs[band[max(i - 1, 0)]], freqs[band[min(i + 1, len(band) - 1)]]
     fine_f = np.fft.rfftfreq(8 * len(x), d=bin_s)
     fine_p = np.abs(np.fft.rfft(x, n=8 * len(x))) ** 2
     sel = (fine_f >= lo) & (fine_f <= hi)
-    return float(1.0 / fine_f[sel][int(np.argmax(fine_p[sel]))])
+    return float(1.0 / fine_f[sel][int(np.argmax(fine_p[sel]))]), dominant
+
+
+def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optional[float]:
+    """The share period when its peak is dominant (:func:`share_period`), else None."""
+    period, dominant = share_period(series, bin_s)
+    return period if dominant else None
 
 
 def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[str, Any], info: TrialInfo) -> dict[str, Any]:
@@ -135,9 +143,10 @@ def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[st
         "rtt_p50_ms": percentile(srtt, 0.5),
         "rtt_p95_ms": percentile(srtt, 0.95),
         "jain": _num(tot.get("jain")),
-        "period_s": dominant_period(share_series(flows, t0, t1)),
         "metrics_version": VERSION,
     }
+    period, dominant = share_period(share_series(flows, t0, t1))
+    out["period_s"], out["period_dominant"] = period, None if dominant is None else float(dominant)
     for g, gm in summary["groups"].items():
         share = _num(gm.get("share"))
         out[f"share.{g}"] = None if share is None or len(summary["groups"]) < 2 else 100.0 * share

@@ -100,6 +100,12 @@ def _present(values: list[Optional[float]], n_reps: int) -> bool:
     return have > 0 and have * 2 >= n_reps
 
 
+def _dominant(reps: list[dict[str, Any]]) -> bool:
+    """Most reps' share series have a dominant period (``period_dominant``; older rows: a period)."""
+    flags = [r.get("period_dominant", 1.0 if r.get("period_s") is not None else None) for r in reps]
+    return bool(reps) and sum(1 for f in flags if f) * 2 > len(reps)
+
+
 def cells_for(scenario: str, kernel: list[dict[str, Any]], sim: list[dict[str, Any]],
               tols: dict[str, dict[str, float]]) -> list[Cell]:
     """Every cell of one scenario from its kernel reps and simulator reps (metric dicts)."""
@@ -115,6 +121,8 @@ def cells_for(scenario: str, kernel: list[dict[str, Any]], sim: list[dict[str, A
         kp, sp = _present(kv, len(kernel)), _present(sv, len(sim))
         if not kp and not sp:
             continue
+        if m == "period_s" and not (_dominant(kernel) or _dominant(sim)):
+            continue  # neither side oscillates with a dominant period: nothing to compare
         km, kmin, kmax, kn = _stats(kv) if kp else (None, None, None, 0)
         sm, smin, smax, sn = _stats(sv) if sp else (None, None, None, 0)
         if km is None or sm is None:
