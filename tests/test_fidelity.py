@@ -229,3 +229,14 @@ def test_report_writes_the_map(cli, tmp_path):
     assert (tmp_path / "out" / "fidelity-plots" / "heatmap.png").is_file()
     r = cli("fidelity", "report", tmp_path / "out", "--suite", p)
     assert r.exit_code == 0 and "cells within tolerance" in r.output
+
+
+def test_period_cell_only_where_a_side_oscillates_with_a_dominant_period():
+    noise_k = [{"period_s": 0.7, "period_dominant": 0.0}, {"period_s": 4.0, "period_dominant": 0.0}]
+    noise_s = [{"period_s": 9.0, "period_dominant": 0.0}]
+    assert cells_for("s", noise_k, noise_s, tolerances()) == [], "noise against noise: nothing to compare"
+    strong_k = [{"period_s": 6.0, "period_dominant": 1.0}, {"period_s": 6.2, "period_dominant": 1.0}]
+    (c,) = cells_for("s", strong_k, [{"period_s": 3.7, "period_dominant": 0.0}], tolerances())
+    assert c.verdict == "miss" and c.allowed == pytest.approx(1.525)
+    (c,) = cells_for("s", strong_k, [{"period_s": 5.5, "period_dominant": 0.0}], tolerances())
+    assert c.verdict == "within"
