@@ -811,22 +811,27 @@ impl Bbr {
         self.cwnd_gain_probe_bw = to_unit(gain.clamp(p.adaptive_min_gain, p.adaptive_max_gain));
     }
 
-    /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit.
+    /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit. A sample renews the estimate (and
+    /// postpones PROBE_RTT) only if strictly lower than it, or once the window expired: Linux
+    /// has compared with `<` since v5.10 (commit 1b9e2a8c99a5, "tcp: only postpone PROBE_RTT
+    /// if RTT is < current min_rtt estimate"); `<=` let equal samples postpone PROBE_RTT
+    /// forever.
     fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
         let filter_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
         if rs.rtt_ns >= 0 {
             let rtt_us = (rs.rtt_ns / 1000) as u32;
             if self.p.stable_rtprop != 0.0 {
-                // Lower (or equal) samples are taken at once; higher ones only feed the
-                // probe's measurement, judged when the PROBE_RTT ends.
-                if rtt_us <= self.min_rtt_us {
+                // Lower samples are taken at once (strictly lower, as the stock filter);
+                // higher ones only feed the probe's measurement, judged when the PROBE_RTT
+                // ends.
+                if rtt_us < self.min_rtt_us {
                     self.min_rtt_us = rtt_us;
                     self.min_rtt_stamp = info.now;
                     self.higher_probes.clear();
                 } else if filter_expired || self.mode == Mode::ProbeRtt {
                     self.probe_min_rtt_us = self.probe_min_rtt_us.min(rtt_us);
                 }
-            } else if rtt_us <= self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
+            } else if rtt_us < self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
                 self.min_rtt_us = rtt_us;
                 self.min_rtt_stamp = info.now;
             }
