@@ -57,8 +57,6 @@ fn runs(v: &[State]) -> Vec<(State, usize, usize)> {
 
 fn single_flow(rate: u64, rtt: i64, bdp: f64, secs: i64) -> ccsim::SimConfig {
     let mut c = with_flows(dumbbell(rate, rtt, bdp), vec![flow("bbr3")]);
-    // Host timing noise, as in fidelity_bbr.rs: on a jitter-free path RTT samples tie.
-    c.link.jitter_ns = 20_000;
     c.duration_ns = secs * S;
     c
 }
