@@ -40,6 +40,7 @@ use super::minmax::MinMax;
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
 use crate::config::Nanos;
 use crate::rng::SimRng;
+use crate::tcp::tso;
 
 /// Bandwidth unit: packets per microsecond << BW_SCALE.
 pub(crate) const BW_SCALE: u32 = 24;
@@ -51,16 +52,14 @@ pub(crate) const BBR_UNIT: u32 = 1 << BBR_SCALE;
 const CYCLE_LEN: usize = 8;
 /// TCP_INIT_CWND: cwnd target before any RTT sample.
 const TCP_INIT_CWND: u32 = 10;
-/// Largest TSO burst BBR budgets for (GSO_MAX_SIZE - 1 - MAX_TCP_HEADER).
-pub(crate) const GSO_MAX_BYTES: u64 = 65536 - 1 - 320;
+/// Largest TSO burst BBR budgets for (GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER).
+pub(crate) const GSO_MAX_BYTES: u64 = tso::GSO_LEGACY_MAX_SIZE - 1 - tso::MAX_TCP_HEADER;
 /// Restart the ACK-aggregation epoch after this many packets (bbr_ack_epoch_acked_reset_thresh).
 const ACK_EPOCH_ACKED_RESET_THRESH: u32 = 1 << 20;
 /// Cap on the aggregation allowance, in time at the estimated bandwidth (bbr_extra_acked_max_us).
 pub(crate) const EXTRA_ACKED_MAX_US: u64 = 100_000;
 /// Below this pacing rate TSO bursts are one segment (bbr_min_tso_rate, bits/s).
-const MIN_TSO_RATE_BPS: f64 = 1_200_000.0;
-/// Pacing shift: the TSO goal is about 1/2^10 s of data (sk_pacing_shift).
-pub(crate) const PACING_SHIFT: u32 = 10;
+const BBR_MIN_TSO_RATE: u64 = 1_200_000;
 
 crate::cc_params! {
     /// BBRv1 constants from tcp_bbr.c, same names and meanings, as real numbers.
@@ -459,11 +458,18 @@ impl Bbr {
         }
     }
 
-    /// `bbr_tso_segs_goal`.
+    /// `bbr_min_tso_segs`: one-segment bursts below 1.2 Mbit/s, else two.
+    fn min_tso_segs(&self) -> u32 {
+        if self.pacing_rate < BBR_MIN_TSO_RATE >> 3 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// `bbr_tso_segs_goal`: `tcp_tso_autosize` without the RTT allowance, at most 127.
     fn tso_segs_goal(&self) -> u32 {
-        let min_segs = if (self.pacing_rate as f64) < MIN_TSO_RATE_BPS / 8.0 { 1 } else { 2 };
-        let bytes = (self.pacing_rate >> PACING_SHIFT).min(GSO_MAX_BYTES);
-        ((bytes / self.mss as u64) as u32).max(min_segs).min(0x7F)
+        tso::autosize(self.pacing_rate, self.mss, None, 0, GSO_MAX_BYTES, self.min_tso_segs()).min(0x7F)
     }
 
     fn save_cwnd(&mut self, cwnd: u32) {
@@ -885,6 +891,10 @@ impl CongestionControl for Bbr {
 
     fn wants_pacing(&self) -> bool {
         true
+    }
+
+    fn min_tso_segs(&self) -> Option<u32> {
+        Some(Bbr::min_tso_segs(self))
     }
 
     fn init(&mut self, info: &ConnInfo, w: &mut Window) {
