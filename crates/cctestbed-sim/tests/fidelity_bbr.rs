@@ -143,12 +143,11 @@ fn probe_bw_never_starts_in_the_draining_phase() {
 /// Five staggered flows on 100 Mb/s / 10 ms (CACM Fig. 8, thesis Fig. 7), with a buffer deep
 /// enough not to drop (as there): with a binding 1-2 BDP buffer, late joiners' inflated
 /// min_rtt pins the queue at the limit and convergence waits for a chance joint PROBE_RTT.
-/// Hosts add 20 us of ACK jitter: on a jitter-free path an RTT sample exactly equal to
-/// min_rtt (Linux accepts `<=`) is common whenever another flow's PROBE_RTT empties the queue,
-/// which lets a flow skip its own PROBE_RTT; real hosts' timing noise makes that rare.
+/// No host jitter is needed: an RTT sample equal to min_rtt (common on a jitter-free path when
+/// another flow's PROBE_RTT empties the queue) does not postpone PROBE_RTT, as Linux compares
+/// with `<` (`bbr_update_min_rtt`).
 fn five_flows() -> ccsim::SimConfig {
     let mut c = with_flows(dumbbell(100_000_000, 10 * MS, 8.0), (0..5).map(|_| flow("bbr")).collect());
-    c.link.jitter_ns = 20_000;
     for (i, f) in c.flows.iter_mut().enumerate() {
         f.start_ns = i as i64 * 2 * S;
     }
@@ -169,10 +168,13 @@ fn probe_rtt_every_10s_at_4_packets_synchronised_across_flows() {
             assert!((9.0..=12.0).contains(&gap), "flow {f}: PROBE_RTT {gap:.2} s after the previous one");
         }
         for e in &eps {
-            // cwnd held at 4 packets for at least 200 ms plus one round (~min_rtt).
+            // cwnd held at 4 packets for at least 200 ms. Linux (`bbr_update_min_rtt`,
+            // `bbr_check_probe_rtt_done`) starts the 200 ms and a new round together once the
+            // flight is down to 4 and leaves when both are over: max(200 ms, one round) after
+            // the drain, not 200 ms plus a round (the 10 ms round ends long before 200 ms).
             let held = spans(&tr.t, |i| tr.t[i] >= e.0 && tr.t[i] < e.1 && tr.cwnd[f][i] <= 4);
             let longest = held.iter().map(|h| h.1 - h.0).fold(0.0, f64::max);
-            assert!(longest >= 0.2 + 0.010, "flow {f}: cwnd at 4 for only {longest:.3} s");
+            assert!(longest >= 0.2, "flow {f}: cwnd at 4 for only {longest:.3} s");
             assert!(tr.cwnd[f].iter().zip(&tr.t).filter(|(_, &t)| t > e.0 + 0.05 && t < e.1).all(|(&c, _)| c <= 4));
             // Once all five have run for two min_rtt windows (t > 30 s), every other flow is
             // in PROBE_RTT at some point of this episode: they synchronise.

@@ -57,8 +57,6 @@ fn runs(v: &[State]) -> Vec<(State, usize, usize)> {
 
 fn single_flow(rate: u64, rtt: i64, bdp: f64, secs: i64) -> ccsim::SimConfig {
     let mut c = with_flows(dumbbell(rate, rtt, bdp), vec![flow("bbr3")]);
-    // Host timing noise, as in fidelity_bbr.rs: on a jitter-free path RTT samples tie.
-    c.link.jitter_ns = 20_000;
     c.duration_ns = secs * S;
     c
 }
@@ -68,13 +66,18 @@ fn probe_rtt_every_5s_at_half_the_bdp_for_at_least_200ms() {
     let (rate, rtt) = (80_000_000, 25 * MS);
     let tr = trace(single_flow(rate, rtt, 2.0, 32), MS);
     let eps: Vec<_> = runs(&tr.state).into_iter().filter(|r| r.0 == State::ProbeRtt).collect();
-    assert!(eps.len() >= 5, "{} PROBE_RTT episodes in 32 s", eps.len());
-    // About every 5 s: the 5 s window restarts when an episode ends (200 ms + a round).
+    assert!(eps.len() >= 4, "{} PROBE_RTT episodes in 32 s", eps.len());
+    // The 5 s window restarts with every strictly lower RTT sample. Data leaves in TSO/GSO
+    // trains (`tcp_write_xmit`), every segment of a train carries the train's send time, and
+    // an ACK of a partly ACKed train yields a sample too (`tcp_clean_rtx_queue`). In PROBE_RTT
+    // each ACK covers two segments of a train (base RTT + 2 serialisations); the lowest
+    // sample (a lone segment at an empty queue, + 1 serialisation) comes in PROBE_BW's drain,
+    // ~2.2 s after PROBE_RTT here, so episodes come every 5-7.5 s rather than every 5.2 s.
     let first = tr.t[eps[0].1];
     assert!((5.0..=5.5).contains(&first), "first PROBE_RTT at {first:.3} s");
     let gaps: Vec<f64> = eps.windows(2).map(|w| tr.t[w[1].1] - tr.t[w[0].1]).collect();
     for gap in &gaps {
-        assert!((5.0..=5.5).contains(gap), "PROBE_RTT {gap:.3} s after the previous one");
+        assert!((5.0..=7.5).contains(gap), "PROBE_RTT {gap:.3} s after the previous one");
     }
     // cwnd is held at max(4, BDP/2) of the path, for at least 200 ms.
     let pps = payload_capacity(rate) / 8.0 / 1448.0;

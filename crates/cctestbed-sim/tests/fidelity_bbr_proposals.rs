@@ -79,7 +79,6 @@ fn stable_rtprop_follows_a_route_change_within_the_configured_probes() {
     // Propagation delay +50 % at 30 s (25 -> 37.5 ms); probes every 10 s, 3 must agree.
     let mut c = with_flows(dumbbell(80_000_000, 25 * MS, 2.0), vec![flow("bbr-stable-rtprop")]);
     c.duration_ns = 90 * S;
-    c.link.jitter_ns = 20_000;
     c.link.delay_schedule = vec![DelayChange { at_ns: 30 * S, delay_fwd_ns: 18_750_000, delay_rev_ns: 18_750_000 }];
     let v = rtprop_trace(c);
     let adopted = v.iter().find(|p| p.0 > 30.0 && p.1 >= 37.5).map(|p| p.0);

@@ -45,7 +45,7 @@ fn longest_stall(out: &ccsim::SimOutput, f: u32, from: f64) -> f64 {
 #[test]
 fn conservation_and_progress_under_random_loss() {
     for p in [0.0, 0.01, 0.05, 0.10] {
-        for cc in ["reno", "cubic"] {
+        for cc in ["reno", "cubic", "bbr"] {
             let mut c = with_flows(dumbbell(20_000_000, 30 * MS, 1.0), vec![flow(cc), flow(cc)]);
             c.duration_ns = 30 * S;
             c.link.loss = LossConfig::Bernoulli { p };

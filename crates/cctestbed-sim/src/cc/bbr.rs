@@ -40,6 +40,7 @@ use super::minmax::MinMax;
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
 use crate::config::Nanos;
 use crate::rng::SimRng;
+use crate::tcp::tso;
 
 /// Bandwidth unit: packets per microsecond << BW_SCALE.
 pub(crate) const BW_SCALE: u32 = 24;
@@ -51,16 +52,14 @@ pub(crate) const BBR_UNIT: u32 = 1 << BBR_SCALE;
 const CYCLE_LEN: usize = 8;
 /// TCP_INIT_CWND: cwnd target before any RTT sample.
 const TCP_INIT_CWND: u32 = 10;
-/// Largest TSO burst BBR budgets for (GSO_MAX_SIZE - 1 - MAX_TCP_HEADER).
-pub(crate) const GSO_MAX_BYTES: u64 = 65536 - 1 - 320;
+/// Largest TSO burst BBR budgets for (GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER).
+pub(crate) const GSO_MAX_BYTES: u64 = tso::GSO_LEGACY_MAX_SIZE - 1 - tso::MAX_TCP_HEADER;
 /// Restart the ACK-aggregation epoch after this many packets (bbr_ack_epoch_acked_reset_thresh).
 const ACK_EPOCH_ACKED_RESET_THRESH: u32 = 1 << 20;
 /// Cap on the aggregation allowance, in time at the estimated bandwidth (bbr_extra_acked_max_us).
 pub(crate) const EXTRA_ACKED_MAX_US: u64 = 100_000;
 /// Below this pacing rate TSO bursts are one segment (bbr_min_tso_rate, bits/s).
-const MIN_TSO_RATE_BPS: f64 = 1_200_000.0;
-/// Pacing shift: the TSO goal is about 1/2^10 s of data (sk_pacing_shift).
-pub(crate) const PACING_SHIFT: u32 = 10;
+const BBR_MIN_TSO_RATE: u64 = 1_200_000;
 
 crate::cc_params! {
     /// BBRv1 constants from tcp_bbr.c, same names and meanings, as real numbers.
@@ -459,11 +458,18 @@ impl Bbr {
         }
     }
 
-    /// `bbr_tso_segs_goal`.
+    /// `bbr_min_tso_segs`: one-segment bursts below 1.2 Mbit/s, else two.
+    fn min_tso_segs(&self) -> u32 {
+        if self.pacing_rate < BBR_MIN_TSO_RATE >> 3 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// `bbr_tso_segs_goal`: `tcp_tso_autosize` without the RTT allowance, at most 127.
     fn tso_segs_goal(&self) -> u32 {
-        let min_segs = if (self.pacing_rate as f64) < MIN_TSO_RATE_BPS / 8.0 { 1 } else { 2 };
-        let bytes = (self.pacing_rate >> PACING_SHIFT).min(GSO_MAX_BYTES);
-        ((bytes / self.mss as u64) as u32).max(min_segs).min(0x7F)
+        tso::autosize(self.pacing_rate, self.mss, None, 0, GSO_MAX_BYTES, self.min_tso_segs()).min(0x7F)
     }
 
     fn save_cwnd(&mut self, cwnd: u32) {
@@ -811,22 +817,27 @@ impl Bbr {
         self.cwnd_gain_probe_bw = to_unit(gain.clamp(p.adaptive_min_gain, p.adaptive_max_gain));
     }
 
-    /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit.
+    /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit. A sample renews the estimate (and
+    /// postpones PROBE_RTT) only if strictly lower than it, or once the window expired: Linux
+    /// has compared with `<` since v5.10 (commit 1b9e2a8c99a5, "tcp: only postpone PROBE_RTT
+    /// if RTT is < current min_rtt estimate"); `<=` let equal samples postpone PROBE_RTT
+    /// forever.
     fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
         let filter_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
         if rs.rtt_ns >= 0 {
             let rtt_us = (rs.rtt_ns / 1000) as u32;
             if self.p.stable_rtprop != 0.0 {
-                // Lower (or equal) samples are taken at once; higher ones only feed the
-                // probe's measurement, judged when the PROBE_RTT ends.
-                if rtt_us <= self.min_rtt_us {
+                // Lower samples are taken at once (strictly lower, as the stock filter);
+                // higher ones only feed the probe's measurement, judged when the PROBE_RTT
+                // ends.
+                if rtt_us < self.min_rtt_us {
                     self.min_rtt_us = rtt_us;
                     self.min_rtt_stamp = info.now;
                     self.higher_probes.clear();
                 } else if filter_expired || self.mode == Mode::ProbeRtt {
                     self.probe_min_rtt_us = self.probe_min_rtt_us.min(rtt_us);
                 }
-            } else if rtt_us <= self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
+            } else if rtt_us < self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
                 self.min_rtt_us = rtt_us;
                 self.min_rtt_stamp = info.now;
             }
@@ -880,6 +891,10 @@ impl CongestionControl for Bbr {
 
     fn wants_pacing(&self) -> bool {
         true
+    }
+
+    fn min_tso_segs(&self) -> Option<u32> {
+        Some(Bbr::min_tso_segs(self))
     }
 
     fn init(&mut self, info: &ConnInfo, w: &mut Window) {

@@ -50,10 +50,11 @@
 //!   ECN reprobe, no PLB. TLP does not exist in the transport, so the TLP-repair path
 //!   (`bbr_run_loss_probe_recovery`) never runs; undo of spurious recovery is kept but the
 //!   transport never calls it.
-//! - No TSO: segments go out one by one. The quantization budget is kept as v3 computes it
-//!   (`bbr_tso_segs_goal`: max(about 1 ms of data at the pacing rate plus 64 KB >> (min_rtt /
-//!   512 us), 2 segments); cwnd >= max(3 goals, 4), +2 in UP, no rounding to even), because BBR
-//!   derives it from the pacing rate whatever the NIC does; `tso_budget = 0` removes it.
+//! - TSO/GSO trains: v3 sizes them itself through the `tso_segs` hook (`bbr_tso_segs`), and
+//!   the quantization budget uses the same arithmetic (`bbr_tso_segs_goal`: max(about 1 ms of
+//!   data at the pacing rate plus 64 KB >> (min_rtt / 512 us), 2 segments); cwnd >= max(3
+//!   goals, 4), +2 in UP, no rounding to even); `tso_budget = 0` removes the budget (the
+//!   trains stay).
 //! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt and ProbeRTT stamps,
 //!   ProbeRTT timer); the 1-4 ms jiffy granularity is not modelled.
 //! - `drain_max_rounds` (0 = off, as Linux) is the draft's bound on rounds spent in Drain.
@@ -65,21 +66,16 @@
 
 use super::bbr::{
     bdp_packets, initial_bw, packets_in_net_at_edt, rate_bytes_per_sec, saved_cwnd, to_unit, AckAggregation,
-    ProbeRttHold, BBR_SCALE, BBR_UNIT, BW_UNIT, EXTRA_ACKED_MAX_US, GSO_MAX_BYTES, PACING_SHIFT,
+    ProbeRttHold, BBR_SCALE, BBR_UNIT, BW_UNIT, EXTRA_ACKED_MAX_US, GSO_MAX_BYTES,
 };
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::Nanos;
 use crate::rng::SimRng;
+use crate::tcp::tso;
 
 /// Fine fixed point for the loss threshold, beta and headroom (Linux uses 1/256).
 const FRAC_SCALE: u32 = 16;
 const FRAC_UNIT: u64 = 1 << FRAC_SCALE;
-/// Minimum TSO burst (sysctl_tcp_min_tso_segs default).
-const MIN_TSO_SEGS: u32 = 2;
-/// The RTT-based TSO allowance halves per 2^9 us of min_rtt (bbr_tso_rtt_shift).
-const TSO_RTT_SHIFT: u32 = 9;
-/// 64 KB, the RTT-based allowance at zero RTT (GSO_LEGACY_MAX_SIZE).
-const GSO_LEGACY_MAX_SIZE: u64 = 65536;
 /// Largest initial cwnd BBR remembers (its 7-bit init_cwnd field).
 const MAX_INIT_CWND: u32 = 0x7F;
 /// Saturation of the rounds_since_probe (8 bits), bw_probe_up_rounds (capped at 30) and
@@ -467,12 +463,14 @@ impl Bbr3 {
     /// `bbr_tso_segs_goal` (v3): about 1 ms of data at the pacing rate plus an allowance that
     /// halves per 512 us of min_rtt, at least 2 segments.
     fn tso_segs_goal(&self) -> u32 {
-        let mut bytes = self.pacing_rate >> PACING_SHIFT;
-        let r = self.min_rtt_us >> TSO_RTT_SHIFT;
-        if r < u32::BITS {
-            bytes += GSO_LEGACY_MAX_SIZE >> r;
-        }
-        ((bytes.min(GSO_MAX_BYTES) / self.mss as u64) as u32).max(MIN_TSO_SEGS)
+        self.tso_segs_generic(self.mss, GSO_MAX_BYTES)
+    }
+
+    /// `bbr_tso_segs_generic` (v3), through the transport's `tcp_tso_autosize` arithmetic:
+    /// the allowance is 64 KB >> (min_rtt >> 9) whatever the cap.
+    fn tso_segs_generic(&self, mss: u32, cap: u64) -> u32 {
+        // An unset min_rtt (~0U) leaves no allowance, as in Linux.
+        tso::autosize(self.pacing_rate, mss, Some(self.min_rtt_us as u64), tso::GSO_LEGACY_MAX_SIZE, cap, tso::TCP_MIN_TSO_SEGS)
     }
 
     /// `bbr_bdp`: the initial cwnd before any RTT sample.
@@ -1090,6 +1088,12 @@ impl CongestionControl for Bbr3 {
 
     fn wants_pacing(&self) -> bool {
         true
+    }
+
+    /// google/bbr's `tso_segs` hook (`bbr_tso_segs`): the generic goal under the socket's
+    /// GSO limit.
+    fn tso_segs(&self, mss: u32) -> Option<u32> {
+        Some(self.tso_segs_generic(mss, tso::SK_GSO_MAX_SIZE - 1 - tso::MAX_TCP_HEADER))
     }
 
     /// `bbr_init`.

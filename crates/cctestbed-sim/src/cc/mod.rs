@@ -247,6 +247,16 @@ pub trait CongestionControl: std::any::Any + Send {
 
     /// Transmit-side events (`cwnd_event`).
     fn cwnd_event(&mut self, _info: &ConnInfo, _w: &mut Window, _ev: CaEvent) {}
+    /// Smallest TSO/GSO burst in segments (Linux `min_tso_segs`); `None` is
+    /// `sysctl_tcp_min_tso_segs` (2).
+    fn min_tso_segs(&self) -> Option<u32> {
+        None
+    }
+    /// The whole TSO/GSO burst size in segments, if the algorithm decides it (google/bbr's
+    /// `tso_segs` hook); `None` lets the transport autosize it (`tcp_tso_autosize`).
+    fn tso_segs(&self, _mss: u32) -> Option<u32> {
+        None
+    }
 
     /// cwnd to restore after a spurious reduction (`undo_cwnd`); default as Reno's.
     fn undo_cwnd(&mut self, _info: &ConnInfo, w: &Window, prior_cwnd: u32) -> u32 {

@@ -3,3 +3,4 @@
 pub mod receiver;
 pub mod rtt;
 pub mod sender;
+pub mod tso;

@@ -18,14 +18,24 @@
 //!   cwnd = in_flight + 1, state Loss, backoff doubles.
 //! - Delivery-rate sampling (`tcp_rate.c`), with google/bbr's per-packet `tx.in_flight` and
 //!   `tx.lost` so BBRv3 can use the same sampler.
-//! - Pacing: EDT like `tcp_update_skb_after_send`; the rate is the algorithm's, or for
-//!   algorithms that set none, `tcp_update_pacing_rate` (200 % of cwnd/srtt in slow start,
-//!   120 % after).
+//! - TSO/GSO trains (`tcp_write_xmit`, `tcp_xmit_retransmit_queue`): Linux builds GSO skbs
+//!   for TCP even when the device has every offload off, so data leaves in back-to-back
+//!   trains of `tcp_tso_segs` segments (about 1 ms at the pacing rate, see [`super::tso`]);
+//!   new data is also capped at half of cwnd per skb (`tcp_cwnd_test`) and may wait for a
+//!   bigger train (`tcp_tso_should_defer`); a retransmitted skb is a run of consecutive lost
+//!   segments.
+//! - Pacing: EDT like `tcp_update_skb_after_send`, per train: the next release is the
+//!   train's length at the pacing rate later, less up to half of it for a late send, and the
+//!   first 10 segments are not paced. The rate is the algorithm's, or for algorithms that set
+//!   none, `tcp_update_pacing_rate` (200 % of cwnd/srtt in slow start, 120 % after), which
+//!   unpaced flows also keep for TSO autosizing.
 //!
 //! Deviations (documented in the README): no tail-loss probe (TLP) and no F-RTO or undo of
-//! spurious reductions; segments are MSS-sized with no TSO/GSO; the receive window is fixed.
+//! spurious reductions; a segment is the unit of the scoreboard, so skb boundaries (and
+//! `tcp_fragment`) are not tracked; the receive window is fixed.
 
 use super::rtt::RttEstimator;
+use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::{FlowConfig, Nanos};
 use crate::event::{Timer, TimerKind};
@@ -265,6 +275,32 @@ impl Sender {
         })
     }
 
+    /// `sk_pacing_rate` in bytes/s, paced or not: Linux keeps it up to date for every flow
+    /// (`tcp_update_pacing_rate` when the algorithm sets none), and TSO autosizing reads it.
+    fn sk_pacing_rate(&self) -> u64 {
+        let r = match self.w.pacing_rate {
+            Some(r) => r,
+            None => self.default_pacing_rate(),
+        };
+        if r.is_finite() {
+            r.max(0.0) as u64
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// `tcp_tso_segs`: segments per TSO/GSO skb (see [`super::tso`]), or the algorithm's own
+    /// count (google/bbr's `tso_segs` hook).
+    pub fn tso_segs(&self) -> u32 {
+        if let Some(n) = self.cc.tso_segs(self.mss) {
+            return n.clamp(1, tso::GSO_MAX_SEGS);
+        }
+        let min_tso = self.cc.min_tso_segs().unwrap_or(tso::TCP_MIN_TSO_SEGS);
+        // tcp_min_rtt is ~0U before any sample: no short-path allowance.
+        let min_rtt_us = if self.rtt.min_rtt > 0 { (self.rtt.min_rtt / 1000) as u64 } else { u32::MAX as u64 };
+        tso::tcp_tso_segs(self.sk_pacing_rate(), self.mss, min_rtt_us, min_tso)
+    }
+
     /// `tcp_update_pacing_rate`: cwnd/srtt scaled by 200 % in slow start, 120 % otherwise.
     fn default_pacing_rate(&self) -> f64 {
         if self.rtt.srtt == 0 {
@@ -375,41 +411,135 @@ impl Sender {
         None
     }
 
-    /// Sends whatever cwnd, the receive window and pacing allow (`tcp_write_xmit` plus
-    /// `tcp_xmit_retransmit_queue`: retransmissions first).
+    /// Sends whatever cwnd, the receive window and pacing allow, in TSO/GSO trains
+    /// (`tcp_xmit_retransmit_queue` for retransmissions first, then `tcp_write_xmit`):
+    /// - each train is one skb of up to `tcp_tso_segs` segments leaving back to back: a run
+    ///   of consecutive lost segments, or new data limited by `tcp_cwnd_test` (at most half
+    ///   of cwnd for new data), the receive window and the end of the transfer;
+    /// - a paced flow sends one train per pacing release (`tcp_pacing_check`), and the next
+    ///   release is the train's length at the pacing rate later (`tcp_update_skb_after_send`);
+    /// - new data may wait for more cwnd room when a train would be small
+    ///   (`tcp_tso_should_defer`).
     pub fn try_send(&mut self, now: Nanos, io: &mut Io) {
         if !self.started {
             return;
         }
         let mut cwnd_limited = false;
+        let max_segs = self.tso_segs();
         loop {
-            if self.packets_in_flight() >= self.w.cwnd {
+            let in_flight = self.packets_in_flight();
+            if in_flight >= self.w.cwnd {
                 cwnd_limited = true;
                 break;
             }
             let lost = self.next_lost();
-            let new_ok = self.has_new_data() && self.snd_nxt < self.snd_una.saturating_add(self.rwnd_segs);
-            if (lost.is_some() || new_ok) && self.pacing && now < self.next_send_time {
-                let t = self.next_send_time;
-                self.arm(TimerKind::Pace, t, io);
-                break;
-            }
-            let seq = if let Some(seq) = lost {
-                self.lost_queue.pop();
-                seq
-            } else if new_ok {
-                self.snd_nxt
-            } else {
+            let rwnd_room = self.snd_una.saturating_add(self.rwnd_segs).saturating_sub(self.snd_nxt);
+            let new_ok = self.has_new_data() && rwnd_room > 0;
+            if lost.is_none() && !new_ok {
                 // Nothing to send although cwnd allows it: application-limited
                 // (`tcp_rate_check_app_limited`).
                 if !self.has_new_data() && self.lost_out <= self.retrans_out {
                     self.app_limited = (self.delivered + self.packets_in_flight() as u64).max(1);
                 }
                 break;
-            };
-            self.transmit(now, seq, io);
+            }
+            if self.pacing && now < self.next_send_time {
+                let t = self.next_send_time;
+                self.arm(TimerKind::Pace, t, io);
+                break;
+            }
+            let room = self.w.cwnd - in_flight;
+            let prior_wstamp = self.next_send_time;
+            let mut bytes = 0u64;
+            if let Some(first) = lost {
+                // One retransmitted skb: consecutive lost segments, min(cwnd room, max_segs).
+                let quota = room.min(max_segs);
+                let mut seq = first;
+                let mut n = 0;
+                loop {
+                    self.lost_queue.pop();
+                    bytes += self.payload_of(seq) as u64;
+                    self.transmit(now, seq, io);
+                    n += 1;
+                    if n >= quota {
+                        break;
+                    }
+                    match self.next_lost() {
+                        Some(next) if next == seq + 1 => seq = next,
+                        _ => break,
+                    }
+                }
+            } else {
+                // tcp_cwnd_test: at most half of cwnd per skb, "for better scheduling".
+                let quota = room.min((self.w.cwnd >> 1).max(1)).min(max_segs);
+                if quota < max_segs && self.tso_should_defer(now, room, rwnd_room, max_segs) {
+                    cwnd_limited = true;
+                    break;
+                }
+                let left = self.end.map_or(u64::MAX, |(n, _)| n - self.snd_nxt);
+                let n = (quota as u64).min(rwnd_room).min(left);
+                for _ in 0..n {
+                    let seq = self.snd_nxt;
+                    bytes += self.payload_of(seq) as u64;
+                    self.transmit(now, seq, io);
+                }
+            }
+            if self.pacing {
+                self.update_wstamp_after_send(now, prior_wstamp, bytes);
+            }
         }
         self.cwnd_validate(cwnd_limited);
+    }
+
+    /// `tcp_update_skb_after_send`: the next pacing release is `bytes` at the pacing rate
+    /// after this one, less up to half of that for the time the send came late (OS jitter
+    /// credit); the first 10 segments of a connection are not paced (as sch_fq).
+    fn update_wstamp_after_send(&mut self, now: Nanos, prior_wstamp: Nanos, bytes: u64) {
+        let wstamp = prior_wstamp.max(now);
+        self.next_send_time = wstamp;
+        let rate = self.sk_pacing_rate();
+        if rate == 0 || rate == u64::MAX || self.stats.sent_pkts < 10 {
+            return;
+        }
+        let len_ns = (bytes as u128 * 1_000_000_000 / rate as u128) as Nanos;
+        let credit = wstamp - prior_wstamp;
+        self.next_send_time = wstamp + len_ns - (len_ns / 2).min(credit);
+    }
+
+    /// `tcp_tso_should_defer`: hold new data back for a bigger train when cwnd (or the
+    /// receive window) has room for less than `max_segs` and for less than a third of cwnd,
+    /// the last send was within 1 ms, and the ACK of the oldest packet is due within
+    /// min(srtt/2, 1 ms) (the `tcp_tso_should_defer` of Linux 6.18, stable fix "tcp: fix
+    /// tcp_tso_should_defer() vs large RTT"). Never in Recovery or Loss. The next ACK sends.
+    fn tso_should_defer(&self, now: Nanos, cong_room: u32, rwnd_room: u64, max_segs: u32) -> bool {
+        const NSEC_PER_MSEC: Nanos = 1_000_000;
+        if matches!(self.ca_state, CaState::Recovery | CaState::Loss) {
+            return false;
+        }
+        // The last write (tp->tcp_wstamp_ns) was more than 1 ms ago: send now.
+        if now - self.next_send_time.max(self.last_send_time) > NSEC_PER_MSEC {
+            return false;
+        }
+        let limit = (cong_room as u64).min(rwnd_room);
+        if limit >= max_segs as u64 {
+            return false;
+        }
+        let chunk = self.rwnd_segs.min(self.w.cwnd as u64) * self.mss as u64 / tso::TCP_TSO_WIN_DIVISOR as u64;
+        if limit * self.mss as u64 >= chunk {
+            return false;
+        }
+        if self.packets_out() == 0 {
+            return false;
+        }
+        let srtt = self.rtt.srtt;
+        let expected_ack = self.seg(self.snd_una).tx_time + srtt;
+        let threshold = (srtt / 2).min(NSEC_PER_MSEC);
+        if expected_ack - now > threshold {
+            return false;
+        }
+        // The rest of a sized transfer fits: it ends with FIN, which is never held back.
+        let left = self.end.map_or(u64::MAX, |(n, _)| n - self.snd_nxt);
+        left > limit
     }
 
     /// `tcp_cwnd_validate`: latch whether cwnd limited us during this window of data.
@@ -465,13 +595,6 @@ impl Sender {
         self.stats.sent_bytes += size as u64;
         self.stats.sent_payload_bytes += payload as u64;
         io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now });
-        if self.pacing {
-            let rate = self.pacing_rate().unwrap_or(f64::INFINITY);
-            if rate.is_finite() && rate > 0.0 {
-                let gap = (payload as f64 * 1e9 / rate) as Nanos;
-                self.next_send_time = self.next_send_time.max(now) + gap;
-            }
-        }
         if !self.timers[TimerKind::Rto as usize].deadline().is_some() || retrans && seq == self.snd_una {
             let at = now + self.rtt.rto();
             self.arm(TimerKind::Rto, at, io);
