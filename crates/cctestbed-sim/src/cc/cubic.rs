@@ -1,37 +1,67 @@
-//! CUBIC as Linux `net/ipv4/tcp_cubic.c` implements RFC 9438, with HyStart.
+//! CUBIC as Linux 6.18 `net/ipv4/tcp_cubic.c` implements RFC 9438, with HyStart.
 //!
-//! Window growth: W(t) = C (t - K)^3 + W_max with C = bic_scale/1024 * 10 (0.4 for the
-//! default bic_scale 41) and beta = 717/1024 (~0.7); t counts from the epoch start plus
-//! delay_min, as in `bictcp_update`, and the per-ACK increment is 1/cnt packet with
-//! cnt = cwnd / (W(t) - cwnd). Before the first loss cnt is capped at 20. The Reno-friendly
-//! (TCP-friendliness) estimate grows at 3 beta' / (2 - beta') per RTT with the Linux
-//! integer constant beta_scale. Fast convergence lowers W_max to cwnd (1 + beta) / 2 when a
-//! loss comes below the previous W_max. A retransmission timeout resets the state.
+//! The per-ACK law follows the kernel's integer arithmetic and clocks:
+//! - `cubictcp_cong_avoid`: nothing unless `tcp_is_cwnd_limited`; `tcp_slow_start` below
+//!   ssthresh (the ACKed packets left over go on to congestion avoidance); then
+//!   `bictcp_update` and `tcp_cong_avoid_ai(cnt, acked)`, where `acked` counts every packet
+//!   the ACK newly delivered (two or more with delayed or stretched ACKs).
+//! - `bictcp_update`: W(t) = C (t - K)^3 + W_max with C = bic_scale * 10 / 1024 (0.4) in
+//!   packets per s^3, evaluated as the kernel does: t in jiffies since `epoch_start` plus
+//!   `usecs_to_jiffies(delay_min)`, converted to units of 1/1024 s (BICTCP_HZ = 10), K in the
+//!   same units from `cube_factor` = 2^40 / (bic_scale * 10), and the target
+//!   (cube_rtt_scale * offs^3) >> 40 in u32. cnt = cwnd / (target - cwnd), or 100 cwnd below
+//!   the curve; capped at 20 before the first loss (`last_max_cwnd == 0`). The update runs
+//!   at most once per jiffy (`epoch_start && jiffies == last_time`) and not at all while cwnd
+//!   is unchanged and less than HZ/32 jiffies have passed. The Reno-friendly estimate
+//!   (`tcp_friendliness`) adds one packet to `tcp_cwnd` per (cwnd * beta_scale) >> 3 packets
+//!   ACKed, beta_scale = 8 (1024 + beta) / 3 / (1024 - beta) = 15, and lowers cnt to
+//!   cwnd / (tcp_cwnd - cwnd) when Reno would be ahead; cnt is at least 2.
+//! - `cubictcp_recalc_ssthresh`: ends the epoch, W_max = cwnd, or cwnd (1024 + beta) / 2048
+//!   with fast convergence when the loss comes below the previous W_max; returns
+//!   max(cwnd * beta / 1024, 2). cwnd during recovery is the transport's PRR
+//!   (`tcp_cwnd_reduction`) and ssthresh on leaving it (`tcp_end_cwnd_reduction`).
+//! - `cubictcp_state`: entering Loss (RTO) runs `bictcp_reset`, which clears every field up
+//!   to and including `delay_min` and `found`, then `bictcp_hystart_reset`.
+//! - `cubictcp_cwnd_event` (CA_EVENT_TX_START): the epoch moves forward by the idle time in
+//!   jiffies so the curve does not jump after idle.
+//! - `cubictcp_acked`: RTT samples (µs) are ignored for one second (HZ jiffies) after an
+//!   epoch starts; delay_min is their minimum; HyStart runs while in slow start.
+//! - HyStart (`hystart_update`, with the 6.14 round-start fix: the round is reset on every
+//!   slow-start ACK, the detectors only run once cwnd >= hystart_low_window = 16). ACK
+//!   train: ACKs no more than hystart_ack_delta_us = 2 ms apart spanning more than
+//!   delay_min + `hystart_ack_delay` (min(1 ms, 4 GSO bursts at the pacing rate)), halved for
+//!   unpaced flows (SK_PACING_NONE). Delay: after 8 samples in a round, the round's minimum
+//!   RTT exceeds delay_min + clamp(delay_min / 8, 4 ms, 16 ms). Either sets ssthresh = cwnd.
+//! - `undo_cwnd` is `tcp_reno_undo_cwnd` (the trait default).
 //!
-//! HyStart (`hystart_update`), active while cwnd >= hystart_low_window (16): the ACK-train
-//! exit when ACKs no more than 2 ms apart span more than delay_min/2 (delay_min + ack delay,
-//! halved when not paced), and the delay exit when the round's minimum RTT over 8 samples
-//! exceeds delay_min + clamp(delay_min/8, 4 ms, 16 ms). Either sets ssthresh = cwnd.
+//! The jiffy length comes from the kernel's CONFIG_HZ, here the parameter `hz` (250 on the
+//! reference machine, 4 ms jiffies); jiffies count from simulation time 0.
 //!
-//! Deviations: time is continuous (ns) where Linux counts jiffies; the "at most once per
-//! jiffy" update rule uses a 1 ms jiffy (HZ = 1000). The cube root is computed in floating
-//! point, not with Linux's table plus Newton step (same value to within a jiffy).
+//! Deviations:
+//! - `cubic_root` in Linux is a table lookup plus one Newton step with about 0.2 % error; the
+//!   simulator takes the exact integer cube root (K differs by at most a few ms, i.e. at most
+//!   about one jiffy, near the plateau where the curve is flat).
+//! - `hystart_ack_delay` takes the socket's GSO size as 64 KiB minus the TCP header reserve
+//!   (`sk_gso_max_size` of a veth/ethernet device) and the pacing rate as
+//!   `tcp_update_pacing_rate` computes it from cwnd, packets out and srtt.
 
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, Window, AckSample};
 use crate::config::Nanos;
 
 /// BICTCP_BETA_SCALE.
 const BETA_SCALE: u32 = 1024;
+/// BICTCP_HZ: K and t are in units of 2^-10 s.
+const BICTCP_HZ: u32 = 10;
 /// HYSTART_MIN_SAMPLES.
 const HYSTART_MIN_SAMPLES: u32 = 8;
-/// HYSTART_DELAY_MIN / HYSTART_DELAY_MAX.
-const HYSTART_DELAY_MIN: Nanos = 4_000_000;
-const HYSTART_DELAY_MAX: Nanos = 16_000_000;
-/// One jiffy at HZ = 1000.
-const JIFFY: Nanos = 1_000_000;
+/// HYSTART_DELAY_MIN / HYSTART_DELAY_MAX, µs.
+const HYSTART_DELAY_MIN_US: u32 = 4_000;
+const HYSTART_DELAY_MAX_US: u32 = 16_000;
+/// `sk_gso_max_size`: GSO_LEGACY_MAX_SIZE (65536) less MAX_TCP_HEADER + 1 (`sk_setup_caps`).
+const GSO_MAX_SIZE: u64 = 65_536 - 321;
 
 crate::cc_params! {
-    /// Linux module parameters of tcp_cubic.c, same names and defaults.
+    /// Linux module parameters of tcp_cubic.c, same names and defaults, plus the kernel's HZ.
     pub struct CubicParams {
         /// Multiplicative decrease, in 1/1024 (717 = 0.7).
         beta: 717.0, 1.0, 1023.0;
@@ -49,120 +79,160 @@ crate::cc_params! {
         hystart_ack_delta_us: 2000.0, 1.0, 1e6;
         /// Enable the ACK-train (1) and delay (2) detectors; 3 = both.
         hystart_detect: 3.0, 0.0, 3.0;
+        /// The kernel's CONFIG_HZ (jiffies per second): CUBIC's clock. 250 on the reference kernel.
+        hz: 250.0, 100.0, 1000.0;
     }
 }
 
 pub struct Cubic {
     p: CubicParams,
     beta: u32,
+    hz: u64,
     /// `cube_rtt_scale` = bic_scale * 10.
-    cube_rtt_scale: f64,
+    cube_rtt_scale: u64,
+    /// `cube_factor` = 2^(10 + 3 BICTCP_HZ) / (bic_scale * 10).
+    cube_factor: u64,
     /// `beta_scale` = 8 (1024 + beta) / 3 / (1024 - beta).
     beta_scale: u32,
 
+    // Fields `bictcp_reset` clears.
     cnt: u32,
     last_max_cwnd: u32,
     last_cwnd: u32,
-    last_time: Nanos,
+    /// Jiffies.
+    last_time: u64,
     origin_point: u32,
-    /// K in seconds.
-    k: f64,
-    delay_min: Nanos,
-    epoch_start: Option<Nanos>,
+    /// K in 2^-10 s.
+    bic_k: u64,
+    /// Minimum RTT, µs (0 = none yet).
+    delay_min: u32,
+    /// Jiffies; `None` where Linux has 0.
+    epoch_start: Option<u64>,
     ack_cnt: u32,
     tcp_cwnd: u32,
     // HyStart.
     found: bool,
-    round_start: Nanos,
-    end_seq: u64,
-    last_ack: Nanos,
-    curr_rtt: Nanos,
     sample_cnt: u32,
+    /// µs.
+    round_start: u64,
+    end_seq: u64,
+    /// µs.
+    last_ack: u64,
+    /// µs.
+    curr_rtt: u32,
+}
+
+/// floor(cbrt(a)).
+fn icbrt(a: u64) -> u64 {
+    if a == 0 {
+        return 0;
+    }
+    let mut x = (a as f64).cbrt() as u64;
+    while x > 0 && x.checked_mul(x).and_then(|y| y.checked_mul(x)).is_none_or(|c| c > a) {
+        x -= 1;
+    }
+    while (x + 1).checked_mul(x + 1).and_then(|y| y.checked_mul(x + 1)).is_some_and(|c| c <= a) {
+        x += 1;
+    }
+    x
 }
 
 impl Cubic {
     pub fn new(p: CubicParams) -> Self {
         let beta = p.beta as u32;
+        let cube_rtt_scale = p.bic_scale as u64 * 10;
         Cubic {
             p,
             beta,
-            cube_rtt_scale: p.bic_scale * 10.0,
+            hz: p.hz as u64,
+            cube_rtt_scale,
+            cube_factor: (1u64 << (10 + 3 * BICTCP_HZ)) / cube_rtt_scale,
             beta_scale: 8 * (BETA_SCALE + beta) / 3 / (BETA_SCALE - beta),
             cnt: 0,
             last_max_cwnd: 0,
             last_cwnd: 0,
             last_time: 0,
             origin_point: 0,
-            k: 0.0,
+            bic_k: 0,
             delay_min: 0,
             epoch_start: None,
             ack_cnt: 0,
             tcp_cwnd: 0,
             found: false,
+            sample_cnt: 0,
             round_start: 0,
             end_seq: 0,
             last_ack: 0,
-            curr_rtt: Nanos::MAX,
-            sample_cnt: 0,
+            curr_rtt: u32::MAX,
         }
     }
 
-    /// `bictcp_reset`.
-    fn reset(&mut self) {
-        let delay_min = self.delay_min;
-        *self = Cubic::new(self.p);
-        self.delay_min = delay_min;
+    /// `tcp_jiffies32` at `now`.
+    fn jiffies(&self, now: Nanos) -> u64 {
+        (now.max(0) as u128 * self.hz as u128 / 1_000_000_000) as u64
     }
 
+    /// `usecs_to_jiffies`: rounds up.
+    fn usecs_to_jiffies(&self, us: u32) -> u64 {
+        (us as u64 * self.hz).div_ceil(1_000_000)
+    }
+
+    /// `bictcp_reset`: clears everything up to and including delay_min, and `found`.
+    fn reset(&mut self) {
+        *self = Cubic::new(self.p);
+    }
+
+    /// `bictcp_hystart_reset`.
     fn hystart_reset(&mut self, info: &ConnInfo) {
-        self.round_start = info.now;
-        self.last_ack = info.now;
+        self.round_start = us(info.now);
+        self.last_ack = self.round_start;
         self.end_seq = info.snd_nxt;
-        self.curr_rtt = Nanos::MAX;
+        self.curr_rtt = u32::MAX;
         self.sample_cnt = 0;
     }
 
-    /// `bictcp_update`: the per-ACK increment 1/cnt.
+    /// `bictcp_update`: sets cnt, the number of ACKed packets per packet of growth.
     fn update(&mut self, now: Nanos, cwnd: u32, acked: u32) {
-        self.ack_cnt += acked;
-        if self.last_cwnd == cwnd && now - self.last_time <= JIFFY * 1000 / 32 {
+        let jiffies = self.jiffies(now);
+        self.ack_cnt = self.ack_cnt.wrapping_add(acked);
+        if self.last_cwnd == cwnd && jiffies.wrapping_sub(self.last_time) <= self.hz / 32 {
             return;
         }
-        let same_jiffy = self.epoch_start.is_some() && now / JIFFY == self.last_time / JIFFY;
-        if !same_jiffy {
+        // At most once per jiffy; a cwnd reduction clears epoch_start and forces a recalculation.
+        if !(self.epoch_start.is_some() && jiffies == self.last_time) {
             self.last_cwnd = cwnd;
-            self.last_time = now;
+            self.last_time = jiffies;
             if self.epoch_start.is_none() {
-                self.epoch_start = Some(now);
+                self.epoch_start = Some(jiffies);
                 self.ack_cnt = acked;
                 self.tcp_cwnd = cwnd;
                 if self.last_max_cwnd <= cwnd {
-                    self.k = 0.0;
+                    self.bic_k = 0;
                     self.origin_point = cwnd;
                 } else {
-                    // K = cbrt((W_max - cwnd) / C), C = cube_rtt_scale / 2^10 per s^3.
-                    let c = self.cube_rtt_scale / 1024.0;
-                    self.k = ((self.last_max_cwnd - cwnd) as f64 / c).cbrt();
+                    self.bic_k = icbrt(self.cube_factor.wrapping_mul((self.last_max_cwnd - cwnd) as u64));
                     self.origin_point = self.last_max_cwnd;
                 }
             }
-            let t = (now - self.epoch_start.unwrap() + self.delay_min) as f64 / 1e9;
-            let offs = (t - self.k).abs();
-            let delta = self.cube_rtt_scale / 1024.0 * offs * offs * offs;
-            let target = if t < self.k {
-                self.origin_point as f64 - delta
+            // t in 2^-10 s: jiffies since the epoch began plus delay_min (rounded up to jiffies).
+            let elapsed = jiffies.wrapping_sub(self.epoch_start.unwrap()) as u32 as i32 as i64 as u64;
+            let t = (elapsed.wrapping_add(self.usecs_to_jiffies(self.delay_min)) << BICTCP_HZ) / self.hz;
+            let offs = if t < self.bic_k { self.bic_k - t } else { t - self.bic_k };
+            let delta = (self.cube_rtt_scale.wrapping_mul(offs).wrapping_mul(offs).wrapping_mul(offs)
+                >> (10 + 3 * BICTCP_HZ)) as u32;
+            let target = if t < self.bic_k {
+                self.origin_point.wrapping_sub(delta)
             } else {
-                self.origin_point as f64 + delta
+                self.origin_point.wrapping_add(delta)
             };
-            let target = target.max(0.0) as u32;
-            self.cnt = if target > cwnd { cwnd / (target - cwnd) } else { 100 * cwnd };
+            self.cnt = if target > cwnd { cwnd / (target - cwnd) } else { 100u32.wrapping_mul(cwnd) };
             // Before the first loss, grow at least 5 % per RTT.
             if self.last_max_cwnd == 0 && self.cnt > 20 {
                 self.cnt = 20;
             }
         }
         if self.p.tcp_friendliness != 0.0 {
-            let delta = (cwnd * self.beta_scale) >> 3;
+            let delta = cwnd.wrapping_mul(self.beta_scale) >> 3;
             while delta > 0 && self.ack_cnt > delta {
                 self.ack_cnt -= delta;
                 self.tcp_cwnd += 1;
@@ -175,21 +245,38 @@ impl Cubic {
         self.cnt = self.cnt.max(2);
     }
 
-    fn hystart_update(&mut self, info: &ConnInfo, w: &mut Window, delay: Nanos) {
+    /// `hystart_ack_delay`: up to 1 ms for 4 GSO bursts at the pacing rate.
+    fn hystart_ack_delay(info: &ConnInfo) -> u32 {
+        // tcp_update_pacing_rate: mss * max(cwnd, packets_out) / srtt, x2 in slow start
+        // below ssthresh / 2, else x1.2.
+        if info.srtt_ns <= 0 {
+            return 0;
+        }
+        let ratio = if info.cwnd < info.ssthresh / 2 { 2.0 } else { 1.2 };
+        let rate = ratio * info.mss as f64 * info.cwnd.max(info.packets_out) as f64 * 1e9 / info.srtt_ns as f64;
+        if rate <= 0.0 {
+            return 0;
+        }
+        ((GSO_MAX_SIZE * 4 * 1_000_000) as f64 / rate).min(1000.0) as u32
+    }
+
+    fn hystart_update(&mut self, info: &ConnInfo, w: &mut Window, delay: u32) {
         if info.snd_una > self.end_seq {
             self.hystart_reset(info);
         }
+        if (w.cwnd as f64) < self.p.hystart_low_window {
+            return;
+        }
         let detect = self.p.hystart_detect as u32;
         if detect & 1 != 0 {
-            let now = info.now;
-            if now - self.last_ack <= (self.p.hystart_ack_delta_us * 1000.0) as Nanos {
+            let now = us(info.now);
+            if now.wrapping_sub(self.last_ack) as i64 <= self.p.hystart_ack_delta_us as i64 {
                 self.last_ack = now;
-                // hystart_ack_delay: up to 1 ms of ACK compression (4 GSO bursts at the pacing rate).
-                let mut threshold = self.delay_min + 1_000_000;
+                let mut threshold = self.delay_min as u64 + Self::hystart_ack_delay(info) as u64;
                 if !info.paced {
-                    threshold /= 2;
+                    threshold >>= 1;
                 }
-                if now - self.round_start > threshold {
+                if now.saturating_sub(self.round_start) > threshold {
                     self.found = true;
                     w.ssthresh = w.cwnd;
                 }
@@ -200,8 +287,8 @@ impl Cubic {
             if self.sample_cnt < HYSTART_MIN_SAMPLES {
                 self.sample_cnt += 1;
             } else {
-                let thresh = (self.delay_min / 8).clamp(HYSTART_DELAY_MIN, HYSTART_DELAY_MAX);
-                if self.curr_rtt > self.delay_min + thresh {
+                let thresh = (self.delay_min >> 3).clamp(HYSTART_DELAY_MIN_US, HYSTART_DELAY_MAX_US);
+                if self.curr_rtt > self.delay_min.saturating_add(thresh) {
                     self.found = true;
                     w.ssthresh = w.cwnd;
                 }
@@ -213,9 +300,25 @@ impl Cubic {
         self.last_max_cwnd
     }
 
+    /// K in seconds.
     pub fn k_seconds(&self) -> f64 {
-        self.k
+        self.bic_k as f64 / 1024.0
     }
+
+    /// The cnt last computed by `bictcp_update`.
+    pub fn cnt(&self) -> u32 {
+        self.cnt
+    }
+
+    /// delay_min in µs.
+    pub fn delay_min_us(&self) -> u32 {
+        self.delay_min
+    }
+}
+
+/// The µs clock `tcp_mstamp` HyStart reads.
+fn us(now: Nanos) -> u64 {
+    (now.max(0) / 1000) as u64
 }
 
 impl CongestionControl for Cubic {
@@ -223,6 +326,7 @@ impl CongestionControl for Cubic {
         "cubic"
     }
 
+    /// `cubictcp_init`.
     fn init(&mut self, info: &ConnInfo, _w: &mut Window) {
         self.reset();
         if self.p.hystart != 0.0 {
@@ -230,6 +334,7 @@ impl CongestionControl for Cubic {
         }
     }
 
+    /// `cubictcp_recalc_ssthresh`.
     fn ssthresh(&mut self, _info: &ConnInfo, w: &Window) -> u32 {
         self.epoch_start = None;
         let cwnd = w.cwnd;
@@ -241,6 +346,7 @@ impl CongestionControl for Cubic {
         (cwnd * self.beta / BETA_SCALE).max(2)
     }
 
+    /// `cubictcp_cong_avoid`.
     fn cong_avoid(&mut self, info: &ConnInfo, w: &mut Window, acked: u32) {
         let acked = w.slow_start_if_cwnd_limited(info, acked);
         if acked == 0 {
@@ -250,6 +356,7 @@ impl CongestionControl for Cubic {
         w.cong_avoid_ai(self.cnt, acked);
     }
 
+    /// `cubictcp_state`.
     fn set_state(&mut self, info: &ConnInfo, _w: &mut Window, new: CaState) {
         if new == CaState::Loss {
             self.reset();
@@ -257,13 +364,14 @@ impl CongestionControl for Cubic {
         }
     }
 
+    /// `cubictcp_cwnd_event`: after idle the epoch shifts so the cubic curve does not jump.
     fn cwnd_event(&mut self, info: &ConnInfo, _w: &mut Window, ev: CaEvent) {
-        // The epoch shifts over idle time so the cubic curve does not jump.
         if ev == CaEvent::TxStart {
+            let now = self.jiffies(info.now);
+            let delta = now as i64 - self.jiffies(info.last_send_ns) as i64;
             if let Some(start) = self.epoch_start {
-                let idle = info.now - info.last_send_ns;
-                if idle > 0 {
-                    self.epoch_start = Some((start + idle).min(info.now));
+                if delta > 0 {
+                    self.epoch_start = Some((start + delta as u64).min(now));
                 }
             }
         }
@@ -276,15 +384,15 @@ impl CongestionControl for Cubic {
         }
         // Discard delay samples right after fast recovery.
         if let Some(start) = self.epoch_start {
-            if info.now - start < 1_000_000_000 {
+            if (self.jiffies(info.now) as i64 - start as i64) < self.hz as i64 {
                 return;
             }
         }
-        let delay = sample.rtt_ns.max(1);
+        let delay = ((sample.rtt_ns / 1000) as u32).max(1);
         if self.delay_min == 0 || self.delay_min > delay {
             self.delay_min = delay;
         }
-        if !self.found && w.in_slow_start() && self.p.hystart != 0.0 && w.cwnd as f64 >= self.p.hystart_low_window {
+        if !self.found && w.in_slow_start() && self.p.hystart != 0.0 {
             self.hystart_update(info, w, delay);
         }
     }
@@ -295,6 +403,135 @@ impl CongestionControl for Cubic {
 
     fn telemetry(&self, out: &mut Vec<f64>) {
         out.push(self.last_max_cwnd as f64);
-        out.push(self.k);
+        out.push(self.k_seconds());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_cube_root() {
+        for a in [0u64, 1, 7, 8, 26, 27, 1000, 999, 1 << 40, u64::MAX] {
+            let x = icbrt(a);
+            assert!(x * x * x <= a || x == 0);
+            assert!((x + 1).checked_pow(3).is_none_or(|c| c > a), "{a}: {x}");
+        }
+    }
+
+    pub(crate) fn info(now: Nanos, w: &Window) -> ConnInfo {
+        ConnInfo {
+            now,
+            mss: 1448,
+            srtt_ns: 100_000_000,
+            min_rtt_ns: 100_000_000,
+            packets_in_flight: w.cwnd,
+            delivered: 0,
+            lost: 0,
+            is_cwnd_limited: true,
+            app_limited: 0,
+            ca_state: CaState::Open,
+            cwnd: w.cwnd,
+            ssthresh: w.ssthresh,
+            initial_cwnd: 10,
+            packets_out: w.cwnd,
+            snd_nxt: 0,
+            snd_una: 0,
+            last_send_ns: now,
+            paced: false,
+            delivered_mstamp_ns: now,
+            wstamp_ns: now,
+        }
+    }
+
+    /// Drives an ACK clock: every RTT, cwnd packets are ACKed evenly spread, `per_ack` per
+    /// ACK; returns (time s, cwnd counting the fraction held in snd_cwnd_cnt) after each ACK.
+    fn ack_clock(cc: &mut Cubic, w: &mut Window, rtt: Nanos, until: Nanos, per_ack: u32) -> Vec<(f64, f64)> {
+        let mut out = vec![];
+        let mut now = 0;
+        while now < until {
+            let acks = (w.cwnd / per_ack).max(1);
+            let gap = rtt / acks as Nanos;
+            for _ in 0..acks {
+                now += gap;
+                let i = info(now, w);
+                cc.pkts_acked(&i, w, &AckSample { pkts_acked: per_ack, rtt_ns: rtt, in_flight: w.cwnd });
+                cc.cong_avoid(&i, w, per_ack);
+                out.push((now as f64 / 1e9, w.cwnd as f64 + (w.cwnd_cnt as f64 / cc.cnt.max(1) as f64).min(1.0)));
+            }
+        }
+        out
+    }
+
+    /// After a loss at W_max the window (with the fraction accumulated in snd_cwnd_cnt) follows
+    /// W(t) = C (t - K)^3 + W_max, t from the epoch start: within half a packet on average and
+    /// two at worst, with jiffies at HZ = 250 and 1000, with and without delayed ACKs. The
+    /// worst case is Linux's own arithmetic: the target is rounded to whole packets and cnt is
+    /// kept for up to HZ/32 jiffies while cwnd does not change.
+    #[test]
+    fn window_follows_the_cubic_closed_form_after_a_loss() {
+        for hz in [250.0, 1000.0] {
+            for per_ack in [1, 2] {
+                let rtt = 100_000_000;
+                let w_max = 400u32;
+                let mut p = CubicParams::default();
+                p.hz = hz;
+                p.fast_convergence = 0.0;
+                let mut cc = Cubic::new(p);
+                let mut w = Window { cwnd: w_max, ssthresh: u32::MAX, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+                cc.init(&info(0, &w), &mut w);
+                cc.delay_min = (rtt / 1000) as u32;
+                let ss = cc.ssthresh(&info(0, &w), &w);
+                assert_eq!(ss, w_max * 717 / 1024);
+                w.cwnd = ss;
+                w.ssthresh = ss;
+                let trace = ack_clock(&mut cc, &mut w, rtt, 15_000_000_000, per_ack);
+                // C = bic_scale * 10 / 1024 = 0.4004 packets/s^3.
+                let c = 410.0 / 1024.0;
+                let k = ((w_max - ss) as f64 / c).cbrt();
+                assert!((cc.k_seconds() - k).abs() < 0.002, "K {} vs {k}", cc.k_seconds());
+                let mut worst: f64 = 0.0;
+                let (mut sum, mut n) = (0.0, 0);
+                for &(t, cwnd) in trace.iter().filter(|(t, _)| *t > 0.3) {
+                    let err = (cwnd - (c * (t - k).powi(3) + w_max as f64)).abs();
+                    worst = worst.max(err);
+                    sum += err;
+                    n += 1;
+                }
+                let mean = sum / n as f64;
+                println!("HZ {hz}, {per_ack} pkt/ACK: K {k:.3} s, |cwnd - W(t)| mean {mean:.2}, max {worst:.2} packets");
+                assert!(mean <= 0.5, "HZ {hz}, {per_ack}/ACK: cwnd off the cubic curve by {mean:.2} packets on average");
+                assert!(worst <= 2.0, "HZ {hz}, {per_ack}/ACK: cwnd off the cubic curve by up to {worst:.2} packets");
+            }
+        }
+    }
+
+    /// `bictcp_reset` on an RTO clears delay_min and HyStart's `found`, as Linux's memset does.
+    #[test]
+    fn rto_reset_clears_delay_min() {
+        let mut cc = Cubic::new(CubicParams::default());
+        let mut w = Window { cwnd: 50, ssthresh: 30, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+        cc.init(&info(0, &w), &mut w);
+        cc.pkts_acked(&info(0, &w), &mut w, &AckSample { pkts_acked: 1, rtt_ns: 30_000_000, in_flight: 50 });
+        assert_eq!(cc.delay_min_us(), 30_000);
+        cc.found = true;
+        cc.ssthresh(&info(0, &w), &w);
+        assert_eq!(cc.delay_min_us(), 30_000, "a fast-recovery ssthresh keeps delay_min");
+        cc.set_state(&info(0, &w), &mut w, CaState::Loss);
+        assert_eq!(cc.delay_min_us(), 0);
+        assert!(!cc.found);
+        assert_eq!(cc.w_max(), 0);
+    }
+
+    /// Before the first loss (W_max = 0) growth is at least cwnd/20 per RTT.
+    #[test]
+    fn cnt_is_capped_at_20_before_the_first_loss() {
+        let mut cc = Cubic::new(CubicParams::default());
+        let mut w = Window { cwnd: 200, ssthresh: 200, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+        cc.init(&info(0, &w), &mut w);
+        let _ = ack_clock(&mut cc, &mut w, 100_000_000, 100_000_000, 1);
+        assert!(cc.cnt() <= 20, "cnt {}", cc.cnt());
+        assert!((209..=211).contains(&w.cwnd), "cwnd {} after one RTT from 200", w.cwnd);
     }
 }

@@ -50,3 +50,62 @@ impl CongestionControl for Reno {
         reno_cong_avoid(info, w, acked);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::cubic::tests::info;
+
+    /// One RTT of ACKs for a window of `cwnd` packets, `per_ack` packets per ACK (2 with
+    /// delayed ACKs); returns cwnd after it.
+    fn one_rtt(w: &mut Window, per_ack: u32) -> u32 {
+        let acks = w.cwnd / per_ack;
+        for _ in 0..acks {
+            let i = info(0, w);
+            reno_cong_avoid(&i, w, per_ack);
+        }
+        w.cwnd
+    }
+
+    /// `tcp_reno_cong_avoid` counts packets, not ACKs (`tcp_cong_avoid_ai` with `acked`):
+    /// congestion avoidance adds one packet per RTT whether every segment or every second one
+    /// is ACKed.
+    #[test]
+    fn congestion_avoidance_adds_one_packet_per_rtt_with_and_without_delayed_acks() {
+        for per_ack in [1, 2] {
+            let mut w = Window { cwnd: 100, ssthresh: 50, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+            for rtt in 1..=50 {
+                let before = w.cwnd;
+                let after = one_rtt(&mut w, per_ack);
+                // cwnd even: exactly one packet per RTT; the odd one left by delayed ACKs carries over.
+                assert!(after - before <= 1, "{per_ack}/ACK, RTT {rtt}: {before} -> {after}");
+            }
+            assert!((149..=150).contains(&w.cwnd), "{per_ack}/ACK: 100 + 50 RTTs gave {}", w.cwnd);
+        }
+    }
+
+    /// Slow start (`tcp_slow_start`) grows by the packets ACKed, so cwnd doubles per RTT with
+    /// delayed ACKs too, and stops at ssthresh with the rest going to congestion avoidance.
+    #[test]
+    fn slow_start_doubles_per_rtt_and_stops_at_ssthresh() {
+        for per_ack in [1, 2] {
+            let mut w = Window { cwnd: 10, ssthresh: 100, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+            assert_eq!(one_rtt(&mut w, per_ack), 20);
+            assert_eq!(one_rtt(&mut w, per_ack), 40);
+            assert_eq!(one_rtt(&mut w, per_ack), 80);
+            assert_eq!(one_rtt(&mut w, per_ack), 100);
+            assert!(w.cwnd_cnt > 0, "ACKs beyond ssthresh are credited to congestion avoidance");
+        }
+    }
+
+    #[test]
+    fn no_growth_unless_cwnd_limited_and_ssthresh_halves() {
+        let mut w = Window { cwnd: 10, ssthresh: 100, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false };
+        let mut i = info(0, &w);
+        i.is_cwnd_limited = false;
+        reno_cong_avoid(&i, &mut w, 5);
+        assert_eq!(w.cwnd, 10);
+        assert_eq!(reno_ssthresh(101), 50);
+        assert_eq!(reno_ssthresh(3), 2);
+    }
+}
