@@ -29,6 +29,9 @@ pub struct AckPacket {
     pub n_sacks: u8,
     /// Sent by the delayed-ACK timer rather than at once.
     pub delayed: bool,
+    /// Echoed timestamp (TSecr): the `sent_at` the receiver holds as `ts_recent`, `None`
+    /// before any data arrived.
+    pub tsecr: Option<Nanos>,
 }
 
 impl AckPacket {

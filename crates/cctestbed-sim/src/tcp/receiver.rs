@@ -8,6 +8,11 @@
 //! SACK blocks: the block holding the latest segment first, then the others from the highest
 //! down (RFC 2018 section 4 asks for the most recently changed first).
 //!
+//! Timestamps (RFC 7323 as `tcp_replace_ts_recent`): every ACK echoes `ts_recent`, the send
+//! time of the latest segment that arrived at or below `rcv_wup` (the ACK point last
+//! advertised), so a delayed ACK echoes the earliest segment it covers and an out-of-order
+//! one the last in-order segment; `ts_recent` never goes back (PAWS).
+//!
 //! Deviations: the application reads instantly, so the advertised window is the configured
 //! buffer, constant; Linux's adaptive ACK timeout (ato) is a fixed timeout; no D-SACK.
 
@@ -31,6 +36,10 @@ pub struct Receiver {
     /// Payload of each segment we hold out of order is needed to count bytes once in order.
     mss: u32,
     last_seg: Option<(u64, u32)>,
+    /// `rcv_wup`: rcv_nxt when the last ACK was sent.
+    rcv_wup: u64,
+    /// `ts_recent`: the timestamp to echo.
+    ts_recent: Option<Nanos>,
 }
 
 pub enum AckDecision {
@@ -54,6 +63,8 @@ impl Receiver {
             duplicate_pkts: 0,
             mss,
             last_seg: None,
+            rcv_wup: 0,
+            ts_recent: None,
         }
     }
 
@@ -61,6 +72,10 @@ impl Receiver {
         self.arrived_pkts += 1;
         let had_ooo = !self.ooo.is_empty();
         let seq = p.seq;
+        // tcp_replace_ts_recent: only a segment at or below rcv_wup updates ts_recent.
+        if seq <= self.rcv_wup && self.ts_recent.is_none_or(|t| p.sent_at >= t) {
+            self.ts_recent = Some(p.sent_at);
+        }
         if p.payload < self.mss {
             self.last_seg = Some((seq, p.payload));
         }
@@ -108,6 +123,7 @@ impl Receiver {
 
     fn make_ack(&mut self, latest: Option<(u64, u64)>, delayed: bool) -> AckPacket {
         self.unacked = 0;
+        self.rcv_wup = self.rcv_nxt;
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let mut n = 0;
         if let Some(b) = latest {
@@ -123,7 +139,7 @@ impl Receiver {
                 n += 1;
             }
         }
-        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed }
+        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent }
     }
 }
 

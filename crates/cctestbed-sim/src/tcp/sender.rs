@@ -14,8 +14,18 @@
 //!   lost packets leave it, retransmissions go to its tail, so detection costs O(newly lost).
 //! - Recovery: Proportional Rate Reduction (RFC 6937, `tcp_cwnd_reduction`) for algorithms
 //!   without `cong_control`; cwnd = ssthresh on exit (`tcp_end_cwnd_reduction`).
-//! - RTO (`tcp_retransmit_timer`, `tcp_enter_loss`): every un-SACKed packet is marked lost,
-//!   cwnd = in_flight + 1, state Loss, backoff doubles.
+//! - RTO (`tcp_retransmit_timer`, `tcp_enter_loss`): the head and every un-SACKed packet
+//!   sent at least RACK.rtt ago are marked lost, more recent ones are not yet
+//!   (`tcp_timeout_mark_lost` of Linux 6.18); cwnd = in_flight + 1, state Loss, backoff
+//!   doubles; ssthresh is saved for undo (`tcp_init_undo`, `prior_ssthresh`).
+//! - Spurious timeouts and recoveries are undone (`tcp_process_loss`, `tcp_try_undo_loss`,
+//!   `tcp_try_undo_recovery`, `tcp_undo_cwnd_reduction`, `tcp_may_undo`): by the timestamp
+//!   test (`tcp_packet_delayed`: the ACK echoes a send time, in Linux's millisecond ticks,
+//!   from before the episode's first retransmission), and by F-RTO (RFC 5682,
+//!   `sysctl_tcp_frto` = 2: after a timeout, new data rather than retransmissions once
+//!   snd_una advances; never-retransmitted data (S)ACKed means the timeout was spurious). An
+//!   undo restores cwnd (the algorithm's `undo_cwnd`) and ssthresh, and after a timeout puts
+//!   the packets marked lost back in flight.
 //! - Delivery-rate sampling (`tcp_rate.c`), with google/bbr's per-packet `tx.in_flight` and
 //!   `tx.lost` so BBRv3 can use the same sampler.
 //! - TSO/GSO trains (`tcp_write_xmit`, `tcp_xmit_retransmit_queue`): Linux builds GSO skbs
@@ -30,9 +40,11 @@
 //!   none, `tcp_update_pacing_rate` (200 % of cwnd/srtt in slow start, 120 % after), which
 //!   unpaced flows also keep for TSO autosizing.
 //!
-//! Deviations (documented in the README): no tail-loss probe (TLP) and no F-RTO or undo of
-//! spurious reductions; a segment is the unit of the scoreboard, so skb boundaries (and
-//! `tcp_fragment`) are not tracked; the receive window is fixed.
+//! Deviations (documented in the README): no tail-loss probe (TLP); no D-SACK, so undo relies
+//! on timestamps and F-RTO only (`undo_retrans` never reaches 0, no `tcp_try_undo_dsack`, no
+//! `tcp_try_undo_partial`); `icsk_retransmits` is cleared whenever snd_una advances; a
+//! segment is the unit of the scoreboard, so skb boundaries (and `tcp_fragment`) are not
+//! tracked; the receive window is fixed.
 
 use super::rtt::RttEstimator;
 use super::tso;
@@ -90,6 +102,8 @@ pub struct SenderStats {
     pub retrans_segs: u64,
     pub lost_segs: u64,
     pub rto_count: u64,
+    /// Congestion-window reductions undone as spurious (`tcp_undo_cwnd_reduction`).
+    pub undo_count: u64,
     pub rtt_sum: f64,
     pub rtt_n: u64,
 }
@@ -136,6 +150,20 @@ pub struct Sender {
     prior_cwnd: u32,
     prr_delivered: u32,
     prr_out: u32,
+
+    // Undo of spurious reductions and F-RTO (tcp_input.c).
+    /// `undo_marker`: snd_una when the reduction began; `None` once undone or impossible.
+    undo_marker: Option<u64>,
+    /// `prior_ssthresh`: ssthresh before the reduction, 0 if none to restore.
+    prior_ssthresh: u32,
+    /// `retrans_stamp`: time of the first retransmission of the episode.
+    retrans_stamp: Option<Nanos>,
+    /// `tp->frto`: F-RTO (RFC 5682, `sysctl_tcp_frto` = 2) is judging the last timeout.
+    frto: bool,
+    /// F-RTO step 2.b (`REXMIT_NEW`): send new data rather than retransmissions.
+    frto_rexmit_new: bool,
+    /// `icsk_retransmits`: timeouts since the last forward progress.
+    icsk_retransmits: u32,
 
     // tcp_cwnd_validate state.
     max_packets_out: u32,
@@ -191,6 +219,12 @@ impl Sender {
             prior_cwnd: 0,
             prr_delivered: 0,
             prr_out: 0,
+            undo_marker: None,
+            prior_ssthresh: 0,
+            retrans_stamp: None,
+            frto: false,
+            frto_rexmit_new: false,
+            icsk_retransmits: 0,
             max_packets_out: 0,
             max_packets_seq: 0,
             cwnd_limited: false,
@@ -349,6 +383,23 @@ impl Sender {
         m.next = NIL;
     }
 
+    fn ts_push_front(&mut self, seq: u64) {
+        self.ts_unlink(seq);
+        let head = self.ts_head;
+        {
+            let m = self.seg_mut(seq);
+            m.prev = NIL;
+            m.next = head;
+            m.flags |= IN_TSORTED;
+        }
+        if head == NIL {
+            self.ts_tail = seq;
+        } else {
+            self.seg_mut(head).prev = seq;
+        }
+        self.ts_head = seq;
+    }
+
     fn ts_push_back(&mut self, seq: u64) {
         self.ts_unlink(seq);
         let tail = self.ts_tail;
@@ -426,16 +477,22 @@ impl Sender {
         }
         let mut cwnd_limited = false;
         let max_segs = self.tso_segs();
+        // tcp_xmit_recovery with REXMIT_NEW: new data only; if none could go, F-RTO ends and
+        // the lost segments are retransmitted as usual.
+        let new_only = std::mem::take(&mut self.frto_rexmit_new);
         loop {
             let in_flight = self.packets_in_flight();
             if in_flight >= self.w.cwnd {
                 cwnd_limited = true;
                 break;
             }
-            let lost = self.next_lost();
+            let lost = if new_only { None } else { self.next_lost() };
             let rwnd_room = self.snd_una.saturating_add(self.rwnd_segs).saturating_sub(self.snd_nxt);
             let new_ok = self.has_new_data() && rwnd_room > 0;
             if lost.is_none() && !new_ok {
+                if new_only {
+                    break;
+                }
                 // Nothing to send although cwnd allows it: application-limited
                 // (`tcp_rate_check_app_limited`).
                 if !self.has_new_data() && self.lost_out <= self.retrans_out {
@@ -489,6 +546,10 @@ impl Sender {
             }
         }
         self.cwnd_validate(cwnd_limited);
+        if new_only && self.snd_nxt <= self.high_seq {
+            self.frto = false;
+            self.try_send(now, io);
+        }
     }
 
     /// `tcp_update_skb_after_send`: the next pacing release is `bytes` at the pacing rate
@@ -580,6 +641,7 @@ impl Sender {
             let (prev, next) = (s.prev, s.next);
             *s = Seg { flags: seg.flags | keep | RETRANS_IN_FLIGHT | EVER_RETRANS, prev, next, ..seg };
             self.retrans_out += 1;
+            self.retrans_stamp.get_or_insert(now);
             self.stats.retrans_segs += 1;
         } else {
             self.segs.push_back(seg);
@@ -614,6 +676,13 @@ impl Sender {
         }
         self.delivered += 1;
         acc.delivered += 1;
+        // FLAG_ORIG_SACK_ACKED: never-retransmitted data from before high_seq delivered.
+        if s.flags & EVER_RETRANS == 0 && seq < self.high_seq {
+            acc.orig_acked = true;
+        }
+        if sacked {
+            acc.data_sacked = true;
+        }
         if s.flags & LOST != 0 {
             self.lost_out -= 1;
         }
@@ -721,10 +790,12 @@ impl Sender {
             }
         }
 
-        // Loss detection, then recovery state (tcp_fastretrans_alert).
-        self.rack_detect_loss(now, io);
+        // Recovery state and loss detection (tcp_fastretrans_alert).
+        self.fastretrans_alert(now, &acc, una_advanced, ack.tsecr, io);
         let newly_lost = (self.lost - prior_lost) as u32;
-        self.update_recovery_state(now);
+        if una_advanced {
+            self.icsk_retransmits = 0;
+        }
 
         // Rate sample (tcp_rate_gen).
         let rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, ack.delayed);
@@ -846,17 +917,155 @@ impl Sender {
         self.cc.skb_marked_lost(&info, &pkt);
     }
 
-    fn update_recovery_state(&mut self, now: Nanos) {
-        // Leaving recovery once everything outstanding at its start is ACKed.
-        if matches!(self.ca_state, CaState::Recovery | CaState::Loss) && self.snd_una >= self.high_seq {
-            if matches!(self.ca_state, CaState::Recovery) && !self.cc.controls_cwnd() && self.w.ssthresh != u32::MAX {
-                self.w.cwnd = self.w.ssthresh; // tcp_end_cwnd_reduction
+    /// `tcp_fastretrans_alert` for one ACK: state exits when high_seq is ACKed (with undo,
+    /// `tcp_try_undo_recovery`), F-RTO and undo in Loss (`tcp_process_loss`), RACK loss
+    /// detection (`tcp_identify_packet_loss`), then entry into Recovery.
+    fn fastretrans_alert(&mut self, now: Nanos, acc: &AckAccum, una_advanced: bool, tsecr: Option<Nanos>, io: &mut Io) {
+        match self.ca_state {
+            CaState::Open => self.retrans_stamp = None,
+            CaState::Recovery if self.snd_una >= self.high_seq => {
+                let undone = self.try_undo_recovery(now, tsecr);
+                // tcp_end_cwnd_reduction, unless undone.
+                if !undone && !self.cc.controls_cwnd() && self.w.ssthresh != u32::MAX {
+                    self.w.cwnd = self.w.ssthresh;
+                }
             }
-            self.set_ca_state(now, CaState::Open);
+            _ => {}
         }
+        if self.ca_state == CaState::Loss {
+            self.process_loss(now, acc, una_advanced, tsecr);
+            self.rack_detect_loss(now, io);
+            if self.ca_state != CaState::Open {
+                return;
+            }
+        } else {
+            self.rack_detect_loss(now, io);
+        }
+        self.update_recovery_state(now);
+    }
+
+    /// `tcp_process_loss`: leave Loss when everything sent before the timeout is ACKed, or
+    /// undo the timeout if it was spurious: the ACK echoes a timestamp older than the first
+    /// retransmission (`tcp_try_undo_loss` via `tcp_packet_delayed`), or, under F-RTO, data
+    /// never retransmitted is (S)ACKed (step 3.b). After the first ACK that advances snd_una,
+    /// F-RTO sends new data rather than retransmissions (step 2.b); a duplicate ACK or SACK
+    /// after that means the loss was real (step 3.a).
+    fn process_loss(&mut self, now: Nanos, acc: &AckAccum, una_advanced: bool, tsecr: Option<Nanos>) {
+        let recovered = self.snd_una >= self.high_seq;
+        if una_advanced && self.try_undo_loss(now, false, tsecr) {
+            return;
+        }
+        if self.frto {
+            if acc.orig_acked && self.try_undo_loss(now, true, tsecr) {
+                return;
+            }
+            if self.snd_nxt > self.high_seq {
+                if acc.data_sacked || !una_advanced {
+                    self.frto = false;
+                }
+            } else if una_advanced && !recovered {
+                self.high_seq = self.snd_nxt;
+                if self.has_new_data() && self.snd_nxt < self.snd_una.saturating_add(self.rwnd_segs) {
+                    self.frto_rexmit_new = true;
+                    return;
+                }
+                self.frto = false;
+            }
+        }
+        if recovered {
+            self.try_undo_recovery(now, tsecr);
+        }
+    }
+
+    /// `tcp_packet_delayed`: the ACK echoes a timestamp from before the first retransmission,
+    /// so it was caused by an original transmission. Linux's timestamps tick in milliseconds.
+    fn packet_delayed(&self, tsecr: Option<Nanos>) -> bool {
+        const TCP_TS_TICK: Nanos = 1_000_000;
+        match (self.retrans_stamp, tsecr) {
+            (Some(rs), Some(ts)) => ts / TCP_TS_TICK < rs / TCP_TS_TICK,
+            _ => false,
+        }
+    }
+
+    /// `tcp_may_undo`. Without D-SACK, only the timestamp test can show every retransmission
+    /// was unneeded (`undo_retrans` never reaches 0).
+    fn may_undo(&self, tsecr: Option<Nanos>) -> bool {
+        self.undo_marker.is_some() && self.packet_delayed(tsecr)
+    }
+
+    /// `tcp_try_undo_recovery`: at the end of Recovery or Loss, undo if the whole episode
+    /// was spurious; back to Open either way. True if undone.
+    fn try_undo_recovery(&mut self, now: Nanos, tsecr: Option<Nanos>) -> bool {
+        let undone = self.may_undo(tsecr);
+        if undone {
+            self.undo_cwnd_reduction(now, false);
+        }
+        self.set_ca_state(now, CaState::Open);
+        undone
+    }
+
+    /// `tcp_try_undo_loss`.
+    fn try_undo_loss(&mut self, now: Nanos, frto_undo: bool, tsecr: Option<Nanos>) -> bool {
+        if frto_undo || self.may_undo(tsecr) {
+            self.undo_cwnd_reduction(now, true);
+            self.icsk_retransmits = 0;
+            self.frto = false;
+            self.set_ca_state(now, CaState::Open);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `tcp_undo_cwnd_reduction`: restore cwnd (the algorithm's `undo_cwnd`) and ssthresh;
+    /// with `unmark_loss`, segments marked lost are in flight again (they go back to the head
+    /// of the time-sorted list, where RACK can judge them anew).
+    fn undo_cwnd_reduction(&mut self, now: Nanos, unmark_loss: bool) {
+        if unmark_loss && self.lost_out > 0 {
+            let mut back: Vec<(Nanos, u64)> = Vec::new();
+            for seq in self.snd_una..self.snd_nxt {
+                let f = self.seg(seq).flags;
+                if f & LOST != 0 {
+                    self.seg_mut(seq).flags &= !LOST;
+                    if f & IN_TSORTED == 0 {
+                        back.push((self.seg(seq).tx_time, seq));
+                    }
+                }
+            }
+            back.sort_unstable();
+            for &(_, seq) in back.iter().rev() {
+                self.ts_push_front(seq);
+            }
+            self.lost_out = 0;
+        }
+        if self.prior_ssthresh != 0 {
+            let info = self.info(now);
+            self.w.cwnd = self.cc.undo_cwnd(&info, &self.w, self.prior_cwnd).max(1);
+            if self.prior_ssthresh > self.w.ssthresh {
+                self.w.ssthresh = self.prior_ssthresh;
+            }
+        }
+        self.undo_marker = None;
+        self.stats.undo_count += 1;
+    }
+
+    /// `tcp_current_ssthresh`: the ssthresh to restore on undo.
+    fn current_ssthresh(&self) -> u32 {
+        if matches!(self.ca_state, CaState::Recovery) {
+            self.w.ssthresh
+        } else {
+            self.w.ssthresh.max((self.w.cwnd >> 1) + (self.w.cwnd >> 2))
+        }
+    }
+
+    /// Entry into Recovery once RACK marked something lost (`tcp_time_to_recover`,
+    /// `tcp_enter_recovery`), and the Open/Disorder bookkeeping.
+    fn update_recovery_state(&mut self, now: Nanos) {
         match self.ca_state {
             CaState::Open | CaState::Disorder if self.lost_out > 0 => {
-                // tcp_enter_recovery + tcp_init_cwnd_reduction.
+                // tcp_enter_recovery: tcp_init_undo + tcp_init_cwnd_reduction.
+                self.prior_ssthresh = self.current_ssthresh();
+                self.undo_marker = Some(self.snd_una);
                 self.high_seq = self.snd_nxt;
                 self.prior_cwnd = self.w.cwnd;
                 self.prr_delivered = 0;
@@ -931,24 +1140,42 @@ impl Sender {
             return;
         }
         self.stats.rto_count += 1;
-        let first_loss = matches!(self.ca_state, CaState::Open | CaState::Disorder) || self.snd_una >= self.high_seq;
-        if first_loss {
-            self.prior_cwnd = self.w.cwnd;
-            let info = self.info(now);
-            self.w.ssthresh = self.cc.ssthresh(&info, &self.w);
-        }
-        // Mark every un-SACKed outstanding segment lost (tcp_timeout_mark_lost).
+        let new_recovery = matches!(self.ca_state, CaState::Open | CaState::Disorder);
+        // tcp_timeout_mark_lost: the head, and every un-SACKed segment sent at least RACK.rtt
+        // ago; more recent ones are not marked lost yet.
         for seq in self.snd_una..self.snd_nxt {
-            let f = self.seg(seq).flags;
-            if f & SACKED == 0 && (f & LOST == 0 || f & RETRANS_IN_FLIGHT != 0) {
+            let s = *self.seg(seq);
+            if s.flags & SACKED != 0 {
+                continue;
+            }
+            if seq != self.snd_una && self.rack.rtt - (now - s.tx_time) > 0 {
+                continue;
+            }
+            if s.flags & LOST == 0 || s.flags & RETRANS_IN_FLIGHT != 0 {
                 self.mark_lost(now, seq);
             }
         }
-        self.high_seq = self.snd_nxt;
+        // Reduce ssthresh unless already done in this window; remember what to undo.
+        if new_recovery
+            || self.snd_una >= self.high_seq
+            || (self.ca_state == CaState::Loss && self.icsk_retransmits == 0)
+        {
+            self.prior_ssthresh = self.current_ssthresh();
+            self.prior_cwnd = self.w.cwnd;
+            let info = self.info(now);
+            self.w.ssthresh = self.cc.ssthresh(&info, &self.w);
+            self.undo_marker = Some(self.snd_una);
+        }
         self.w.cwnd = self.packets_in_flight() + 1;
         self.w.cwnd_cnt = 0;
         self.ca_state = CaState::Open; // force the transition callback
         self.set_ca_state(now, CaState::Loss);
+        self.high_seq = self.snd_nxt;
+        // F-RTO (sysctl_tcp_frto = 2) unless a recovery was already under way, except for
+        // a recurring timeout on the same snd_una.
+        self.frto = new_recovery || self.icsk_retransmits > 0;
+        self.frto_rexmit_new = false;
+        self.icsk_retransmits += 1;
         self.rack.valid = false;
         self.rtt.backoff += 1;
         let at = now + self.rtt.rto();
@@ -967,6 +1194,8 @@ struct AckAccum {
     first_sackt: Option<Nanos>,
     last_ackt: Option<Nanos>,
     retrans_acked: bool,
+    orig_acked: bool,
+    data_sacked: bool,
     rs: RateSample,
     rs_prior_time: Option<Nanos>,
     snd_interval: Nanos,
