@@ -130,7 +130,9 @@ def test_end_to_end_run_writes_consistent_results(cli, trial_dict, write_trial, 
     assert summary["trial"]["bdp_bytes"] == 25_000
     assert len(summary["flows"]) == 3
     tot = summary["total"]
-    assert 0.8 < tot["utilization"] <= 1.01, "bulk flows saturate the link"
+    # Goodput counts in-order delivery, so a loss repaired inside a 2 s window releases data that
+    # crossed the link before it: a few percent above the payload capacity is possible.
+    assert 0.8 < tot["utilization"] <= 1.03, "bulk flows saturate the link"
     assert tot["goodput_bps"] == pytest.approx(sum(f["goodput_bps"] for f in summary["flows"]))
     assert sum(g["share"] for g in summary["groups"].values()) == pytest.approx(tot["utilization"])
     assert {k: g["flows"] for k, g in summary["groups"].items()} == {"cubic": 2, "reno": 1}

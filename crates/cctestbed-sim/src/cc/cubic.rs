@@ -44,6 +44,19 @@
 //! - `hystart_ack_delay` takes the socket's GSO size as 64 KiB minus the TCP header reserve
 //!   (`sk_gso_max_size` of a veth/ethernet device) and the pacing rate as
 //!   `tcp_update_pacing_rate` computes it from cwnd, packets out and srtt.
+//!
+//! Transport differences that touch this law, left in tcp/ (see docs/validation.md):
+//! - `pkts_acked` runs after RACK loss detection and the recovery-state update, where Linux
+//!   calls it from `tcp_clean_rtx_queue` before `tcp_fastretrans_alert`; only the RTT sample of
+//!   the ACK that enters recovery is treated differently (kept for delay_min where Linux may
+//!   discard it within a second of the epoch start).
+//! - `tcp_is_cwnd_limited` in slow start is `cwnd < 2 max_packets_out` without Linux's
+//!   `|| tp->is_cwnd_limited` term (the same for bulk flows).
+//! - The receiver ACKs every second segment after its 16 quick ACKs; Linux also quick-ACKs
+//!   whenever `tcp_grow_window` raises rcv_ssthresh, i.e. nearly every segment in slow start.
+//!   Below ~11 Mbit/s two segments take more than hystart_ack_delta_us = 2 ms, so the ACK-train
+//!   detector sees no train in the simulator where Linux sees one (10 Mbit/s, 200 ms: Linux
+//!   leaves slow start at cwnd 247, the simulator overshoots to 656 and loses).
 
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, Window, AckSample};
 use crate::config::Nanos;

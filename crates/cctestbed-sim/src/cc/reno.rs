@@ -4,6 +4,18 @@
 //! packets ACKed, and a loss halves cwnd. NewReno's partial-ACK handling (RFC 6582) is
 //! subsumed by the transport's SACK/RACK recovery with PRR, as in Linux.
 //!
+//! Checked line by line against Linux 6.18 (net/ipv4/tcp_cong.c): `tcp_reno_cong_avoid` does
+//! nothing unless `tcp_is_cwnd_limited`; `tcp_slow_start` adds the packets ACKed up to ssthresh
+//! and hands the rest on; `tcp_cong_avoid_ai(cwnd, acked)` (`Window::cong_avoid_ai`) credits
+//! `acked` packets to snd_cwnd_cnt and adds cwnd_cnt / cwnd packets, first applying credits
+//! accumulated at a larger w. `acked` is every packet the ACK newly delivered, cumulatively or
+//! by SACK (`tcp_cong_control`'s acked_sacked), so delayed or stretched ACKs grow cwnd as fast
+//! per RTT as one ACK per segment. `tcp_reno_ssthresh` = max(cwnd / 2, 2);
+//! `tcp_reno_undo_cwnd` = max(cwnd, prior_cwnd) (the trait default). Recovery (PRR) and
+//! cwnd = ssthresh on leaving it are the transport's (`tcp_cwnd_reduction`,
+//! `tcp_end_cwnd_reduction`). The transport resets snd_cwnd_cnt on entering recovery
+//! (`tcp_init_cwnd_reduction`) and on an RTO.
+//!
 //! Deviation from RFC 5681: ssthresh halves cwnd, not FlightSize (Linux does the same).
 
 use super::{CongestionControl, ConnInfo, Window};
