@@ -34,12 +34,12 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
 from . import units
-from .config import ConfigError, Trial, _model_in, parse_trial, read_trial_file
+from .config import U64_MAX, ConfigError, Trial, _model_in, parse_trial, read_trial_file
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 
@@ -101,7 +101,7 @@ class Sweep:
     name: str
     raw: dict[str, Any]
     axes: list[Axis]
-    seeds: list[int]
+    seeds: Sequence[int]
     steady: Optional[tuple[int, int]]
     specs: list[TrialSpec] = field(default_factory=list)
     source: Optional[str] = None
@@ -317,13 +317,17 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
 
     # seeds
     seeds: list[int] = []
-    base_seed = base.get("seed", 1) if isinstance(base.get("seed", 1), int) else 1
+    base_seed = base.get("seed", 1)
+    if not isinstance(base_seed, int) or isinstance(base_seed, bool) or not 0 <= base_seed <= U64_MAX:
+        base_seed = 1  # the base's own validation reports it
     if "trials" in raw and "seeds" in raw:
         problems.append("seeds: give either trials (a count) or seeds (a list), not both")
     elif "seeds" in raw:
         s = raw["seeds"]
-        if not isinstance(s, list) or not s or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
-            problems.append(f"seeds: {_show(s)}: must be a non-empty list of whole numbers >= 0")
+        if not isinstance(s, list) or not s or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= U64_MAX for x in s
+        ):
+            problems.append(f"seeds: {_show(s)}: must be a non-empty list of whole numbers from 0 to {U64_MAX}")
         elif len(set(s)) != len(s):
             problems.append(f"seeds: {_show(s)}: each seed at most once")
         else:
@@ -332,8 +336,12 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
         n = raw.get("trials", 1)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             problems.append(f"trials: {_show(n)}: must be a whole number >= 1 (seeds per point)")
+        elif base_seed + n - 1 > U64_MAX:
+            problems.append(
+                f"trials: {_show(n)}: the seeds would run from {base_seed} past {U64_MAX}, the largest seed"
+            )
         else:
-            seeds = [base_seed + i for i in range(n)]
+            seeds = range(base_seed, base_seed + n)  # lazy: a count, not a list
 
     # steady window
     steady: Optional[tuple[int, int]] = None
