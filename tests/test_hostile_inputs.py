@@ -262,3 +262,98 @@ def test_sweep_axis_values_out_of_range(axis, value):
     with pytest.raises(SweepError) as e:
         parse_sweep(raw)
     assert any("point 0" in p for p in e.value.problems), e.value.problems
+
+
+# --- 2. resources checked before anything runs ---------------------------------------------------
+
+TOO_LARGE = [
+    ("flows.0.count", 100_000, ["flows: 100,000 flows in all", "--allow-large"]),
+    ("sample_interval", "1ns", ["sample_interval: 1ns", "telemetry rows", "--allow-large"]),
+    ("duration", "1000000s", ["telemetry rows", "--allow-large"]),
+    ("flows.0.initial_cwnd", 2**32 - 1, ["flows.initial_cwnd", "initial windows", "--allow-large"]),
+    ("link.capacity", "100000Gbit", ["packets through the bottleneck", "--allow-large"]),
+]
+
+
+@pytest.mark.parametrize("path,value,fragments", TOO_LARGE, ids=[f"{p}={v}" for p, v, _ in TOO_LARGE])
+def test_too_large_refused_before_running(cli, tmp_path, path, value, fragments):
+    refused(cli, tmp_path, _set(doc(), path, value), *fragments, name="trial.json")
+    r = cli("validate", tmp_path / "trial.json")
+    assert r.exit_code == 2 and "--allow-large" in r.output
+
+
+def test_allow_large_lets_a_large_trial_through_validation(cli, tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_set(doc(), "flows.0.count", 20_000)))
+    assert cli("validate", p).exit_code == 2
+    r = cli("validate", p, "--allow-large")
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(
+    "top,fragment",
+    [
+        ({"duration": "5ms"}, "must not exceed the duration (5ms)"),
+        ({"sample_interval": "2s"}, "must not exceed the duration"),
+        ({"steady": ["0.5s", "0.505s"]}, "no sample falls in the steady window"),
+    ],
+)
+def test_sample_interval_must_fit(cli, tmp_path, top, fragment):
+    refused(cli, tmp_path, doc(**top), "sample_interval", fragment)
+
+
+def _sweep_file(tmp_path: Path, **top: Any) -> Path:
+    raw = {"name": "s", "base": copy.deepcopy(BASE), **top}
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps(raw))
+    return p
+
+
+def _million_axes() -> dict[str, list[Any]]:
+    return {
+        "link.capacity": [f"{i}Mbit" for i in range(1, 11)],
+        "link.rtt": [f"{i}ms" for i in range(10, 20)],
+        "link.queue": [f"{i}pkts" for i in range(10, 20)],
+        "flows.0.count": list(range(1, 11)),
+        "duration": [f"{i}s" for i in range(1, 11)],
+        "flows.0.cc": ["cubic", "reno", "bbr", "bbr3", "vegas", "htcp", "bbr1", "bbr-shallow", "bbr-adaptive",
+                       "bbr-stable-rtprop"],
+    }
+
+
+@pytest.mark.parametrize("trials", [10**9, 2**64])
+def test_sweep_with_too_many_seeds_is_refused(cli, tmp_path, trials):
+    p = _sweep_file(tmp_path, trials=trials)
+    out = tmp_path / "out"
+    r = cli("sweep", p, "-o", out)
+    assert r.exit_code == 2, r.output
+    assert "trials" in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_sweep_trials_must_be_a_whole_number(cli, tmp_path):
+    r = cli("sweep", _sweep_file(tmp_path, trials=1e9), "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "trials: 1000000000.0: must be a whole number" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_million_point_sweep_dry_run_counts_and_estimates(cli, tmp_path):
+    out = tmp_path / "out"
+    p = _sweep_file(tmp_path, axes=_million_axes())
+    r = cli("sweep", p, "-o", out, "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "1,000,000 trial(s) = 1,000,000 point(s)" in r.output
+    assert "to run: 1,000,000 trial(s)" in r.output and "of CPU" in r.output
+    assert "--allow-large" in r.output
+    assert not out.exists()
+    # running it is refused for its size, before anything is written
+    r = cli("sweep", p, "-o", out)
+    assert r.exit_code == 2 and "refused as too large" in r.output
+    assert not out.exists()
+
+
+def test_sweep_point_too_large_is_refused(cli, tmp_path):
+    p = _sweep_file(tmp_path, axes={"sample_interval": ["10ms", "1ns"]})
+    r = cli("sweep", p, "-o", tmp_path / "out", "--dry-run")
+    assert r.exit_code == 2 and "point 1" in r.output and "--allow-large" in r.output
+    assert not (tmp_path / "out").exists()

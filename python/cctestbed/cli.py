@@ -107,12 +107,15 @@ def run(
         None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
     ),
     capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Kernel backend: keep pcaps."),
+    allow_large: bool = typer.Option(
+        False, "--allow-large", help="Run a trial past the resource limits (flows, telemetry rows, packets)."
+    ),
 ) -> None:
     """Run one trial and write its results directory."""
     from .runner import run_trial
 
     try:
-        trial = load_trial(trial_file)
+        trial = load_trial(trial_file, allow_large=allow_large)
         if seed is not None:
             trial = trial.with_seed(seed)
         if backend is not None:
@@ -158,10 +161,13 @@ def run(
 
 
 @app.command()
-def validate(trial_file: Path = typer.Argument(..., help="Trial file to check.")) -> None:
+def validate(
+    trial_file: Path = typer.Argument(..., help="Trial file to check."),
+    allow_large: bool = typer.Option(False, "--allow-large", help="Do not refuse a trial for its size."),
+) -> None:
     """Check a trial file and report every problem at once (exit code 2 if any)."""
     try:
-        trial = load_trial(trial_file)
+        trial = load_trial(trial_file, allow_large=allow_large)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)

@@ -12,6 +12,7 @@ saved beside the results.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -578,11 +579,11 @@ class Trial(_Model):
 
     def with_seed(self, seed: int) -> "Trial":
         """The same trial with another seed (validated like any trial)."""
-        return parse_trial({**self.model_dump(mode="json"), "seed": seed})
+        return parse_trial({**self.model_dump(mode="json"), "seed": seed}, allow_large=True)
 
     def with_backend(self, backend: str) -> "Trial":
         """The same trial on another backend ("sim" or "kernel"), validated like any trial."""
-        return parse_trial({**self.model_dump(mode="json", exclude_none=True), "backend": backend})
+        return parse_trial({**self.model_dump(mode="json", exclude_none=True), "backend": backend}, allow_large=True)
 
     def to_core_json(self) -> str:
         return json.dumps(self.to_core(), sort_keys=True)
@@ -725,8 +726,91 @@ def format_errors(exc: ValidationError) -> list[str]:
     return problems
 
 
-def parse_trial(data: dict[str, Any], source: str | None = None) -> Trial:
-    """Validate a trial given as a dict; raises :class:`ConfigError` listing every problem."""
+# --- resources ----------------------------------------------------------------------------------
+
+#: Above these limits a trial is refused unless large trials are allowed (``--allow-large``,
+#: ``allow_large=True``): they would take more memory or time than a workstation has to give.
+MAX_FLOWS = 10_000
+#: Telemetry rows (flows x samples, plus the router's); about 450 bytes each in memory while a
+#: trial runs and is written, so 5 million rows is about 2 GB.
+MAX_ROWS = 5_000_000
+ROW_BYTES = 450
+#: Packets through the bottleneck (the core processes a few million a second).
+MAX_PACKETS = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What a trial will cost: flows, telemetry samples and rows, packets through the bottleneck."""
+
+    flows: int
+    samples: int
+    rows: int
+    #: Packets through the bottleneck at its highest capacity, and sent at once as initial windows.
+    bottleneck_packets: int
+    burst_packets: int
+
+    @property
+    def packets(self) -> int:
+        return self.bottleneck_packets + self.burst_packets
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.rows * ROW_BYTES
+
+
+def resources(trial: "Trial") -> Resources:
+    """The cost of ``trial``, computed from its settings (nothing is expanded or allocated)."""
+    flows = sum(g.count for g in trial.flows)
+    samples = trial.duration // trial.sample_interval
+    top_rate = max([trial.link.capacity, *(c.capacity for c in trial.link.schedule)])
+    bottleneck = trial.duration * top_rate // (8 * 10**9 * trial.mtu)
+    # the initial windows go out at once, whatever the link's rate
+    burst = sum(
+        g.count * min(g.initial_cwnd, -(-g.size // trial.mss) if g.size is not None else g.initial_cwnd)
+        for g in trial.flows
+    )
+    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst)
+
+
+def _n(x: int) -> str:
+    return f"{x:,}" if x < 10**15 else f"{x:.3g}"
+
+
+def resource_problems(trial: "Trial") -> list[str]:
+    """Why ``trial`` is too large to run without ``--allow-large`` (empty when it is not)."""
+    r = resources(trial)
+    hint = "; or pass --allow-large to run it anyway"
+    out = []
+    if r.flows > MAX_FLOWS:
+        out.append(f"flows: {_n(r.flows)} flows in all; more than {_n(MAX_FLOWS)} is refused as too large{hint}")
+    if r.rows > MAX_ROWS:
+        out.append(
+            f"sample_interval: {units.format_time(trial.sample_interval)}: {_n(r.samples)} samples x "
+            f"({_n(r.flows)} flow(s) + the router) = {_n(r.rows)} telemetry rows, about "
+            f"{units.human_size(r.memory_bytes)} of memory; "
+            f"the limit is {_n(MAX_ROWS)} rows (about {units.human_size(MAX_ROWS * ROW_BYTES)}): give a longer "
+            f"sample_interval, a shorter duration or fewer flows{hint}"
+        )
+    if r.packets > MAX_PACKETS and r.burst_packets > r.bottleneck_packets:
+        out.append(
+            f"flows.initial_cwnd: initial windows of {_n(r.burst_packets)} packets in all, sent at once; the limit "
+            f"is {_n(MAX_PACKETS)} packets a trial (minutes of CPU): give a smaller initial_cwnd{hint}"
+        )
+    elif r.packets > MAX_PACKETS:
+        out.append(
+            f"duration: {units.format_time(trial.duration)}: about {_n(r.packets)} packets through the bottleneck "
+            f"(capacity x duration); the limit is {_n(MAX_PACKETS)} "
+            f"(minutes of CPU): give a shorter duration or a lower capacity{hint}"
+        )
+    return out
+
+
+def parse_trial(data: dict[str, Any], source: str | None = None, allow_large: bool = False) -> Trial:
+    """Validate a trial given as a dict; raises :class:`ConfigError` listing every problem.
+
+    A trial past the resource limits (:func:`resource_problems`) is refused unless
+    ``allow_large``; either way it is refused before anything is expanded or allocated."""
     if not isinstance(data, dict):
         raise ConfigError(["(trial): expected a table of settings"], source)
     try:
@@ -735,6 +819,10 @@ def parse_trial(data: dict[str, Any], source: str | None = None) -> Trial:
         raise ConfigError(format_errors(e), source) from None
     except RecursionError:
         raise ConfigError(["(trial): nested too deeply (arrays or tables within each other)"], source) from None
+    if not allow_large:
+        problems = resource_problems(trial)
+        if problems:
+            raise ConfigError(problems, source)
     problems = core_problems(trial)
     if problems:
         raise ConfigError(problems, source)
@@ -816,17 +904,19 @@ def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError([f"{path}: not valid {kind}: {e}"]) from None
 
 
-def load_trial(source: Union[str, Path, dict[str, Any], Trial]) -> Trial:
-    """A validated trial from a file path, a dict, or a :class:`Trial` (returned as is)."""
+def load_trial(source: Union[str, Path, dict[str, Any], Trial], allow_large: bool = False) -> Trial:
+    """A validated trial from a file path, a dict, or a :class:`Trial` (returned as is).
+
+    ``allow_large``: accept trials past the resource limits (see :func:`parse_trial`)."""
     if isinstance(source, Trial):
         return source
     if isinstance(source, dict):
-        return parse_trial(source)
+        return parse_trial(source, allow_large=allow_large)
     path = Path(source)
     data = read_trial_file(path)
     if isinstance(data, dict) and "name" not in data:
         data = {"name": re.sub(r"[^A-Za-z0-9._+-]", "_", path.stem) or "trial", **data}
-    return parse_trial(data, str(path))
+    return parse_trial(data, str(path), allow_large=allow_large)
 
 
 # --- a small TOML writer for the normalised trial ----------------------------------------------

@@ -55,7 +55,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         from .results import dump_summary, write_parquet
         from .runner import run_trial
 
-        trial = parse_trial(job["trial"])
+        trial = parse_trial(job["trial"], allow_large=True)  # the sweep checked its size
         result = run_trial(trial)
         metrics = sweep_metrics(result.flows, result.router, result.info)
         files: dict[str, bytes] = {
@@ -318,8 +318,11 @@ def _rows(spec: TrialSpec) -> float:
     return t.duration / t.sample_interval * len(t.expanded())
 
 
-def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0) -> Estimate:
+def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0, scale: float = 1.0) -> Estimate:
     """Cost of running ``specs``, calibrated on a short probe of the sweep's heaviest trial.
+
+    ``scale``: the trials ``specs`` stand for, per spec (a sample of a large sweep stands for
+    all of it; seeds do not change a trial's cost).
 
     The core's time scales with the packets through the bottleneck (simulated seconds x packet
     rate); writing results scales with the telemetry rows (samples x flows). One probe of
@@ -342,7 +345,7 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     doc["link"] = {**doc["link"], "schedule": []}
     for g in doc["flows"]:
         g["start"], g["stagger"] = "0s", "0s"
-    probe = parse_trial(doc)
+    probe = parse_trial(doc, allow_large=True)
     core_s = math.inf
     for _ in range(3):  # the fastest of three: other load on the machine only slows a run down
         t0 = time.perf_counter()
@@ -376,15 +379,16 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     fixed = max(small_s - per_row * small_rows, 0.0) + PER_TRIAL_S
     bytes_per_row = size / max(big_rows, 1.0)
     costs = [_packets(s) * per_packet + _rows(s) * per_row + fixed for s in specs]
-    cpu = sum(costs)
-    w = max(1, min(workers, len(specs)))
+    cpu = sum(costs) * scale
+    n = round(len(specs) * scale)
+    w = max(1, min(workers, n))
     # trials are handed out one at a time: the longest trial bounds the tail
     wall = max(cpu / w, max(costs)) + 2.0
     return Estimate(
-        trials=len(specs),
-        simulated_s=sum(s.trial.duration / 1e9 for s in specs),
+        trials=n,
+        simulated_s=sum(s.trial.duration / 1e9 for s in specs) * scale,
         cpu_s=cpu,
         wall_s=wall,
-        disk_bytes=sum(_rows(s) * bytes_per_row for s in specs),
+        disk_bytes=sum(_rows(s) * bytes_per_row for s in specs) * scale,
         workers=w,
     )
