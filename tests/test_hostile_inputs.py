@@ -357,3 +357,101 @@ def test_sweep_point_too_large_is_refused(cli, tmp_path):
     r = cli("sweep", p, "-o", tmp_path / "out", "--dry-run")
     assert r.exit_code == 2 and "point 1" in r.output and "--allow-large" in r.output
     assert not (tmp_path / "out").exists()
+
+
+# --- 3. Ctrl-C, bad output paths, leftovers of killed runs ---------------------------------------
+
+CLI = Path(__import__("sys").executable).with_name("cctestbed")
+
+
+def _wait_for(cond, what: str, proc=None) -> None:
+    import time
+
+    for _ in range(6000):  # polls; not a time limit on the behaviour under test
+        if cond():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process ended (exit {proc.returncode}) before {what}")
+        time.sleep(0.01)
+    raise AssertionError(f"never saw {what}")
+
+
+def test_ctrl_c_during_run_exits_130_and_writes_nothing(tmp_path):
+    import signal
+    import subprocess
+
+    trial = _set(doc(duration="600s"), "link.capacity", "100Mbit")
+    trial["flows"][0]["count"] = 4
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(trial))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(CLI), "run", str(path), "-o", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        maps = Path(f"/proc/{proc.pid}/maps")
+        # the core is loaded when the trial is validated, just before it is simulated
+        _wait_for(lambda: "cctestbed/_core" in maps.read_text(), "the simulator core loaded", proc)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr.decode()
+    assert "interrupted: nothing was written" in stderr.decode()
+    assert "panicked" not in stderr.decode() and "Traceback" not in stderr.decode()
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.json"]
+
+
+def test_output_path_through_a_file_is_refused_before_simulating(cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc()))
+    r = cli("run", p, "-o", tmp_path / "afile" / "sub")
+    assert r.exit_code == 2, r.output
+    assert "is a file, not a directory" in r.output and "nothing was run" in r.output
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["afile", "t.json"]
+    assert (tmp_path / "afile").read_text() == ""
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(cli, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    parent = tmp_path / "results"
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom cctestbed.results import write_dir\n"
+        "def slow(tmp):\n    (tmp / 'flows.parquet').write_text('partial')\n    time.sleep(600)\n"
+        "write_dir(Path(sys.argv[1]), slow)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(parent / "old")])
+    try:
+        _wait_for(lambda: parent.is_dir() and any(".old.tmp-" in x.name for x in parent.iterdir()),
+                  "the temporary directory", proc)
+        _wait_for(lambda: any((x / "flows.parquet").exists() for x in parent.iterdir()), "a file written", proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    stale = [x for x in parent.iterdir() if ".tmp-" in x.name]
+    assert len(stale) == 1
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc()))
+    r = cli("run", p, "-o", parent / "new")
+    assert r.exit_code == 0, r.output
+    assert f"removed {stale[0]}" in r.output
+    assert sorted(x.name for x in parent.iterdir()) == ["new"]
+
+
+def test_a_running_writers_directory_is_left_alone(tmp_path):
+    from cctestbed.results import clean_stale, write_dir
+
+    seen = {}
+
+    def write(tmp: Path) -> None:
+        (tmp / "x").write_text("x")
+        seen["removed"] = clean_stale(tmp.parent)[0]  # another run into the same parent, meanwhile
+        seen["alive"] = tmp.is_dir()
+
+    write_dir(tmp_path / "r", write)
+    assert seen == {"removed": [], "alive": True}
+    assert (tmp_path / "r" / "x").read_text() == "x"

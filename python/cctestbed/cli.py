@@ -112,6 +112,24 @@ def run(
     ),
 ) -> None:
     """Run one trial and write its results directory."""
+    try:
+        _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large)
+    except KeyboardInterrupt:
+        # the core stops within a fraction of a second; a results directory is written atomically
+        err.print("interrupted: nothing was written", markup=False)
+        raise typer.Exit(130)
+
+
+def _run(
+    trial_file: Path,
+    output: Optional[Path],
+    force: bool,
+    seed: Optional[int],
+    backend: Optional[str],
+    link_emulator: Optional[str],
+    capture: Optional[bool],
+    allow_large: bool,
+) -> None:
     from .runner import run_trial
 
     try:
@@ -137,8 +155,22 @@ def run(
             err.print("[bold red]error[/]: ", end="")
             err.print(f"{e}; nothing was written", markup=False)
             raise typer.Exit(2)
+    from .results import DestinationError, check_destination, clean_stale
 
-    n_flows = len(trial.expanded())
+    try:
+        check_destination(dest)
+    except DestinationError as e:
+        err.print("[bold red]error[/]: ", end="")
+        err.print(f"{e}; nothing was run", markup=False)
+        raise typer.Exit(2)
+    removed, kept = clean_stale(dest.absolute().parent)
+    for p in removed:
+        err.print(f"removed {p}, left by a run that was killed", markup=False)
+    for p in kept:
+        err.print(f"note: {p} holds results an interrupted --force run had moved aside; "
+                  "move them back or delete the directory", markup=False)
+
+    n_flows = sum(g.count for g in trial.flows)
     if trial.backend == "kernel":
         from .kernel.cli import run_kernel
 
