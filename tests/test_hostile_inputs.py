@@ -455,3 +455,28 @@ def test_a_running_writers_directory_is_left_alone(tmp_path):
     write_dir(tmp_path / "r", write)
     assert seen == {"removed": [], "alive": True}
     assert (tmp_path / "r" / "x").read_text() == "x"
+
+
+# --- 4. --cluster checked and connected before anything is created -------------------------------
+
+
+@pytest.mark.parametrize("address", ["notaurl", "", "http://localhost:8786", "tcp://host", "tcp://h:99999"])
+def test_bad_cluster_address_refused_at_once(cli, tmp_path, address):
+    out = tmp_path / "out"
+    r = cli("sweep", _sweep_file(tmp_path), "-o", out, "--cluster", address)
+    assert r.exit_code == 2, r.output
+    assert "not a Dask scheduler address" in r.output and "tcp://host:8786" in r.output
+    assert not out.exists()
+
+
+def test_unreachable_cluster_refused_before_creating_the_output(cli, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    r = cli("sweep", _sweep_file(tmp_path), "-o", out, "--cluster", f"tcp://127.0.0.1:{port}")
+    assert r.exit_code == 2, r.output
+    assert "cannot reach the Dask scheduler" in r.output and "nothing was written" in r.output
+    assert not out.exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import platform
 import signal
 import tempfile
@@ -27,7 +28,9 @@ from .sweep import Sweep, TrialSpec
 #: A trial whose worker process dies this many times is recorded as failed.
 MAX_CRASHES = 2
 #: How long to wait for a Dask scheduler to answer.
-DASK_CONNECT_TIMEOUT_S = 20
+DASK_CONNECT_TIMEOUT_S = 5
+#: Dask scheduler addresses: scheme://host:port.
+CLUSTER_ADDRESS = re.compile(r"^(tcp|tls|ws|wss|ucx)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})$")
 #: Fixed cost of a trial besides simulating and writing: validation, hand-over, commit.
 PER_TRIAL_S = 0.05
 
@@ -168,17 +171,33 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=5)
 
 
-def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
-    """Outcomes of ``jobs`` from a Dask distributed cluster (an address like ``tcp://host:8786``,
-    or a cluster object such as ``LocalCluster``). Workers need the same cctestbed installed."""
-    import uuid
+def check_cluster_address(address: str) -> None:
+    """Raise ValueError unless ``address`` reads as a Dask scheduler address, scheme://host:port."""
+    if re.match(r"^inproc://\S+$", address):  # a cluster in this process (LocalCluster(processes=False))
+        return
+    m = CLUSTER_ADDRESS.match(address)
+    if m is None or not 0 < int(m.group(3)) < 65536:
+        raise ValueError(
+            f"--cluster {address!r} is not a Dask scheduler address; give scheme://host:port with scheme "
+            "tcp, tls, ws, wss or ucx, e.g. tcp://host:8786"
+        )
 
-    from distributed import Client, as_completed
 
+def connect(cluster: Any, timeout: Optional[float] = None) -> Any:
+    """A Dask ``Client`` of ``cluster`` (an address like ``tcp://host:8786``, or a cluster object
+    such as ``LocalCluster``) whose workers run this cctestbed; RuntimeError saying why not."""
+    from distributed import Client
+
+    timeout = DASK_CONNECT_TIMEOUT_S if timeout is None else timeout
+    if isinstance(cluster, str):
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
     try:
-        client = Client(cluster, set_as_default=False, timeout=DASK_CONNECT_TIMEOUT_S)
-    except OSError as e:
-        raise RuntimeError(f"cannot reach the Dask scheduler at {cluster}: {_error_text(e)}") from None
+        client = Client(cluster, set_as_default=False, timeout=timeout)
+    except Exception as e:  # OSError, TimeoutError, a refused handshake, ...
+        raise RuntimeError(f"cannot reach the Dask scheduler at {cluster} within {timeout:g} s: {_error_text(e)}") from None
     try:
         mine = _versions()
         theirs = client.run(_versions)
@@ -191,6 +210,23 @@ def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any
                 f"worker {w} runs cctestbed {v['cctestbed']} (core {v['core']}); this machine runs "
                 f"{mine['cctestbed']} (core {mine['core']}); install the same version on every worker"
             )
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
+    """Outcomes of ``jobs`` from a Dask distributed cluster: a connected ``Client`` (see
+    :func:`connect`; left open), an address like ``tcp://host:8786``, or a cluster object such as
+    ``LocalCluster``. Workers need the same cctestbed installed."""
+    import uuid
+
+    from distributed import Client, as_completed
+
+    own = not isinstance(cluster, Client)
+    client = connect(cluster) if own else cluster
+    try:
         tag = uuid.uuid4().hex[:8]
         futures = {
             client.submit(run_job, j, key=f"cctestbed-{j['key']}-{tag}", pure=False): j for j in jobs
@@ -204,7 +240,8 @@ def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any
             fut.release()
             yield res
     finally:
-        client.close()
+        if own:
+            client.close()
 
 
 # --- the sweep ---------------------------------------------------------------------------------

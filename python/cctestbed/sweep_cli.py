@@ -100,6 +100,14 @@ def sweep_command(
     from .store import Store, StoreBusy, StoreMismatch
     from .sweep import MAX_SWEEP_TRIALS, SweepError, load_sweep, parse_sweep
 
+    if cluster is not None:
+        from .execute import check_cluster_address
+
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            _fail(f"{e}; nothing was written")
+
     if sweep_file is None:
         if not (resume and output is not None):
             _fail("give a SWEEP_FILE, or --resume with -o DIR to continue the sweep stored in DIR")
@@ -192,7 +200,15 @@ def sweep_command(
             except SweepError as e:
                 _refuse(str(sweep_file or output), e.problems)
 
-    from .execute import run_sweep
+    from .execute import connect, run_sweep
+
+    client = None
+    if cluster is not None:  # connected before anything is created in the output directory
+        with err.status(f"connecting to {cluster} ...", spinner="dots"):
+            try:
+                client = connect(cluster)
+            except RuntimeError as e:
+                _fail(f"{e}; nothing was written")
 
     progress = Progress(
         SpinnerColumn(),
@@ -229,7 +245,7 @@ def sweep_command(
 
     t0 = time.perf_counter()
     try:
-        run = run_sweep(sweep, dest, workers=n_workers, cluster=cluster, resume=resume,
+        run = run_sweep(sweep, dest, workers=n_workers, cluster=client, resume=resume,
                         trial_plots=trial_plots, report=report)
     except StoreBusy as e:
         _fail(str(e))
@@ -240,6 +256,8 @@ def sweep_command(
         _fail(f"the sweep could not run: {e}", 1)
     finally:
         progress.stop()
+        if client is not None:
+            client.close()
     wall = time.perf_counter() - t0
     out.print(
         f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} failed"
