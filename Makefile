@@ -2,7 +2,7 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # Python packages the venv gets; keep in step with pyproject.toml ([project] dependencies, [test]).
-PY_DEPS := maturin "pydantic>=2" "polars>=1.0" pyarrow numpy "matplotlib>=3.7" typer rich "dask[distributed]" pytest mypy
+PY_DEPS := maturin "pydantic>=2" "polars>=1.0" pyarrow numpy "matplotlib>=3.7" typer rich "dask[distributed]" pytest hypothesis mypy
 
 .PHONY: venv build demo test bench clean browser
 

@@ -250,7 +250,7 @@ def test_loss_refusals(trial_dict, loss, fragment):
         (lambda d: d["link"].update(delay_schedule=[{"at": "3s", "rtt": "1ms"}]), "link.delay_schedule[0].at: '3s': must be within"),
         (lambda d: d["link"].update(delay_schedule=[{"at": "1s"}]), "link.delay_schedule[0].rtt: give exactly one of rtt"),
         (lambda d: d["link"].update(jitter="-1ms"), "link.jitter: '-1ms': must be >= 0"),
-        (lambda d: d["flows"][0].update(count=0), "flows[0].count: 0: Input should be greater than or equal to 1"),
+        (lambda d: d["flows"][0].update(count=0), "flows[0].count: 0: must be a whole number from 1 to 4294967295"),
         (lambda d: d["flows"][0].update(start="1.9s"), "flows[0].start: '1.9s': the group's last flow starts at 2s"),
         (lambda d: d["flows"][1].update(rwnd="1000B"), "flows[1].rwnd: '1KB': must be at least one MSS"),
         (lambda d: d["flows"][1].update(size="0B"), "flows[1].size: '0B': must be > 0"),

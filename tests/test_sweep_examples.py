@@ -24,7 +24,7 @@ def test_every_sweep_example_loads(path: Path):
 @pytest.mark.parametrize("name, duration_s, steady_s", [("table1", 300, (120, 240)), ("table1-quick", 60, (20, 60))])
 def test_table1_has_every_point(name, duration_s, steady_s):
     s = load_sweep(EXAMPLES / f"{name}.toml")
-    assert s.name == name and s.seeds == [1, 2, 3]
+    assert s.name == name and list(s.seeds) == [1, 2, 3]
     assert list(s.columns) == ["capacity", "queue", "flows"]
     points = {(x.values["capacity"], x.values["queue"], x.values["flows"]) for x in s.specs}
     assert points == {(c, q, m) for c in ("40Mbit", "80Mbit", "120Mbit") for q in QUEUES for m in MIXES}

@@ -194,5 +194,5 @@ def test_dask_refuses_an_unreachable_scheduler(tmp_path, cli, monkeypatch):
     monkeypatch.setattr("cctestbed.execute.DASK_CONNECT_TIMEOUT_S", 2)
     f = write_small_sweep(tmp_path)
     r = cli("sweep", f, "-o", tmp_path / "out", "--cluster", "tcp://127.0.0.1:9")
-    assert r.exit_code == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output
-    assert not list((tmp_path / "out" / "trials").iterdir())
+    assert r.exit_code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output
+    assert not (tmp_path / "out").exists()  # connected before anything is created

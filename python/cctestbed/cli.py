@@ -107,12 +107,33 @@ def run(
         None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
     ),
     capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Kernel backend: keep pcaps."),
+    allow_large: bool = typer.Option(
+        False, "--allow-large", help="Run a trial past the resource limits (flows, telemetry rows, packets)."
+    ),
 ) -> None:
     """Run one trial and write its results directory."""
+    try:
+        _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large)
+    except KeyboardInterrupt:
+        # the core stops within a fraction of a second; a results directory is written atomically
+        err.print("interrupted: nothing was written", markup=False)
+        raise typer.Exit(130)
+
+
+def _run(
+    trial_file: Path,
+    output: Optional[Path],
+    force: bool,
+    seed: Optional[int],
+    backend: Optional[str],
+    link_emulator: Optional[str],
+    capture: Optional[bool],
+    allow_large: bool,
+) -> None:
     from .runner import run_trial
 
     try:
-        trial = load_trial(trial_file)
+        trial = load_trial(trial_file, allow_large=allow_large)
         if seed is not None:
             trial = trial.with_seed(seed)
         if backend is not None:
@@ -134,8 +155,22 @@ def run(
             err.print("[bold red]error[/]: ", end="")
             err.print(f"{e}; nothing was written", markup=False)
             raise typer.Exit(2)
+    from .results import DestinationError, check_destination, clean_stale
 
-    n_flows = len(trial.expanded())
+    try:
+        check_destination(dest)
+    except DestinationError as e:
+        err.print("[bold red]error[/]: ", end="")
+        err.print(f"{e}; nothing was run", markup=False)
+        raise typer.Exit(2)
+    removed, kept = clean_stale(dest.absolute().parent)
+    for p in removed:
+        err.print(f"removed {p}, left by a run that was killed", markup=False)
+    for p in kept:
+        err.print(f"note: {p} holds results an interrupted --force run had moved aside; "
+                  "move them back or delete the directory", markup=False)
+
+    n_flows = sum(g.count for g in trial.flows)
     if trial.backend == "kernel":
         from .kernel.cli import run_kernel
 
@@ -158,10 +193,13 @@ def run(
 
 
 @app.command()
-def validate(trial_file: Path = typer.Argument(..., help="Trial file to check.")) -> None:
+def validate(
+    trial_file: Path = typer.Argument(..., help="Trial file to check."),
+    allow_large: bool = typer.Option(False, "--allow-large", help="Do not refuse a trial for its size."),
+) -> None:
     """Check a trial file and report every problem at once (exit code 2 if any)."""
     try:
-        trial = load_trial(trial_file)
+        trial = load_trial(trial_file, allow_large=allow_large)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)

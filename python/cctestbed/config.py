@@ -12,6 +12,7 @@ saved beside the results.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -30,6 +31,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    Strict,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -67,17 +70,37 @@ def algorithms() -> dict[str, dict[str, float]]:
 
 # --- field types ------------------------------------------------------------------------------
 
+#: What the simulator core can represent. It counts time in i64 nanoseconds and adds a few
+#: times together (now + delays + timers), so a single time stays below 2^63 / 8: 10^18 ns,
+#: about 31.7 years. Rates and sizes are u64 in the core; 10^18 leaves its 128-bit token and
+#: serialisation arithmetic room. Counts (flows, windows, ACK settings) are u32, seeds u64.
+MAX_TIME_NS = 10**18
+MAX_RATE_BPS = 10**18
+MAX_SIZE_BYTES = 10**18
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
 
-def _positive(v: int) -> int:
-    if v <= 0:
-        raise ValueError("must be > 0")
-    return v
+
+def _range(lo: int, hi: int, fmt: Any = str) -> Any:
+    """A check that ``lo <= v <= hi``, saying the valid range when it fails."""
+
+    def check(v: int) -> int:
+        if v < lo:
+            raise ValueError("must be > 0" if lo > 0 else "must be >= 0")
+        if v > hi:
+            raise ValueError(f"out of range; valid are {fmt(lo)} to {fmt(hi)}")
+        return v
+
+    return check
 
 
-def _non_negative(v: int) -> int:
-    if v < 0:
-        raise ValueError("must be >= 0")
-    return v
+def _int_range(lo: int, hi: int) -> Any:
+    def check(v: int) -> int:
+        if not lo <= v <= hi:
+            raise ValueError(f"must be a whole number from {lo} to {hi}")
+        return v
+
+    return check
 
 
 def _probability(v: float) -> float:
@@ -89,10 +112,13 @@ def _probability(v: float) -> float:
 Rate = Annotated[int, BeforeValidator(units.parse_rate), PlainSerializer(units.format_rate, return_type=str)]
 Time = Annotated[int, BeforeValidator(units.parse_time), PlainSerializer(units.format_time, return_type=str)]
 Size = Annotated[int, BeforeValidator(units.parse_size), PlainSerializer(units.format_size, return_type=str)]
-PositiveRate = Annotated[Rate, AfterValidator(_positive)]
-PositiveTime = Annotated[Time, AfterValidator(_positive)]
-NonNegativeTime = Annotated[Time, AfterValidator(_non_negative)]
-PositiveSize = Annotated[Size, AfterValidator(_positive)]
+PositiveRate = Annotated[Rate, AfterValidator(_range(1, MAX_RATE_BPS, units.format_rate))]
+PositiveTime = Annotated[Time, AfterValidator(_range(1, MAX_TIME_NS, units.format_time))]
+NonNegativeTime = Annotated[Time, AfterValidator(_range(0, MAX_TIME_NS, units.format_time))]
+PositiveSize = Annotated[Size, AfterValidator(_range(1, MAX_SIZE_BYTES, units.format_size))]
+#: Integers are strict: ``count = "2"`` or ``count = 2.0`` is refused, not converted.
+U32 = Annotated[int, Strict(), AfterValidator(_int_range(0, U32_MAX))]
+PositiveU32 = Annotated[int, Strict(), AfterValidator(_int_range(1, U32_MAX))]
 Probability = Annotated[
     float,
     BeforeValidator(units.parse_fraction),
@@ -185,6 +211,10 @@ def _canonical_queue(v: Any) -> str:
     kind, amount = units.parse_queue(v)
     if amount <= 0:
         raise ValueError("must be > 0 (and hold at least one packet)")
+    if kind == "packets" and amount > MAX_SIZE_BYTES:
+        raise ValueError(f"out of range; valid are 1pkts to {MAX_SIZE_BYTES}pkts")
+    if kind == "bytes" and amount > MAX_SIZE_BYTES:
+        raise ValueError(f"out of range; valid are 1B to {units.format_size(MAX_SIZE_BYTES)}")
     if kind == "bdp":
         return f"{Decimal(repr(amount)).normalize():f}bdp"
     if kind == "packets":
@@ -276,10 +306,10 @@ class Link(_Delays):
 class DelayedAck(_Model):
     """Receiver delayed ACKs (Linux defaults); ``delayed_ack = false`` turns them off."""
 
-    enabled: bool = True
+    enabled: StrictBool = True
     timeout: PositiveTime = 40_000_000
-    segments_per_ack: int = Field(default=2, ge=1)
-    quickacks: int = Field(default=16, ge=0)
+    segments_per_ack: PositiveU32 = 2
+    quickacks: U32 = 16
 
 
 def _delack_shorthand(v: Any) -> Any:
@@ -290,15 +320,15 @@ class FlowGroup(_Model):
     """``count`` flows alike; the k-th starts at ``start + k * stagger``."""
 
     cc: str
-    count: int = Field(default=1, ge=1)
+    count: PositiveU32 = 1
     start: NonNegativeTime = 0
     stagger: NonNegativeTime = 0
     params: dict[str, Annotated[float, BeforeValidator(units.parse_param)]] = Field(default_factory=dict)
     extra_delay: NonNegativeTime = 0
     size: Optional[PositiveSize] = None
     rwnd: Optional[PositiveSize] = None
-    pacing: Optional[bool] = None
-    initial_cwnd: int = Field(default=10, ge=1)
+    pacing: Optional[StrictBool] = None
+    initial_cwnd: PositiveU32 = 10
     delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
     group: Optional[str] = None
 
@@ -341,16 +371,16 @@ class Trial(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$", max_length=200)] = "trial"
     duration: PositiveTime
     steady: Optional[tuple[NonNegativeTime, NonNegativeTime]] = None
-    seed: int = Field(default=1, ge=0, lt=2**64)
+    seed: Annotated[int, Strict(), AfterValidator(_int_range(0, U64_MAX))] = 1
     sample_interval: PositiveTime = 10_000_000
-    mtu: int = Field(default=1500, ge=68, le=65535)
-    mss: int = Field(default=1448, ge=1)
+    mtu: Annotated[int, Strict(), AfterValidator(_int_range(68, 65535))] = 1500
+    mss: Annotated[int, Strict(), AfterValidator(_int_range(1, 65535))] = 1448
     link: Link
     flows: list[FlowGroup] = Field(min_length=1)
     #: Where the trial runs: the simulator (default) or real Linux TCP (cctestbed.kernel).
     backend: Optional[Literal["sim", "kernel"]] = None
     #: Kernel backend: keep tcpdump captures of every sender and receiver host.
-    capture: Optional[bool] = None
+    capture: Optional[StrictBool] = None
 
     @field_validator("steady")
     @classmethod
@@ -365,28 +395,23 @@ class Trial(_Model):
             raise ValueError(f"must lie within the duration (0 to {units.format_time(duration)})")
         return v
 
-    @field_validator("sample_interval")
-    @classmethod
-    def _interval_fits(cls, v: int, info: ValidationInfo) -> int:
-        duration = info.data.get("duration")
-        if duration is not None and v > duration:
-            raise ValueError(f"must not exceed the duration ({units.format_time(duration)})")
-        return v
-
-    @field_validator("mss")
-    @classmethod
-    def _mss_fits(cls, v: int, info: ValidationInfo) -> int:
-        mtu = info.data.get("mtu")
-        if mtu is not None and v + 20 > mtu:
-            raise ValueError(f"must be at most mtu - 20 ({mtu - 20})")
-        return v
-
     @model_validator(mode="after")
     def _fits_together(self) -> "Trial":
         # Checks that need fields of more than one model; every problem is reported.
         problems: list[tuple[str, Any, str]] = []
+        if self.mss + 20 > self.mtu:  # checked here so that the default mss meets a small mtu too
+            problems.append(("mss", self.mss, f"must be at most mtu - 20 ({self.mtu - 20}) with mtu {self.mtu}"))
+        problems += self._sampling_problems()
         limit_bytes, _ = self.link.queue_limits()
-        if limit_bytes is not None and limit_bytes < self.mtu:
+        if limit_bytes is not None and limit_bytes > MAX_SIZE_BYTES:
+            problems.append(
+                (
+                    "link.queue",
+                    self.link.queue,
+                    f"is {limit_bytes} B; out of range; valid are up to {units.format_size(MAX_SIZE_BYTES)}",
+                )
+            )
+        elif limit_bytes is not None and limit_bytes < self.mtu:
             problems.append(
                 ("link.queue", self.link.queue, f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)")
             )
@@ -405,6 +430,21 @@ class Trial(_Model):
                         f"must be within the duration ({units.format_time(self.duration)})",
                     )
                 )
+        for name, changes in (("schedule", self.link.schedule), ("delay_schedule", self.link.delay_schedule)):
+            seen: dict[int, int] = {}
+            for i, c in enumerate(changes):
+                if c.at in seen:
+                    problems.append(
+                        (
+                            f"link.{name}[{i}].at",
+                            units.format_time(c.at),
+                            f"the same time as link.{name}[{seen[c.at]}]; give each time once",
+                        )
+                    )
+                seen.setdefault(c.at, i)
+        n_flows = sum(g.count for g in self.flows)
+        if n_flows > U32_MAX:
+            problems.append(("flows", None, f"{n_flows} flows in all; at most {U32_MAX}"))
         for i, dchange in enumerate(self.link.delay_schedule):
             if dchange.at >= self.duration:
                 problems.append(
@@ -432,6 +472,31 @@ class Trial(_Model):
         if problems:
             raise _field_errors(problems, absolute=True)
         return self
+
+    def _sampling_problems(self) -> list[tuple[str, Any, str]]:
+        """Telemetry must have samples: the interval fits in the duration and the steady window."""
+        iv = self.sample_interval
+        shown = units.format_time(iv)
+        if iv > self.duration:
+            return [
+                (
+                    "sample_interval",
+                    shown,
+                    f"must not exceed the duration ({units.format_time(self.duration)}): no sample would be taken; "
+                    "give a shorter sample_interval or a longer duration",
+                )
+            ]
+        start, end = self.steady_ns
+        if end // iv <= start // iv:  # no sample time k * interval in (start, end]
+            return [
+                (
+                    "sample_interval",
+                    shown,
+                    f"no sample falls in the steady window ({units.format_time(start)} to {units.format_time(end)}); "
+                    "give a shorter sample_interval or a longer window",
+                )
+            ]
+        return []
 
     # --- derived values -----------------------------------------------------------------------
 
@@ -514,11 +579,11 @@ class Trial(_Model):
 
     def with_seed(self, seed: int) -> "Trial":
         """The same trial with another seed (validated like any trial)."""
-        return parse_trial({**self.model_dump(mode="json"), "seed": seed})
+        return parse_trial({**self.model_dump(mode="json"), "seed": seed}, allow_large=True)
 
     def with_backend(self, backend: str) -> "Trial":
         """The same trial on another backend ("sim" or "kernel"), validated like any trial."""
-        return parse_trial({**self.model_dump(mode="json", exclude_none=True), "backend": backend})
+        return parse_trial({**self.model_dump(mode="json", exclude_none=True), "backend": backend}, allow_large=True)
 
     def to_core_json(self) -> str:
         return json.dumps(self.to_core(), sort_keys=True)
@@ -611,12 +676,17 @@ def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
+    """A value as the message shows it; very long ones shortened (a 400-digit number, a long string)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
+    if isinstance(value, int) and abs(value) >= 10**30:
+        digits = str(abs(value)) if abs(value) < 10**4000 else None
+        if digits is None:
+            return "a number of more than 4000 digits"
+        return f"{'-' if value < 0 else ''}{digits[:6]}...{digits[-3:]} ({len(digits)} digits)"
+    if isinstance(value, (str, int, float)):
+        text = repr(value)
+        return text if len(text) <= 80 else f"{text[:60]}... ({len(value) if isinstance(value, str) else len(text)} characters)"
     return ""
 
 
@@ -646,20 +716,113 @@ def format_errors(exc: ValidationError) -> list[str]:
             continue
         msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
         if kind in ("int_parsing", "int_type") and isinstance(value, str):
-            msg += " (a plain number, without unit)"
+            msg = "must be a whole number, written without quotes or unit"
+        elif kind in ("int_type", "int_from_float"):
+            msg = "must be a whole number"
+        elif kind == "bool_type":
+            msg = "must be true or false" + (", written without quotes" if isinstance(value, str) else "")
         shown = _show(value)
         problems.append(f"{path}: {shown}: {msg}" if shown else f"{path}: {msg}")
     return problems
 
 
-def parse_trial(data: dict[str, Any], source: str | None = None) -> Trial:
-    """Validate a trial given as a dict; raises :class:`ConfigError` listing every problem."""
+# --- resources ----------------------------------------------------------------------------------
+
+#: Above these limits a trial is refused unless large trials are allowed (``--allow-large``,
+#: ``allow_large=True``): they would take more memory or time than a workstation has to give.
+MAX_FLOWS = 10_000
+#: Telemetry rows (flows x samples, plus the router's); about 450 bytes each in memory while a
+#: trial runs and is written, so 5 million rows is about 2 GB.
+MAX_ROWS = 5_000_000
+ROW_BYTES = 450
+#: Packets through the bottleneck (the core processes a few million a second).
+MAX_PACKETS = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What a trial will cost: flows, telemetry samples and rows, packets through the bottleneck."""
+
+    flows: int
+    samples: int
+    rows: int
+    #: Packets through the bottleneck at its highest capacity, and sent at once as initial windows.
+    bottleneck_packets: int
+    burst_packets: int
+
+    @property
+    def packets(self) -> int:
+        return self.bottleneck_packets + self.burst_packets
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.rows * ROW_BYTES
+
+
+def resources(trial: "Trial") -> Resources:
+    """The cost of ``trial``, computed from its settings (nothing is expanded or allocated)."""
+    flows = sum(g.count for g in trial.flows)
+    samples = trial.duration // trial.sample_interval
+    top_rate = max([trial.link.capacity, *(c.capacity for c in trial.link.schedule)])
+    bottleneck = trial.duration * top_rate // (8 * 10**9 * trial.mtu)
+    # the initial windows go out at once, whatever the link's rate
+    burst = sum(
+        g.count * min(g.initial_cwnd, -(-g.size // trial.mss) if g.size is not None else g.initial_cwnd)
+        for g in trial.flows
+    )
+    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst)
+
+
+def _n(x: int) -> str:
+    return f"{x:,}" if x < 10**15 else f"{x:.3g}"
+
+
+def resource_problems(trial: "Trial") -> list[str]:
+    """Why ``trial`` is too large to run without ``--allow-large`` (empty when it is not)."""
+    r = resources(trial)
+    hint = "; or pass --allow-large to run it anyway"
+    out = []
+    if r.flows > MAX_FLOWS:
+        out.append(f"flows: {_n(r.flows)} flows in all; more than {_n(MAX_FLOWS)} is refused as too large{hint}")
+    if r.rows > MAX_ROWS:
+        out.append(
+            f"sample_interval: {units.format_time(trial.sample_interval)}: {_n(r.samples)} samples x "
+            f"({_n(r.flows)} flow(s) + the router) = {_n(r.rows)} telemetry rows, about "
+            f"{units.human_size(r.memory_bytes)} of memory; "
+            f"the limit is {_n(MAX_ROWS)} rows (about {units.human_size(MAX_ROWS * ROW_BYTES)}): give a longer "
+            f"sample_interval, a shorter duration or fewer flows{hint}"
+        )
+    if r.packets > MAX_PACKETS and r.burst_packets > r.bottleneck_packets:
+        out.append(
+            f"flows.initial_cwnd: initial windows of {_n(r.burst_packets)} packets in all, sent at once; the limit "
+            f"is {_n(MAX_PACKETS)} packets a trial (minutes of CPU): give a smaller initial_cwnd{hint}"
+        )
+    elif r.packets > MAX_PACKETS:
+        out.append(
+            f"duration: {units.format_time(trial.duration)}: about {_n(r.packets)} packets through the bottleneck "
+            f"(capacity x duration); the limit is {_n(MAX_PACKETS)} "
+            f"(minutes of CPU): give a shorter duration or a lower capacity{hint}"
+        )
+    return out
+
+
+def parse_trial(data: dict[str, Any], source: str | None = None, allow_large: bool = False) -> Trial:
+    """Validate a trial given as a dict; raises :class:`ConfigError` listing every problem.
+
+    A trial past the resource limits (:func:`resource_problems`) is refused unless
+    ``allow_large``; either way it is refused before anything is expanded or allocated."""
     if not isinstance(data, dict):
         raise ConfigError(["(trial): expected a table of settings"], source)
     try:
         trial = Trial.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_errors(e), source) from None
+    except RecursionError:
+        raise ConfigError(["(trial): nested too deeply (arrays or tables within each other)"], source) from None
+    if not allow_large:
+        problems = resource_problems(trial)
+        if problems:
+            raise ConfigError(problems, source)
     problems = core_problems(trial)
     if problems:
         raise ConfigError(problems, source)
@@ -672,7 +835,11 @@ def core_problems(trial: Trial) -> list[str]:
 
     groups = [gi for gi, _, _ in trial.expanded()]
     out: list[str] = []
-    for p in _core.validate(trial.to_core_json()):
+    try:
+        found = _core.validate(trial.to_core_json())
+    except ValueError as e:  # the core could not read what the schema let through: a bug, told plainly
+        return [f"(trial): the simulator core cannot represent this trial: {e}"]
+    for p in found:
         m = re.match(r"^flows\[(\d+)\]", p)
         if m and int(m.group(1)) < len(groups):
             p = f"flows[{groups[int(m.group(1))]}]" + p[m.end() :]
@@ -681,36 +848,75 @@ def core_problems(trial: Trial) -> list[str]:
     return out
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON object hook: a key given twice is an error (TOML refuses it by itself)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
 def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
-    """The raw table in a TOML or JSON trial file (JSON if it ends in .json)."""
+    """The raw table in a TOML or JSON trial file (JSON if it ends in .json).
+
+    Anything that is not a readable UTF-8 TOML/JSON document (a binary or Latin-1 file, a key
+    given twice, nesting too deep to read) is a :class:`ConfigError` naming the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{path}: is a directory, not a trial file"]) from None
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
     try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            [f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+             "trial files are UTF-8 TOML or JSON"]
+        ) from None
+    if "\x00" in text:
+        raise ConfigError([f"{path}: holds NUL bytes: a binary file, not a TOML or JSON trial file"])
+    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+    try:
+        if kind == "JSON":
+            return json.loads(text, object_pairs_hook=_no_duplicates)
         return tomllib.loads(text)
+    except _DuplicateKey as e:
+        raise ConfigError([f"{path}: key '{e}' is given twice in one table; give each key once"]) from None
     except json.JSONDecodeError as e:
         raise ConfigError([f"{path}: line {e.lineno}: not valid JSON: {e.msg}"]) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+        hint = "; a key or table is given twice: give each once" if "overwrite" in str(e).lower() else ""
+        raise ConfigError([f"{path}: not valid TOML: {e}{hint}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply to read (arrays or tables within each other)"]) from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ConfigError([f"{path}: not valid {kind}: {e}"]) from None
 
 
-def load_trial(source: Union[str, Path, dict[str, Any], Trial]) -> Trial:
-    """A validated trial from a file path, a dict, or a :class:`Trial` (returned as is)."""
+def load_trial(source: Union[str, Path, dict[str, Any], Trial], allow_large: bool = False) -> Trial:
+    """A validated trial from a file path, a dict, or a :class:`Trial` (returned as is).
+
+    ``allow_large``: accept trials past the resource limits (see :func:`parse_trial`)."""
     if isinstance(source, Trial):
         return source
     if isinstance(source, dict):
-        return parse_trial(source)
+        return parse_trial(source, allow_large=allow_large)
     path = Path(source)
     data = read_trial_file(path)
     if isinstance(data, dict) and "name" not in data:
         data = {"name": re.sub(r"[^A-Za-z0-9._+-]", "_", path.stem) or "trial", **data}
-    return parse_trial(data, str(path))
+    return parse_trial(data, str(path), allow_large=allow_large)
 
 
 # --- a small TOML writer for the normalised trial ----------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import platform
 import signal
 import tempfile
@@ -27,7 +28,9 @@ from .sweep import Sweep, TrialSpec
 #: A trial whose worker process dies this many times is recorded as failed.
 MAX_CRASHES = 2
 #: How long to wait for a Dask scheduler to answer.
-DASK_CONNECT_TIMEOUT_S = 20
+DASK_CONNECT_TIMEOUT_S = 5
+#: Dask scheduler addresses: scheme://host:port.
+CLUSTER_ADDRESS = re.compile(r"^(tcp|tls|ws|wss|ucx)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})$")
 #: Fixed cost of a trial besides simulating and writing: validation, hand-over, commit.
 PER_TRIAL_S = 0.05
 
@@ -55,7 +58,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         from .results import dump_summary, write_parquet
         from .runner import run_trial
 
-        trial = parse_trial(job["trial"])
+        trial = parse_trial(job["trial"], allow_large=True)  # the sweep checked its size
         result = run_trial(trial)
         metrics = sweep_metrics(result.flows, result.router, result.info)
         files: dict[str, bytes] = {
@@ -168,17 +171,33 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=5)
 
 
-def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
-    """Outcomes of ``jobs`` from a Dask distributed cluster (an address like ``tcp://host:8786``,
-    or a cluster object such as ``LocalCluster``). Workers need the same cctestbed installed."""
-    import uuid
+def check_cluster_address(address: str) -> None:
+    """Raise ValueError unless ``address`` reads as a Dask scheduler address, scheme://host:port."""
+    if re.match(r"^inproc://\S+$", address):  # a cluster in this process (LocalCluster(processes=False))
+        return
+    m = CLUSTER_ADDRESS.match(address)
+    if m is None or not 0 < int(m.group(3)) < 65536:
+        raise ValueError(
+            f"--cluster {address!r} is not a Dask scheduler address; give scheme://host:port with scheme "
+            "tcp, tls, ws, wss or ucx, e.g. tcp://host:8786"
+        )
 
-    from distributed import Client, as_completed
 
+def connect(cluster: Any, timeout: Optional[float] = None) -> Any:
+    """A Dask ``Client`` of ``cluster`` (an address like ``tcp://host:8786``, or a cluster object
+    such as ``LocalCluster``) whose workers run this cctestbed; RuntimeError saying why not."""
+    from distributed import Client
+
+    timeout = DASK_CONNECT_TIMEOUT_S if timeout is None else timeout
+    if isinstance(cluster, str):
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
     try:
-        client = Client(cluster, set_as_default=False, timeout=DASK_CONNECT_TIMEOUT_S)
-    except OSError as e:
-        raise RuntimeError(f"cannot reach the Dask scheduler at {cluster}: {_error_text(e)}") from None
+        client = Client(cluster, set_as_default=False, timeout=timeout)
+    except Exception as e:  # OSError, TimeoutError, a refused handshake, ...
+        raise RuntimeError(f"cannot reach the Dask scheduler at {cluster} within {timeout:g} s: {_error_text(e)}") from None
     try:
         mine = _versions()
         theirs = client.run(_versions)
@@ -191,6 +210,23 @@ def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any
                 f"worker {w} runs cctestbed {v['cctestbed']} (core {v['core']}); this machine runs "
                 f"{mine['cctestbed']} (core {mine['core']}); install the same version on every worker"
             )
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
+    """Outcomes of ``jobs`` from a Dask distributed cluster: a connected ``Client`` (see
+    :func:`connect`; left open), an address like ``tcp://host:8786``, or a cluster object such as
+    ``LocalCluster``. Workers need the same cctestbed installed."""
+    import uuid
+
+    from distributed import Client, as_completed
+
+    own = not isinstance(cluster, Client)
+    client = connect(cluster) if own else cluster
+    try:
         tag = uuid.uuid4().hex[:8]
         futures = {
             client.submit(run_job, j, key=f"cctestbed-{j['key']}-{tag}", pure=False): j for j in jobs
@@ -204,7 +240,8 @@ def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any
             fut.release()
             yield res
     finally:
-        client.close()
+        if own:
+            client.close()
 
 
 # --- the sweep ---------------------------------------------------------------------------------
@@ -318,8 +355,11 @@ def _rows(spec: TrialSpec) -> float:
     return t.duration / t.sample_interval * len(t.expanded())
 
 
-def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0) -> Estimate:
+def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0, scale: float = 1.0) -> Estimate:
     """Cost of running ``specs``, calibrated on a short probe of the sweep's heaviest trial.
+
+    ``scale``: the trials ``specs`` stand for, per spec (a sample of a large sweep stands for
+    all of it; seeds do not change a trial's cost).
 
     The core's time scales with the packets through the bottleneck (simulated seconds x packet
     rate); writing results scales with the telemetry rows (samples x flows). One probe of
@@ -342,7 +382,7 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     doc["link"] = {**doc["link"], "schedule": []}
     for g in doc["flows"]:
         g["start"], g["stagger"] = "0s", "0s"
-    probe = parse_trial(doc)
+    probe = parse_trial(doc, allow_large=True)
     core_s = math.inf
     for _ in range(3):  # the fastest of three: other load on the machine only slows a run down
         t0 = time.perf_counter()
@@ -376,15 +416,16 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     fixed = max(small_s - per_row * small_rows, 0.0) + PER_TRIAL_S
     bytes_per_row = size / max(big_rows, 1.0)
     costs = [_packets(s) * per_packet + _rows(s) * per_row + fixed for s in specs]
-    cpu = sum(costs)
-    w = max(1, min(workers, len(specs)))
+    cpu = sum(costs) * scale
+    n = round(len(specs) * scale)
+    w = max(1, min(workers, n))
     # trials are handed out one at a time: the longest trial bounds the tail
     wall = max(cpu / w, max(costs)) + 2.0
     return Estimate(
-        trials=len(specs),
-        simulated_s=sum(s.trial.duration / 1e9 for s in specs),
+        trials=n,
+        simulated_s=sum(s.trial.duration / 1e9 for s in specs) * scale,
         cpu_s=cpu,
         wall_s=wall,
-        disk_bytes=sum(_rows(s) * bytes_per_row for s in specs),
+        disk_bytes=sum(_rows(s) * bytes_per_row for s in specs) * scale,
         workers=w,
     )

@@ -92,16 +92,19 @@ def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
     return pl.DataFrame(series)
 
 
-def run_trial(config: Union[str, Path, dict[str, Any], Trial], seed: Optional[int] = None) -> TrialResult:
+def run_trial(
+    config: Union[str, Path, dict[str, Any], Trial], seed: Optional[int] = None, allow_large: bool = False
+) -> TrialResult:
     """Validate and run one trial on the simulator; returns a :class:`TrialResult`.
 
     ``config`` is a trial file path (TOML or JSON), a dict in the trial-file shape, or a
     :class:`~cctestbed.config.Trial`. ``seed`` overrides the trial's seed. Invalid trials raise
-    :class:`~cctestbed.config.ConfigError` before anything runs.
+    :class:`~cctestbed.config.ConfigError` before anything runs, and so do trials past the
+    resource limits (:func:`~cctestbed.config.resource_problems`) unless ``allow_large``.
     """
     from . import _core
 
-    trial = load_trial(config)
+    trial = load_trial(config, allow_large=allow_large)
     if seed is not None:
         trial = trial.with_seed(seed)
     if trial.backend == "kernel":  # real Linux TCP in namespaces (needs root)

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import itertools
 import json
+import math
 import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
 from . import units
-from .config import ConfigError, Trial, _model_in, parse_trial, read_trial_file
+from .config import U64_MAX, ConfigError, Trial, _model_in, parse_trial, read_trial_file
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 
@@ -96,16 +96,40 @@ class TrialSpec:
 
 @dataclass
 class Sweep:
-    """A validated sweep: its raw file contents, axes and the expanded trials."""
+    """A validated sweep: its raw file contents, axes, seeds and base trial.
+
+    Expansion is lazy: :attr:`n_points` and :attr:`n_trials` are counted, not expanded, and
+    :meth:`point_trial` builds one point's trial. :attr:`specs` (every trial, in order) is
+    expanded and validated in full on first use; a sweep of up to :data:`FULL_CHECK_POINTS`
+    points is expanded by :func:`parse_sweep` already, a larger one only when it is run.
+    """
 
     name: str
     raw: dict[str, Any]
     axes: list[Axis]
-    seeds: list[int]
+    seeds: Sequence[int]
     steady: Optional[tuple[int, int]]
-    specs: list[TrialSpec] = field(default_factory=list)
     source: Optional[str] = None
     description: str = ""
+    base: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Refuse no trial for its size (``--allow-large``).
+    allow_large: bool = False
+    _specs: Optional[list[TrialSpec]] = field(default=None, repr=False)
+
+    @property
+    def specs(self) -> list[TrialSpec]:
+        """Every trial of the sweep (points x seeds), validated; expanded on first use."""
+        if self._specs is None:
+            self._specs = _expand(self, range(self.n_points), self.source)
+        return self._specs
+
+    @specs.setter
+    def specs(self, value: list[TrialSpec]) -> None:
+        self._specs = list(value)
+
+    @property
+    def expanded(self) -> bool:
+        return self._specs is not None
 
     @property
     def columns(self) -> dict[str, str]:
@@ -114,7 +138,69 @@ class Sweep:
 
     @property
     def n_points(self) -> int:
-        return len(self.specs) // max(len(self.seeds), 1)
+        if self._specs is not None:
+            return len(self._specs) // max(len(self.seeds), 1)
+        return math.prod(len(d[0].values) for d in _dimensions(self.axes))
+
+    @property
+    def n_trials(self) -> int:
+        if self._specs is not None:
+            return len(self._specs)
+        return self.n_points * len(self.seeds)
+
+    def point_doc(self, point: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(labels, trial dict) of one point; the last axis varies fastest."""
+        dims = _dimensions(self.axes)
+        idx = []
+        rest = point
+        for d in reversed(dims):
+            rest, i = divmod(rest, len(d[0].values))
+            idx.append(i)
+        idx.reverse()
+        doc = copy.deepcopy(self.base)
+        doc["name"] = self.name
+        if self.steady is not None:
+            doc["steady"] = [units.format_time(self.steady[0]), units.format_time(self.steady[1])]
+        labels: dict[str, Any] = {}
+        for dim, i in zip(dims, idx):
+            for a in dim:
+                set_path(doc, a.path, a.values[i])
+                labels[a.column] = a.label(a.values[i])
+        if self.seeds:
+            doc["seed"] = self.seeds[0]
+        return labels, doc
+
+    def point_trial(self, point: int) -> tuple[dict[str, Any], Trial]:
+        """(labels, trial) of one point with the first seed; raises ConfigError."""
+        labels, doc = self.point_doc(point)
+        return labels, parse_trial(doc, allow_large=self.allow_large)
+
+    def spec(self, point: int, seed_index: int, trial: Trial, labels: dict[str, Any]) -> TrialSpec:
+        seed = self.seeds[seed_index]
+        t = trial if seed == trial.seed else trial.model_copy(update={"seed": seed})
+        return TrialSpec(point * len(self.seeds) + seed_index, point, labels, seed, t, trial_key(t))
+
+    def sample_points(self, limit: int = 500) -> list[int]:
+        """Points to check and time a large sweep by: every value of every axis at least once, the
+        first and last point, and up to ``limit`` more drawn evenly at random (fixed draw)."""
+        import random
+
+        dims = _dimensions(self.axes)
+        n = self.n_points
+        if n <= limit:
+            return list(range(n))
+        lens = [len(d[0].values) for d in dims]
+        chosen = {0, n - 1}
+        for k in range(max(lens, default=1)):  # the "diagonal": value k mod len of every dimension
+            p = 0
+            for ln in lens:
+                p = p * ln + k % ln
+            chosen.add(p)
+        rng = random.Random(0)
+        target = min(n, len(chosen) + limit)
+        while len(chosen) < target:
+            chosen.add(rng.randrange(n))
+        return sorted(chosen)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -276,21 +362,23 @@ def read_sweep_file(path: Union[str, Path]) -> dict[str, Any]:
         raise SweepError(e.problems) from None
 
 
-def load_sweep(path: Union[str, Path]) -> Sweep:
+def load_sweep(path: Union[str, Path], allow_large: bool = False) -> Sweep:
     """Read, validate and expand a sweep file; raises :class:`SweepError` listing every problem."""
     path = Path(path)
     raw = read_sweep_file(path)
     if isinstance(raw, dict) and "name" not in raw:
         raw = {"name": re.sub(r"[^A-Za-z0-9._+-]", "_", path.stem) or "sweep", **raw}
-    return parse_sweep(raw, source=str(path))
+    return parse_sweep(raw, source=str(path), allow_large=allow_large)
 
 
 def _point_text(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_show(v)}" for k, v in values.items())
 
 
-def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
-    """Validate and expand a sweep given as a dict (the file's contents)."""
+def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: bool = False) -> Sweep:
+    """Validate and expand a sweep given as a dict (the file's contents).
+
+    ``allow_large`` lets trials past the resource limits through (``--allow-large``)."""
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise SweepError(["(sweep): expected a table of settings"], source)
@@ -317,13 +405,17 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
 
     # seeds
     seeds: list[int] = []
-    base_seed = base.get("seed", 1) if isinstance(base.get("seed", 1), int) else 1
+    base_seed = base.get("seed", 1)
+    if not isinstance(base_seed, int) or isinstance(base_seed, bool) or not 0 <= base_seed <= U64_MAX:
+        base_seed = 1  # the base's own validation reports it
     if "trials" in raw and "seeds" in raw:
         problems.append("seeds: give either trials (a count) or seeds (a list), not both")
     elif "seeds" in raw:
         s = raw["seeds"]
-        if not isinstance(s, list) or not s or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
-            problems.append(f"seeds: {_show(s)}: must be a non-empty list of whole numbers >= 0")
+        if not isinstance(s, list) or not s or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= U64_MAX for x in s
+        ):
+            problems.append(f"seeds: {_show(s)}: must be a non-empty list of whole numbers from 0 to {U64_MAX}")
         elif len(set(s)) != len(s):
             problems.append(f"seeds: {_show(s)}: each seed at most once")
         else:
@@ -332,8 +424,12 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
         n = raw.get("trials", 1)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             problems.append(f"trials: {_show(n)}: must be a whole number >= 1 (seeds per point)")
+        elif base_seed + n - 1 > U64_MAX:
+            problems.append(
+                f"trials: {_show(n)}: the seeds would run from {base_seed} past {U64_MAX}, the largest seed"
+            )
         else:
-            seeds = [base_seed + i for i in range(n)]
+            seeds = range(base_seed, base_seed + n)  # lazy: a count, not a list
 
     # steady window
     steady: Optional[tuple[int, int]] = None
@@ -405,9 +501,23 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None) -> Sweep:
 
     names = _column_names([p for p, _, _ in axis_items])
     axes = [Axis(p, names[p], tuple(v), gi) for p, v, gi in axis_items]
-    sweep = Sweep(name=name, raw=raw, axes=axes, seeds=seeds, steady=steady, source=source, description=description)
-    sweep.specs = _expand(sweep, base, source)
+    sweep = Sweep(name=name, raw=raw, axes=axes, seeds=seeds, steady=steady, source=source, description=description,
+                  base=base, allow_large=allow_large)
+    _check_steady(sweep, base, source)
+    if sweep.n_points <= FULL_CHECK_POINTS and sweep.n_trials <= MAX_SWEEP_TRIALS:
+        sweep.specs = _expand(sweep, range(sweep.n_points), source)
+    elif sweep.n_points <= FULL_CHECK_POINTS:  # every point checked; its many seeds expanded when run
+        _expand(sweep, range(sweep.n_points), source, seeds=False)
+    else:  # checked in full when it runs (Sweep.specs); here every axis value and a sample
+        _expand(sweep, sweep.sample_points(), source, seeds=False)
     return sweep
+
+
+#: Sweeps of up to this many points are expanded and checked in full when read; larger ones are
+#: checked on a sample when read (every axis value, a few hundred points) and in full when run.
+FULL_CHECK_POINTS = 2000
+#: Sweeps of more trials than this are refused unless large sweeps are allowed (--allow-large).
+MAX_SWEEP_TRIALS = 100_000
 
 
 def _dimensions(axes: list[Axis]) -> list[list[Axis]]:
@@ -425,69 +535,58 @@ def _dimensions(axes: list[Axis]) -> list[list[Axis]]:
     return dims
 
 
-def _expand(sweep: Sweep, base: dict[str, Any], source: Optional[str]) -> list[TrialSpec]:
-    dims = _dimensions(sweep.axes)
-    ranges = [range(len(d[0].values)) for d in dims]
+def _check_steady(sweep: Sweep, base: dict[str, Any], source: Optional[str]) -> None:
+    """The steady window against the base duration and every duration on an axis, told plainly."""
+    if sweep.steady is None:
+        return
+    problems: list[str] = []
+    durations: list[tuple[str, Any]] = []
+    dur_axis = next((a for a in sweep.axes if a.path == "duration"), None)
+    if dur_axis is not None:
+        durations = [(f"axes.duration value {_show(v)}", v) for v in dur_axis.values]
+    elif "duration" in base:
+        durations = [(f"base.duration = {_show(base['duration'])}", base["duration"])]
+    for where, v in durations:
+        try:
+            d = units.parse_time(v)
+        except units.UnitError:
+            continue  # reported by the trial's validation
+        if sweep.steady[1] > d:
+            problems.append(
+                f"steady: {_show(list(sweep.raw['steady']))}: ends after the trial ends ({where}); "
+                f"the window must lie within 0 to {units.format_time(d)}"
+            )
+    if problems:
+        raise SweepError(problems, source)
+
+
+def _expand(sweep: Sweep, points: Iterable[int], source: Optional[str], seeds: bool = True) -> list[TrialSpec]:
+    """The trials of ``points`` (each with every seed), each validated as a trial; raises
+    :class:`SweepError` listing the problems (at most 20), each naming its point."""
     problems: list[str] = []
     seen_problems: set[str] = set()
-    points: list[tuple[dict[str, Any], Trial]] = []
-
-    # The steady window against the base duration and every duration on an axis, told plainly.
-    if sweep.steady is not None:
-        durations: list[tuple[str, Any]] = []
-        dur_axis = next((a for a in sweep.axes if a.path == "duration"), None)
-        if dur_axis is not None:
-            durations = [(f"axes.duration value {_show(v)}", v) for v in dur_axis.values]
-        elif "duration" in base:
-            durations = [(f"base.duration = {_show(base['duration'])}", base["duration"])]
-        for where, v in durations:
-            try:
-                d = units.parse_time(v)
-            except units.UnitError:
-                continue  # reported by the trial's validation
-            if sweep.steady[1] > d:
-                problems.append(
-                    f"steady: {_show(list(sweep.raw['steady']))}: ends after the trial ends ({where}); "
-                    f"the window must lie within 0 to {units.format_time(d)}"
-                )
-        if problems:
-            raise SweepError(problems, source)
-
-    for point, combo in enumerate(itertools.product(*ranges)):
-        doc = copy.deepcopy(base)
-        doc["name"] = sweep.name
-        if sweep.steady is not None:
-            doc["steady"] = [units.format_time(sweep.steady[0]), units.format_time(sweep.steady[1])]
-        labels: dict[str, Any] = {}
-        for dim, idx in zip(dims, combo):
-            for a in dim:
-                set_path(doc, a.path, a.values[idx])
-                labels[a.column] = a.label(a.values[idx])
-        if sweep.seeds:
-            doc["seed"] = sweep.seeds[0]
+    n_bad = 0
+    specs: list[TrialSpec] = []
+    keys: dict[str, TrialSpec] = {}
+    for point in points:
         try:
-            trial = parse_trial(doc)
+            labels, trial = sweep.point_trial(point)
         except ConfigError as e:
+            labels = sweep.point_doc(point)[0]
             for p in e.problems:
                 if p not in seen_problems:
                     seen_problems.add(p)
-                    at = f" (point {point}: {_point_text(labels)})" if labels else " (base)"
-                    problems.append(p + at)
+                    n_bad += 1
+                    if len(problems) < 20:
+                        at = f" (point {point}: {_point_text(labels)})" if labels else " (base)"
+                        problems.append(p + at)
             continue
-        points.append((labels, trial))
-    if problems:
-        if len(problems) > 20:
-            problems = problems[:20] + [f"... and {len(problems) - 20} more"]
-        raise SweepError(problems, source)
-
-    specs: list[TrialSpec] = []
-    keys: dict[str, int] = {}
-    for point, (labels, trial) in enumerate(points):
-        for seed in sweep.seeds:
-            t = trial if seed == trial.seed else trial.model_copy(update={"seed": seed})
-            key = trial_key(t)
-            if key in keys:
-                other = specs[keys[key]]
+        if problems or not seeds:
+            continue
+        for j in range(len(sweep.seeds)):
+            spec = sweep.spec(point, j, trial, labels)
+            other = keys.get(spec.key)
+            if other is not None:
                 raise SweepError(
                     [
                         f"axes: point {point} ({_point_text(labels)}) is the same trial as point "
@@ -495,6 +594,10 @@ def _expand(sweep: Sweep, base: dict[str, Any], source: Optional[str]) -> list[T
                     ],
                     source,
                 )
-            keys[key] = len(specs)
-            specs.append(TrialSpec(len(specs), point, labels, seed, t, key))
+            keys[spec.key] = spec
+            specs.append(spec)
+    if problems:
+        if n_bad > len(problems):
+            problems.append(f"... and {n_bad - len(problems)} more")
+        raise SweepError(problems, source)
     return specs

@@ -53,7 +53,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _trials_table(sweep: Any, store: Any) -> Table:
+#: A dry run lists at most this many trials.
+LIST_TRIALS = 200
+
+
+def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
     t.add_column("#", justify="right")
     for c in sweep.columns:
@@ -61,7 +65,7 @@ def _trials_table(sweep: Any, store: Any) -> Table:
     t.add_column("seed", justify="right")
     t.add_column("key")
     t.add_column("state")
-    for s in sweep.specs:
+    for s in specs:
         if store is not None and store.is_done(s.key):
             state = "[green]done[/]"
         elif store is not None and store.failure(s.key):
@@ -88,10 +92,21 @@ def sweep_command(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the trials and the estimated cost; run nothing."),
     trial_plots: bool = typer.Option(False, "--trial-plots", help="Also draw each trial's stacked plot (trial.png)."),
+    allow_large: bool = typer.Option(
+        False, "--allow-large", help="Run trials past the resource limits, and sweeps of more than 100,000 trials."
+    ),
 ) -> None:
     """Run every trial of a sweep (axes x seeds) and collect trials.parquet; finished trials are kept."""
     from .store import Store, StoreBusy, StoreMismatch
-    from .sweep import SweepError, load_sweep, parse_sweep
+    from .sweep import MAX_SWEEP_TRIALS, SweepError, load_sweep, parse_sweep
+
+    if cluster is not None:
+        from .execute import check_cluster_address
+
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            _fail(f"{e}; nothing was written")
 
     if sweep_file is None:
         if not (resume and output is not None):
@@ -102,12 +117,13 @@ def sweep_command(
         import json
 
         try:
-            sweep = parse_sweep(json.loads(meta_path.read_text())["sweep"], source=str(meta_path))
+            sweep = parse_sweep(json.loads(meta_path.read_text())["sweep"], source=str(meta_path),
+                                allow_large=allow_large)
         except SweepError as e:
             _refuse(str(meta_path), e.problems)
     else:
         try:
-            sweep = load_sweep(sweep_file)
+            sweep = load_sweep(sweep_file, allow_large=allow_large)
         except SweepError as e:
             _refuse(str(sweep_file), e.problems)
     if cluster is not None and workers is not None:
@@ -119,35 +135,80 @@ def sweep_command(
     except StoreMismatch as e:
         _fail(str(e))
     n_workers = workers or os.cpu_count() or 1
-    if workers is None and any(getattr(s.trial, "backend", None) == "kernel" for s in sweep.specs):
+    if workers is None and _uses_kernel(sweep):
         # real TCP runs in real time: parallel trials would share the cores and skew each other
         n_workers = 1
     known = store if Store.is_sweep_dir(dest) else None
-    todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
+    n_trials = sweep.n_trials
     head = (
-        f"[bold]{sweep.name}[/]: {len(sweep.specs)} trial(s) = {sweep.n_points} point(s) x {len(sweep.seeds)} seed(s)"
+        f"[bold]{sweep.name}[/]: {n_trials:,} trial(s) = {sweep.n_points:,} point(s) x {len(sweep.seeds):,} seed(s)"
         + (f"; axes: {', '.join(f'{a.column} ({len(a.values)})' for a in sweep.axes)}" if sweep.axes else "")
+    )
+    too_many = (
+        f"{n_trials:,} trials; a sweep of more than {MAX_SWEEP_TRIALS:,} is refused as too large: "
+        "see its cost with --dry-run, or pass --allow-large to run it"
     )
 
     if dry_run:
         from .execute import estimate
 
         out.print(head)
-        out.print(_trials_table(sweep, known))
+        if sweep.expanded:
+            todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
+            listed = sweep.specs[:LIST_TRIALS]
+            out.print(_trials_table(sweep, known, listed))
+            if len(sweep.specs) > len(listed):
+                out.print(f"... and {len(sweep.specs) - len(listed):,} more trial(s)")
+            sample, scale = todo, 1.0
+        else:
+            # too many points to expand here: checked and timed on a sample (every axis value, a few
+            # hundred points); the whole sweep is checked when it runs
+            points = sweep.sample_points()
+            sample = []
+            for p in points:
+                labels, trial = sweep.point_trial(p)
+                sample.append(sweep.spec(p, 0, trial, labels))
+            todo = sample
+            scale = n_trials / len(sample)
+            out.print(_trials_table(sweep, known, sample[:20]))
+            out.print(
+                f"... a sample of {len(sample)} of the {sweep.n_points:,} points (every value of every axis) was "
+                "checked and timed; every point is checked when the sweep runs"
+                + (f"; trials already finished in {dest} are skipped then" if known is not None else "")
+            )
         with err.status("timing a short probe of the heaviest trial ...", spinner="dots"):
-            est = estimate(sweep, todo, n_workers if cluster is None else 1)
+            est = estimate(sweep, todo, n_workers if cluster is None else 1, scale=scale)
         out.print(
-            f"to run: {est.trials} trial(s), {_duration(est.simulated_s)} of simulated time; "
+            f"to run: {est.trials:,} trial(s), {_duration(est.simulated_s)} of simulated time; "
             f"estimated {_duration(est.cpu_s)} of CPU"
             + (f", about {_duration(est.wall_s)} with {est.workers} worker(s) here" if cluster is None else
                " (divide by the cluster's worker count)")
             + f"; about {human_size(est.disk_bytes)} of telemetry in {dest}"
         )
-        if len(todo) < len(sweep.specs):
+        if sweep.expanded and len(todo) < len(sweep.specs):
             out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
+        if n_trials > MAX_SWEEP_TRIALS and not allow_large:
+            out.print(f"note: {too_many}")
         return
 
-    from .execute import run_sweep
+    if n_trials > MAX_SWEEP_TRIALS and not allow_large:
+        _fail(f"{sweep.source or sweep.name}: {too_many}; nothing was written")
+    if not sweep.expanded:
+        with err.status(f"checking every one of the {sweep.n_points:,} points ...", spinner="dots"):
+            try:
+                sweep.specs
+            except SweepError as e:
+                _refuse(str(sweep_file or output), e.problems)
+
+    from .execute import connect, run_sweep
+
+    client = None
+    if cluster is not None:  # connected before anything is created in the output directory
+        with err.status(f"connecting to {cluster} ...", spinner="dots"):
+            try:
+                client = connect(cluster)
+            except RuntimeError as e:
+                _fail(f"{e}; nothing was written")
 
     progress = Progress(
         SpinnerColumn(),
@@ -162,7 +223,7 @@ def sweep_command(
         console=err,
         transient=False,
     )
-    task = progress.add_task(sweep.name, total=len(todo), failed=0)
+    task = progress.add_task(sweep.name, total=n_trials, failed=0)
 
     def report(event: str, spec: Any, res: dict[str, Any]) -> None:
         if event == "start":
@@ -184,7 +245,7 @@ def sweep_command(
 
     t0 = time.perf_counter()
     try:
-        run = run_sweep(sweep, dest, workers=n_workers, cluster=cluster, resume=resume,
+        run = run_sweep(sweep, dest, workers=n_workers, cluster=client, resume=resume,
                         trial_plots=trial_plots, report=report)
     except StoreBusy as e:
         _fail(str(e))
@@ -195,6 +256,8 @@ def sweep_command(
         _fail(f"the sweep could not run: {e}", 1)
     finally:
         progress.stop()
+        if client is not None:
+            client.close()
     wall = time.perf_counter() - t0
     out.print(
         f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} failed"
@@ -271,6 +334,15 @@ def report_command(
     except PlotError as e:
         _fail(str(e))
     out.print(f"report: {path}")
+
+
+def _uses_kernel(sweep: Any) -> bool:
+    """Whether any trial of the sweep runs on the kernel backend (without expanding a large sweep)."""
+    if sweep.expanded:
+        return any(getattr(s.trial, "backend", None) == "kernel" for s in sweep.specs)
+    if sweep.base.get("backend") == "kernel":
+        return True
+    return any(a.path == "backend" and "kernel" in a.values for a in sweep.axes)
 
 
 def register(app: typer.Typer) -> None:

@@ -67,6 +67,19 @@ class UnitError(ValueError):
     """A quantity that cannot be read; the message says what is valid."""
 
 
+#: Largest decimal exponent a written number may have ("1e400s" is refused before it is
+#: expanded into a 400-digit integer); every quantity the core takes is far below 10^40.
+MAX_EXPONENT = 40
+
+
+def _decimal(text: str) -> Fraction:
+    """The exact value of a decimal numeral, refusing absurd exponents before expanding them."""
+    d = Decimal(text)
+    if d and abs(d.adjusted()) > MAX_EXPONENT:
+        raise UnitError(f"out of range: numbers between 1e-{MAX_EXPONENT} and 1e{MAX_EXPONENT} in magnitude (or 0)")
+    return Fraction(d)
+
+
 def _valid(units: dict[str, int]) -> str:
     return ", ".join(units)
 
@@ -80,7 +93,7 @@ def _split(text: str, what: str, units: dict[str, int], example: str) -> tuple[F
         raise UnitError(f"missing unit; write e.g. '{example}' (units: {_valid(units)})")
     if unit not in units:
         raise UnitError(f"unknown {what} unit '{unit}'; valid are {_valid(units)}")
-    return Fraction(Decimal(m.group("num"))), unit
+    return _decimal(m.group("num")), unit
 
 
 def _bare(value: object, what: str) -> Fraction | None:
@@ -92,7 +105,7 @@ def _bare(value: object, what: str) -> Fraction | None:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise UnitError(f"expected a finite {what}")
-        return Fraction(Decimal(repr(value)))
+        return _decimal(repr(value))
     if isinstance(value, str):
         return None
     raise UnitError(f"expected a {what} as a string such as '80Mbit' or a number, got {type(value).__name__}")
@@ -139,14 +152,21 @@ def parse_fraction(value: object) -> float:
     """A probability: ``"0.1%"`` is 0.001; a bare number is the fraction itself."""
     bare = _bare(value, "percentage")
     if bare is not None:
-        return float(bare)
+        return _float(bare, "percentage")
     text = str(value).strip()
     if not text.endswith("%"):
         raise UnitError("write a percentage such as '0.1%' or a fraction between 0 and 1")
     m = _QUANTITY.match(text[:-1] + "x")
     if not m or m.group("unit") != "x":
         raise UnitError("not a percentage; write e.g. '0.1%'")
-    return float(Fraction(Decimal(m.group("num"))) / 100)
+    return _float(_decimal(m.group("num")) / 100, "percentage")
+
+
+def _float(x: Fraction, what: str) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        raise UnitError(f"{what} out of range (beyond a 64-bit float)") from None
 
 
 def parse_param(value: object) -> float:
@@ -156,11 +176,15 @@ def parse_param(value: object) -> float:
     if isinstance(value, bool):
         raise UnitError("expected a number, not true/false")
     if isinstance(value, (int, float)):
+        if isinstance(value, int) and abs(value) > 10**MAX_EXPONENT:
+            raise UnitError(f"out of range (magnitude above 1e{MAX_EXPONENT})")
         return float(value)
-    for parse, scale in ((parse_time, 1e-9), (parse_rate, 1.0), (parse_size, 1.0)):
+    for parse, scale in ((parse_time, Fraction(1, 10**9)), (parse_rate, 1), (parse_size, 1)):
         try:
-            return parse(value) * scale
-        except UnitError:
+            return _float(parse(value) * scale, "number")
+        except UnitError as e:
+            if "out of range" in str(e):
+                raise
             pass
     if str(value).strip().endswith("%"):
         return parse_fraction(value)
@@ -168,19 +192,23 @@ def parse_param(value: object) -> float:
 
 
 def parse_queue(value: object) -> tuple[str, float]:
-    """A queue limit: ``"2bdp"`` -> ("bdp", 2.0), ``"250pkts"`` -> ("packets", 250), a size -> ("bytes", n)."""
+    """A queue limit: ``"2bdp"`` -> ("bdp", 2.0), ``"250pkts"`` -> ("packets", 250), a size -> ("bytes", n).
+
+    Packet and byte counts are returned as exact integers."""
     if isinstance(value, str):
         m = re.match(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(bdp|BDP)\s*$", value)
         if m:
-            return "bdp", float(m.group(1))
+            return "bdp", _float(_decimal(m.group(1)), "multiple of the BDP")
         m = re.match(r"^\s*([+-]?\d+)\s*(pkts|pkt|packets|p)\s*$", value)
         if m:
-            return "packets", float(int(m.group(1)))
+            return "packets", int(_decimal(m.group(1)))
         if re.match(r"^\s*[+-]?[\d.]+\s*(pkts|pkt|packets|p)\s*$", value):
             raise UnitError("a packet count must be a whole number, e.g. '250pkts'")
     try:
-        return "bytes", float(parse_size(value))
+        return "bytes", parse_size(value)
     except UnitError as e:
+        if "out of range" in str(e):
+            raise
         raise UnitError(f"{e}; or a multiple of the BDP such as '2bdp', or packets such as '250pkts'") from None
 
 

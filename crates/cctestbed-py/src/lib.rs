@@ -1,9 +1,11 @@
 //! Python binding of the simulator (`cctestbed._core`). Thin by design: it parses the
 //! normalised JSON trial, runs the simulation with the GIL released, and hands the columnar
-//! time series over as NumPy arrays (no per-row Python objects).
+//! time series over as NumPy arrays (no per-row Python objects). While it runs it checks for
+//! Python signals every [`CHECK_EVERY`] events, so Ctrl-C stops it within a fraction of a
+//! second with `KeyboardInterrupt`.
 
 use ccsim::sim::SimOutput;
-use ccsim::SimConfig;
+use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -13,14 +15,29 @@ fn parse(config_json: &str) -> PyResult<SimConfig> {
     serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("invalid trial: {e}")))
 }
 
-/// Runs one trial described by the normalised JSON configuration.
+/// Events between two checks for a pending signal: a few milliseconds of simulation.
+const CHECK_EVERY: u64 = 1 << 15;
+
+/// Runs one trial described by the normalised JSON configuration. A signal handler that raises
+/// (Ctrl-C: `KeyboardInterrupt`) stops the run and its exception is raised here.
 #[pyfunction]
 fn simulate(py: Python<'_>, config_json: &str) -> PyResult<PyObject> {
     let cfg = parse(config_json)?;
-    let out = py
-        .allow_threads(move || ccsim::simulate(cfg))
-        .map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
-    to_python(py, out)
+    let sim = Simulation::new(cfg).map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
+    let mut interrupted: Option<PyErr> = None;
+    let out = py.allow_threads(|| {
+        sim.run_checked(CHECK_EVERY, || match Python::with_gil(|py| py.check_signals()) {
+            Ok(()) => true,
+            Err(e) => {
+                interrupted = Some(e);
+                false
+            }
+        })
+    });
+    match out {
+        Some(out) => to_python(py, out),
+        None => Err(interrupted.unwrap_or_else(|| PyValueError::new_err("simulation stopped"))),
+    }
 }
 
 /// Problems the core finds in a normalised configuration (empty when valid).
@@ -105,11 +122,38 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     Ok(res.into())
 }
 
+/// Loads NumPy's C API now: loading it later, while a Ctrl-C is pending, would fail inside the
+/// conversion of a finished run's columns with a panic. A Ctrl-C that interrupts the loading
+/// here is raised as `KeyboardInterrupt`; any other failure is left for the first conversion
+/// to report.
+fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
+    py.check_signals()?;
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // the failure is handled below, not printed
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = numpy::PyArray1::<f64>::zeros_bound(py, 0, false);
+    }));
+    std::panic::set_hook(hook);
+    if let Err(payload) = loaded {
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("KeyboardInterrupt") {
+            return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(()));
+        }
+        py.check_signals()?;
+    }
+    Ok(())
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    load_numpy_api(m.py())?;
     Ok(())
 }

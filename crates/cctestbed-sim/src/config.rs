@@ -266,7 +266,12 @@ impl SimConfig {
             errs.push(format!("sample_interval_ns: {}: must be > 0", self.sample_interval_ns));
         }
         if self.mss == 0 || self.mss + 20 > self.mtu {
-            errs.push(format!("mss: {}: must be > 0 and at most mtu - 20 ({})", self.mss, self.mtu));
+            errs.push(format!(
+                "mss: {}: must be > 0 and at most mtu - 20 ({}, with mtu {})",
+                self.mss,
+                self.mtu.saturating_sub(20),
+                self.mtu
+            ));
         }
         let l = &self.link;
         if l.capacity_bps == 0 {

@@ -121,6 +121,28 @@ impl Simulation {
         self.finish()
     }
 
+    /// Runs to the configured duration like [`run`](Self::run), calling `keep_going` after every
+    /// `every` events and stopping early (`None`) when it returns false: how a caller lets the
+    /// user interrupt a long run. The check sees nothing of the simulation, so a run that
+    /// completes is the same, bit for bit, as [`run`](Self::run).
+    pub fn run_checked(mut self, every: u64, mut keep_going: impl FnMut() -> bool) -> Option<SimOutput> {
+        let end = self.cfg.duration_ns;
+        let every = every.max(1);
+        let mut n: u64 = 0;
+        while let Some(at) = self.q.peek_time() {
+            if at > end {
+                break;
+            }
+            let (now, ev) = self.q.pop().unwrap();
+            self.handle(now, ev);
+            n += 1;
+            if n % every == 0 && !keep_going() {
+                return None;
+            }
+        }
+        Some(self.finish())
+    }
+
     /// Processes every event up to and including time `t`.
     pub fn run_until(&mut self, t: Nanos) {
         while let Some(at) = self.q.peek_time() {

@@ -1,0 +1,482 @@
+"""Hostile and absurd inputs are refused as ordinary validation errors: exit code 2, a message
+naming the field, the value and the valid range, and nothing written. Never a traceback, a bare
+ValueError from the core, an OverflowError, a MemoryError or a panic.
+
+Property-based where it fits (hypothesis generates trial documents with bad numbers and types).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cctestbed.config import ConfigError, parse_trial
+
+BASE: dict[str, Any] = {
+    "name": "t",
+    "duration": "1s",
+    "link": {"capacity": "10Mbit", "rtt": "20ms", "queue": "2bdp"},
+    "flows": [{"cc": "cubic"}],
+}
+
+
+def doc(**top: Any) -> dict[str, Any]:
+    d = copy.deepcopy(BASE)
+    d.update(top)
+    return d
+
+
+def refused(cli, tmp_path: Path, content: Any, *fragments: str, name: str = "trial.toml", extra=()) -> str:
+    """Run the trial through ``cctestbed run``: exit 2, every fragment in the output, nothing written."""
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content)
+    else:
+        path.write_text(json.dumps(content) if name.endswith(".json") else _toml(content))
+    out = tmp_path / "out"
+    before = sorted(os.listdir(tmp_path))
+    r = cli("run", path, "-o", out, *extra)
+    assert r.exit_code == 2, r.output
+    for f in fragments:
+        assert f in r.output, (f, r.output)
+    assert "Traceback" not in r.output
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == before
+    return r.output
+
+
+def _toml(d: dict[str, Any]) -> str:
+    from cctestbed.config import _toml_dumps
+
+    return _toml_dumps(d)
+
+
+def _set(d: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    node: Any = d
+    parts = path.split(".")
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    node[parts[-1]] = value
+    return d
+
+
+# --- 1. every number range-checked ---------------------------------------------------------------
+
+OUT_OF_RANGE = [
+    ("link.capacity", 1e30, ["link.capacity", "1e+30", "valid are 1bit to 1000000000Gbit"]),
+    ("link.capacity", "1e30Mbit", ["link.capacity", "'1e30Mbit'", "valid are 1bit to"]),
+    ("link.rtt", 1e30, ["link.rtt", "1e+30", "valid are 0s to 1000000000s"]),
+    ("duration", 1e30, ["duration", "1e+30", "valid are 1ns to 1000000000s"]),
+    ("link.queue", 1e30, ["link.queue", "1e+30", "valid are 1B to 1000000000GB"]),
+    ("link.queue", "1e30bdp", ["link.queue", "out of range", "1000000000GB"]),
+    ("flows.0.initial_cwnd", 2**40, ["flows[0].initial_cwnd", "1099511627776", "from 1 to 4294967295"]),
+    ("link.capacity", 10**400, ["link.capacity", "(401 digits)", "valid are 1bit to"]),
+    ("seed", 10**400, ["seed", "(401 digits)", "from 0 to 18446744073709551615"]),
+    ("link.loss", "1e400%", ["link.loss", "'1e400%'", "out of range"]),
+    ("flows.0.params", {"beta": "1e400%"}, ["flows[0].params.beta", "out of range"]),
+    ("flows.0.params", {"beta": 10**400}, ["flows[0].params.beta", "out of range"]),
+    ("duration", "1e999999999s", ["duration", "out of range"]),
+    ("flows.0.delayed_ack", {"segments_per_ack": 2**40}, ["segments_per_ack", "from 1 to 4294967295"]),
+    ("flows.0.count", 2**64, ["flows[0].count", "from 1 to 4294967295"]),
+    ("link.queue", "100000000000000000000pkts", ["link.queue", "out of range"]),
+]
+
+
+@pytest.mark.parametrize("path,value,fragments", OUT_OF_RANGE, ids=[f"{p}={v!r}"[:40] for p, v, _ in OUT_OF_RANGE])
+def test_out_of_range_numbers(cli, tmp_path, path, value, fragments):
+    refused(cli, tmp_path, _set(doc(), path, value), *fragments, name="trial.json")
+
+
+WRONG_TYPES = [
+    ("flows.0.count", "2", ["flows[0].count", "'2'", "whole number, written without quotes"]),
+    ("flows.0.count", 2.0, ["flows[0].count", "whole number"]),
+    ("flows.0.count", True, ["flows[0].count", "whole number"]),
+    ("flows.0.pacing", "yes", ["flows[0].pacing", "'yes'", "true or false"]),
+    ("flows.0.pacing", 1, ["flows[0].pacing", "true or false"]),
+    ("flows.0.initial_cwnd", "10", ["flows[0].initial_cwnd", "whole number"]),
+    ("seed", "1", ["seed", "whole number"]),
+    ("mtu", 1500.0, ["mtu", "whole number"]),
+]
+
+
+@pytest.mark.parametrize("path,value,fragments", WRONG_TYPES, ids=[f"{p}={v!r}" for p, v, _ in WRONG_TYPES])
+def test_strict_types(cli, tmp_path, path, value, fragments):
+    refused(cli, tmp_path, _set(doc(), path, value), *fragments, name="trial.json")
+
+
+def test_small_mtu_names_the_right_bound(cli, tmp_path):
+    refused(cli, tmp_path, doc(mtu=68), "mss: 1448", "at most mtu - 20 (48)")
+
+
+def test_duplicate_schedule_times(cli, tmp_path):
+    d = doc()
+    d["link"]["schedule"] = [{"at": "0.5s", "capacity": "5Mbit"}, {"at": "500ms", "capacity": "6Mbit"}]
+    refused(cli, tmp_path, d, "link.schedule[1].at", "the same time as link.schedule[0]")
+    d = doc()
+    d["link"]["delay_schedule"] = [{"at": "0.5s", "rtt": "5ms"}, {"at": "0.5s", "rtt": "6ms"}]
+    refused(cli, tmp_path, d, "link.delay_schedule[1].at", "the same time")
+
+
+def test_duplicate_json_keys(cli, tmp_path):
+    text = json.dumps(BASE)[:-1] + ', "duration": "2s"}'
+    refused(cli, tmp_path, text, "'duration' is given twice", name="trial.json")
+
+
+def test_duplicate_toml_keys(cli, tmp_path):
+    refused(cli, tmp_path, 'duration = "2s"\n' + _toml(BASE), "not valid TOML", "line 3", "given twice")
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)), "not UTF-8 text"),
+        ('name = "caf\xe9"\nduration = "1s"\n'.encode("latin-1"), "line 1: not UTF-8 text (byte 0xe9"),
+        (b"duration = \"1s\"\x00\n", "NUL bytes"),
+        (("a = " + "[" * 100_000 + "]" * 100_000).encode(), "nested too deeply"),
+        (("a = " + "1" * 5000).encode(), "not valid TOML"),
+    ],
+    ids=["binary", "latin-1", "nul", "deep-toml", "huge-int"],
+)
+def test_unreadable_files(cli, tmp_path, content, fragment):
+    refused(cli, tmp_path, content, fragment)
+
+
+def test_deep_json(cli, tmp_path):
+    refused(cli, tmp_path, "[" * 100_000 + "]" * 100_000, "nested too deeply", name="trial.json")
+
+
+def test_validate_command_refuses_too(cli, tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_set(doc(), "link.capacity", 1e30)))
+    r = cli("validate", p)
+    assert r.exit_code == 2 and "valid are 1bit to" in r.output
+
+
+# --- property-based: any bad number or type is a ConfigError naming its field -----------------
+
+HUGE = st.one_of(
+    st.integers(min_value=2**64, max_value=10**500),
+    st.floats(min_value=2.0**64, max_value=1e308),
+    st.integers(min_value=-(10**500), max_value=-1),
+    st.floats(max_value=-1e-3, min_value=-1e308),
+)
+WITH_UNIT = st.tuples(
+    st.one_of(st.integers(min_value=19, max_value=500).map(lambda e: f"1e{e}"), st.just("-5")),
+    st.sampled_from(["", " "]),
+)
+JUNK = st.one_of(
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.text(max_size=20),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+NUMERIC_FIELDS = {
+    "duration": "s",
+    "sample_interval": "ms",
+    "link.capacity": "Mbit",
+    "link.rtt": "ms",
+    "link.jitter": "ms",
+    "link.queue": "B",
+    "link.access_rate": "Gbit",
+    "flows.0.start": "s",
+    "flows.0.stagger": "s",
+    "flows.0.size": "MB",
+    "flows.0.rwnd": "KB",
+    "flows.0.extra_delay": "ms",
+    "flows.0.count": None,
+    "flows.0.initial_cwnd": None,
+    "seed": None,
+    "mtu": None,
+    "mss": None,
+}
+
+
+def _field_shown(path: str) -> str:
+    parts = path.split(".")
+    out = parts[0]
+    for p in parts[1:]:
+        out += f"[{p}]" if p.isdigit() else f".{p}"
+    return out
+
+
+def _assert_config_error(d: dict[str, Any], path: str) -> None:
+    try:
+        parse_trial(d)
+    except ConfigError as e:
+        # one line per problem, each starting with the field it concerns (the value may make
+        # another field wrong: rtt = 0 leaves a queue of "2bdp" empty)
+        assert e.problems and all(re.match(r"^\S+: ", p) for p in e.problems), e.problems
+        return
+    # Some junk is a legitimate value (a short string that parses, an empty table); then the
+    # trial is valid and must also be something the core accepted.
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(sorted(NUMERIC_FIELDS)), value=HUGE)
+def test_huge_or_negative_numbers_are_config_errors(path, value):
+    d = _set(doc(), path, value)
+    with pytest.raises(ConfigError) as e:
+        parse_trial(d)
+    assert any(_field_shown(path) in p for p in e.value.problems) or path in ("duration",), e.value.problems
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(sorted(NUMERIC_FIELDS)), value=WITH_UNIT)
+def test_huge_quantities_with_units_are_config_errors(path, value):
+    num, sep = value
+    unit = NUMERIC_FIELDS[path]
+    written = f"{num}{sep}{unit}" if unit else num
+    d = _set(doc(), path, written)
+    with pytest.raises(ConfigError):
+        parse_trial(d)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(sorted(NUMERIC_FIELDS) + ["flows.0.pacing", "link.loss", "flows.0.params"]), value=JUNK)
+def test_junk_values_never_escape_as_other_exceptions(path, value):
+    _assert_config_error(_set(doc(), path, value), path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    axis=st.sampled_from(["link.capacity", "link.rtt", "duration", "link.queue", "flows.0.count"]),
+    value=st.one_of(st.floats(min_value=1e19, max_value=1e300), st.integers(min_value=2**64, max_value=10**400)),
+)
+def test_sweep_axis_values_out_of_range(axis, value):
+    from cctestbed.sweep import SweepError, parse_sweep
+
+    raw = {"name": "s", "base": copy.deepcopy(BASE), "axes": {axis: [value]}}
+    with pytest.raises(SweepError) as e:
+        parse_sweep(raw)
+    assert any("point 0" in p for p in e.value.problems), e.value.problems
+
+
+# --- 2. resources checked before anything runs ---------------------------------------------------
+
+TOO_LARGE = [
+    ("flows.0.count", 100_000, ["flows: 100,000 flows in all", "--allow-large"]),
+    ("sample_interval", "1ns", ["sample_interval: 1ns", "telemetry rows", "--allow-large"]),
+    ("duration", "1000000s", ["telemetry rows", "--allow-large"]),
+    ("flows.0.initial_cwnd", 2**32 - 1, ["flows.initial_cwnd", "initial windows", "--allow-large"]),
+    ("link.capacity", "100000Gbit", ["packets through the bottleneck", "--allow-large"]),
+]
+
+
+@pytest.mark.parametrize("path,value,fragments", TOO_LARGE, ids=[f"{p}={v}" for p, v, _ in TOO_LARGE])
+def test_too_large_refused_before_running(cli, tmp_path, path, value, fragments):
+    refused(cli, tmp_path, _set(doc(), path, value), *fragments, name="trial.json")
+    r = cli("validate", tmp_path / "trial.json")
+    assert r.exit_code == 2 and "--allow-large" in r.output
+
+
+def test_allow_large_lets_a_large_trial_through_validation(cli, tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_set(doc(), "flows.0.count", 20_000)))
+    assert cli("validate", p).exit_code == 2
+    r = cli("validate", p, "--allow-large")
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(
+    "top,fragment",
+    [
+        ({"duration": "5ms"}, "must not exceed the duration (5ms)"),
+        ({"sample_interval": "2s"}, "must not exceed the duration"),
+        ({"steady": ["0.5s", "0.505s"]}, "no sample falls in the steady window"),
+    ],
+)
+def test_sample_interval_must_fit(cli, tmp_path, top, fragment):
+    refused(cli, tmp_path, doc(**top), "sample_interval", fragment)
+
+
+def _sweep_file(tmp_path: Path, **top: Any) -> Path:
+    raw = {"name": "s", "base": copy.deepcopy(BASE), **top}
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps(raw))
+    return p
+
+
+def _million_axes() -> dict[str, list[Any]]:
+    return {
+        "link.capacity": [f"{i}Mbit" for i in range(1, 11)],
+        "link.rtt": [f"{i}ms" for i in range(10, 20)],
+        "link.queue": [f"{i}pkts" for i in range(10, 20)],
+        "flows.0.count": list(range(1, 11)),
+        "duration": [f"{i}s" for i in range(1, 11)],
+        "flows.0.cc": ["cubic", "reno", "bbr", "bbr3", "vegas", "htcp", "bbr1", "bbr-shallow", "bbr-adaptive",
+                       "bbr-stable-rtprop"],
+    }
+
+
+@pytest.mark.parametrize("trials", [10**9, 2**64])
+def test_sweep_with_too_many_seeds_is_refused(cli, tmp_path, trials):
+    p = _sweep_file(tmp_path, trials=trials)
+    out = tmp_path / "out"
+    r = cli("sweep", p, "-o", out)
+    assert r.exit_code == 2, r.output
+    assert "trials" in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_sweep_trials_must_be_a_whole_number(cli, tmp_path):
+    r = cli("sweep", _sweep_file(tmp_path, trials=1e9), "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "trials: 1000000000.0: must be a whole number" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_million_point_sweep_dry_run_counts_and_estimates(cli, tmp_path):
+    out = tmp_path / "out"
+    p = _sweep_file(tmp_path, axes=_million_axes())
+    r = cli("sweep", p, "-o", out, "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "1,000,000 trial(s) = 1,000,000 point(s)" in r.output
+    assert "to run: 1,000,000 trial(s)" in r.output and "of CPU" in r.output
+    assert "--allow-large" in r.output
+    assert not out.exists()
+    # running it is refused for its size, before anything is written
+    r = cli("sweep", p, "-o", out)
+    assert r.exit_code == 2 and "refused as too large" in r.output
+    assert not out.exists()
+
+
+def test_sweep_point_too_large_is_refused(cli, tmp_path):
+    p = _sweep_file(tmp_path, axes={"sample_interval": ["10ms", "1ns"]})
+    r = cli("sweep", p, "-o", tmp_path / "out", "--dry-run")
+    assert r.exit_code == 2 and "point 1" in r.output and "--allow-large" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+# --- 3. Ctrl-C, bad output paths, leftovers of killed runs ---------------------------------------
+
+CLI = Path(__import__("sys").executable).with_name("cctestbed")
+
+
+def _wait_for(cond, what: str, proc=None) -> None:
+    import time
+
+    for _ in range(6000):  # polls; not a time limit on the behaviour under test
+        if cond():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process ended (exit {proc.returncode}) before {what}")
+        time.sleep(0.01)
+    raise AssertionError(f"never saw {what}")
+
+
+def test_ctrl_c_during_run_exits_130_and_writes_nothing(tmp_path):
+    import signal
+    import subprocess
+
+    trial = _set(doc(duration="600s"), "link.capacity", "100Mbit")
+    trial["flows"][0]["count"] = 4
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(trial))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(CLI), "run", str(path), "-o", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        maps = Path(f"/proc/{proc.pid}/maps")
+        # the core is loaded when the trial is validated, just before it is simulated
+        _wait_for(lambda: "cctestbed/_core" in maps.read_text(), "the simulator core loaded", proc)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr.decode()
+    assert "interrupted: nothing was written" in stderr.decode()
+    assert "panicked" not in stderr.decode() and "Traceback" not in stderr.decode()
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.json"]
+
+
+def test_output_path_through_a_file_is_refused_before_simulating(cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc()))
+    r = cli("run", p, "-o", tmp_path / "afile" / "sub")
+    assert r.exit_code == 2, r.output
+    assert "is a file, not a directory" in r.output and "nothing was run" in r.output
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["afile", "t.json"]
+    assert (tmp_path / "afile").read_text() == ""
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(cli, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    parent = tmp_path / "results"
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom cctestbed.results import write_dir\n"
+        "def slow(tmp):\n    (tmp / 'flows.parquet').write_text('partial')\n    time.sleep(600)\n"
+        "write_dir(Path(sys.argv[1]), slow)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(parent / "old")])
+    try:
+        _wait_for(lambda: parent.is_dir() and any(".old.tmp-" in x.name for x in parent.iterdir()),
+                  "the temporary directory", proc)
+        _wait_for(lambda: any((x / "flows.parquet").exists() for x in parent.iterdir()), "a file written", proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    stale = [x for x in parent.iterdir() if ".tmp-" in x.name]
+    assert len(stale) == 1
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc()))
+    r = cli("run", p, "-o", parent / "new")
+    assert r.exit_code == 0, r.output
+    assert f"removed {stale[0]}" in r.output
+    assert sorted(x.name for x in parent.iterdir()) == ["new"]
+
+
+def test_a_running_writers_directory_is_left_alone(tmp_path):
+    from cctestbed.results import clean_stale, write_dir
+
+    seen = {}
+
+    def write(tmp: Path) -> None:
+        (tmp / "x").write_text("x")
+        seen["removed"] = clean_stale(tmp.parent)[0]  # another run into the same parent, meanwhile
+        seen["alive"] = tmp.is_dir()
+
+    write_dir(tmp_path / "r", write)
+    assert seen == {"removed": [], "alive": True}
+    assert (tmp_path / "r" / "x").read_text() == "x"
+
+
+# --- 4. --cluster checked and connected before anything is created -------------------------------
+
+
+@pytest.mark.parametrize("address", ["notaurl", "", "http://localhost:8786", "tcp://host", "tcp://h:99999"])
+def test_bad_cluster_address_refused_at_once(cli, tmp_path, address):
+    out = tmp_path / "out"
+    r = cli("sweep", _sweep_file(tmp_path), "-o", out, "--cluster", address)
+    assert r.exit_code == 2, r.output
+    assert "not a Dask scheduler address" in r.output and "tcp://host:8786" in r.output
+    assert not out.exists()
+
+
+def test_unreachable_cluster_refused_before_creating_the_output(cli, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    r = cli("sweep", _sweep_file(tmp_path), "-o", out, "--cluster", f"tcp://127.0.0.1:{port}")
+    assert r.exit_code == 2, r.output
+    assert "cannot reach the Dask scheduler" in r.output and "nothing was written" in r.output
+    assert not out.exists()
