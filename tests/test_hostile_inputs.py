@@ -480,3 +480,118 @@ def test_unreachable_cluster_refused_before_creating_the_output(cli, tmp_path):
     assert r.exit_code == 2, r.output
     assert "cannot reach the Dask scheduler" in r.output and "nothing was written" in r.output
     assert not out.exists()
+
+
+# --- 5. damaged or foreign input files -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished trial directory and a finished 2 x 3-seed sweep directory (short trials)."""
+    from typer.testing import CliRunner
+
+    from cctestbed.cli import app
+
+    root = tmp_path_factory.mktemp("finished")
+    runner = CliRunner()
+    t = root / "t.json"
+    t.write_text(json.dumps(doc()))
+    r = runner.invoke(app, ["run", str(t), "-o", str(root / "trial")])
+    assert r.exit_code == 0, r.output
+    s = root / "s.json"
+    s.write_text(json.dumps({"name": "s", "trials": 3, "base": {**copy.deepcopy(BASE), "flows": [
+        {"cc": "cubic"}, {"cc": "bbr"}]}, "axes": {"link.capacity": ["5Mbit", "10Mbit"]}}))
+    r = runner.invoke(app, ["sweep", str(s), "-o", str(root / "sweep"), "-j", "1"])
+    assert r.exit_code == 0, r.output
+    return root
+
+
+def _damaged_copy(src: Path, dst: Path, name: str, content: bytes) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / name).write_bytes(content)
+    return dst
+
+
+DAMAGE = [
+    ("empty", b""),
+    ("truncated", b"PAR1\x00\x00"),
+    ("broken json", b"{broken"),
+    ("json list", b"[1, 2]"),
+    ("latin-1", "caf\xe9".encode("latin-1")),
+    ("binary", bytes(range(256))),
+]
+
+
+def _assert_one_line_error(r) -> None:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert len([ln for ln in r.output.splitlines() if ln.strip()]) == 1, r.output
+
+
+@pytest.mark.parametrize("name", ["flows.parquet", "router.parquet", "summary.json", "trial.toml"])
+@pytest.mark.parametrize("what,content", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_damaged_trial_directory(cli, finished, tmp_path, name, what, content):
+    d = _damaged_copy(finished / "trial", tmp_path / "d", name, content)
+    before = sorted(p.name for p in d.iterdir())
+    for args in (("plot", d, "-o", tmp_path / "x.png"), ("compare", d, finished / "trial", "-o", tmp_path / "cmp")):
+        r = cli(*args)
+        _assert_one_line_error(r)
+        assert name in r.output
+    assert sorted(p.name for p in d.iterdir()) == before
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("name", ["trials.parquet", "sweep.json"])
+@pytest.mark.parametrize("what,content", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_damaged_sweep_directory(cli, finished, tmp_path, name, what, content):
+    d = _damaged_copy(finished / "sweep", tmp_path / "d", name, content)
+    for args in (("plot", d), ("report", d)):
+        _assert_one_line_error(cli(*args))
+    assert not (d / "plots").exists() and not (d / "report.html").exists()
+    if name == "sweep.json":
+        r = cli("sweep", "--resume", "-o", d)
+        _assert_one_line_error(r)
+        assert "sweep.json" in r.output
+
+
+def test_damaged_stored_trial_does_not_break_the_sweep(cli, finished, tmp_path):
+    import polars as pl
+
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    victim = sorted((d / "trials").iterdir())[0]
+    (victim / "summary.json").write_text("{")
+    r = cli("sweep", "--resume", "-o", d)
+    assert r.exit_code == 0, r.output
+    table = pl.read_parquet(d / "trials.parquet")
+    row = table.filter(pl.col("key") == victim.name).row(0, named=True)
+    assert row["status"] == "failed" and "damaged" in row["error"]
+
+
+def test_plot_refuses_the_same_column_twice(cli, finished):
+    r = cli("plot", finished / "sweep", "--x", "capacity", "--by", "capacity")
+    _assert_one_line_error(r)
+    assert "--by and --x both name 'capacity'" in r.output
+
+
+def test_plot_of_seeds_with_identical_values(cli, finished, tmp_path):
+    """The mean of equal floats can exceed their maximum by a rounding error: no negative bar."""
+    import shutil
+
+    import polars as pl
+
+    from cctestbed.results import write_parquet
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    t = pl.read_parquet(d / "trials.parquet")
+    cols = [c for c in t.columns if t[c].dtype == pl.Float64 and c.startswith(("total.", "groups.", "rtt.", "queue."))]
+    t = t.with_columns([pl.lit(0.1, dtype=pl.Float64).alias(c) for c in cols])
+    write_parquet(t, d / "trials.parquet")
+    r = cli("plot", d)
+    assert r.exit_code == 0, r.output
+    assert list((d / "plots").glob("*.png"))

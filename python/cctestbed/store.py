@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 import polars as pl
 
-from .results import write_parquet
+from .results import DamagedFile, write_parquet
 from .sweep import Sweep, TrialSpec
 
 TRIALS_DIR = "trials"
@@ -77,10 +77,13 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_metrics(trial_dir: Path) -> dict[str, Any]:
-    """summary.json merged with metrics.json (summary.json wins), flattened to dotted keys."""
-    summary = json.loads((trial_dir / "summary.json").read_text(encoding="utf-8"))
+    """summary.json merged with metrics.json (summary.json wins), flattened to dotted keys;
+    :class:`~cctestbed.results.DamagedFile` if either is damaged."""
+    from .results import read_json
+
+    summary = read_json(trial_dir / "summary.json")
     extra_path = trial_dir / "metrics.json"
-    extra = json.loads(extra_path.read_text(encoding="utf-8")) if extra_path.exists() else {}
+    extra = read_json(extra_path) if extra_path.exists() else {}
     extra = {k: v for k, v in extra.items() if k in ("total", "groups")}
     return flatten(merge(summary, extra))
 
@@ -228,9 +231,16 @@ class Store:
             row: dict[str, Any] = dict(s.values)
             row["seed"] = s.seed
             row["key"] = s.key
-            if self.is_done(s.key):
+            done, damaged = self.is_done(s.key), None
+            if done:
+                try:
+                    row.update(self._metrics_row(s.key))
+                except DamagedFile as e:
+                    damaged = f"stored results damaged: {e}; delete {self.trial_dir(s.key)} to run it again"
+            if done and damaged is None:
                 row.update(status="done", error=None, dir=f"{TRIALS_DIR}/{s.key}")
-                row.update(self._metrics_row(s.key))
+            elif damaged is not None:
+                row.update(status="failed", error=damaged, dir=None)
             else:
                 fail = self.failure(s.key)
                 row.update(
@@ -287,8 +297,21 @@ def _series(name: str, values: list[Any]) -> pl.Series:
                      dtype=pl.String)
 
 
+def read_meta(root: Path) -> dict[str, Any]:
+    """sweep.json of a sweep directory; :class:`~cctestbed.results.DamagedFile` if it is damaged."""
+    from .results import DamagedFile, read_json
+
+    path = Path(root) / META
+    meta = read_json(path)
+    if not isinstance(meta.get("sweep"), dict) or not isinstance(meta.get("columns", {}), dict):
+        raise DamagedFile(f"{path}: not a cctestbed sweep record (no 'sweep' table)")
+    return meta
+
+
 def read_table(root: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """trials.parquet and sweep.json of a sweep directory."""
+    """trials.parquet and sweep.json of a sweep directory (DamagedFile if either is damaged)."""
+    from .results import read_parquet
+
     root = Path(root)
-    meta = json.loads((root / META).read_text(encoding="utf-8"))
-    return pl.read_parquet(root / TABLE), meta
+    meta = read_meta(root)
+    return read_parquet(root / TABLE, ("status", "seed", "key", *meta.get("columns", {}))), meta
