@@ -595,3 +595,94 @@ def test_plot_of_seeds_with_identical_values(cli, finished, tmp_path):
     r = cli("plot", d)
     assert r.exit_code == 0, r.output
     assert list((d / "plots").glob("*.png"))
+
+
+# --- 6. the sweep driver: incremental table, workers end with their parent ----------------------
+
+
+def test_incremental_table_equals_a_full_rebuild(finished, tmp_path):
+    import shutil
+
+    from polars.testing import assert_frame_equal
+
+    from cctestbed.store import Store
+    from cctestbed.sweep import parse_sweep
+    from cctestbed.store import read_meta
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    sweep = parse_sweep(read_meta(d)["sweep"])
+    store = Store(d)
+    store.open(sweep)
+    try:
+        a, b = sorted((d / "trials").iterdir())[:2]
+        files = {p.name: p.read_bytes() for p in a.iterdir()}
+        shutil.rmtree(a)
+        shutil.rmtree(b)
+        store.write_table(sweep)  # two pending trials
+        store.commit(a.name, files)
+        store.record_failure(b.name, "RuntimeError: boom")
+        incremental = store.write_table(sweep, incremental=True)
+        assert_frame_equal(incremental, store.table(sweep))
+        import polars as pl
+
+        on_disk = pl.read_parquet(d / "trials.parquet")
+        assert_frame_equal(on_disk, store.table(sweep))
+        assert on_disk.filter(pl.col("key") == b.name)["status"].to_list() == ["failed"]
+        assert on_disk.filter(pl.col("key") == a.name)["status"].to_list() == ["done"]
+    finally:
+        store.close()
+
+
+def test_sweep_workers_end_when_the_sweep_is_killed(tmp_path):
+    import signal
+    import subprocess
+
+    p = _sweep_file(tmp_path, axes={"link.capacity": ["100Mbit", "200Mbit"]})
+    raw = json.loads(p.read_text())
+    raw["base"]["duration"] = "300s"
+    raw["base"]["flows"] = [{"cc": "cubic", "count": 4}]
+    p.write_text(json.dumps(raw))
+    proc = subprocess.Popen([str(CLI), "sweep", str(p), "-o", str(tmp_path / "out"), "-j", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+    def workers() -> list[int]:
+        out = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid:
+                    out.append(int(d.name))
+        return out
+
+    def busy_workers() -> list[int]:  # children of the sweep that have loaded the simulator core
+        out = []
+        for w in workers():
+            try:
+                if "cctestbed/_core" in Path(f"/proc/{w}/maps").read_text():
+                    out.append(w)
+            except OSError:
+                pass
+        return out
+
+    try:
+        _wait_for(lambda: busy_workers(), "a worker running a trial", proc)
+        running = busy_workers()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def gone() -> bool:
+        for w in running:
+            try:
+                state = Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                return False
+        return True
+
+    _wait_for(gone, "the workers to end")

@@ -111,7 +111,10 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._lock_fd: Optional[int] = None
-        self._rows: dict[str, dict[str, Any]] = {}
+        #: The table last written, its row of each key, and the keys changed since.
+        self._table: Optional[pl.DataFrame] = None
+        self._row_of: dict[str, int] = {}
+        self._changed: set[str] = set()
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -211,19 +214,18 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self.failure_path(key).unlink(missing_ok=True)
-        self._rows.pop(key, None)
+        self._changed.add(key)
         return final
 
     def record_failure(self, key: str, error: str, detail: Optional[dict[str, Any]] = None) -> None:
         doc = {"key": key, "error": error, **(detail or {})}
         atomic_write_bytes(self.failure_path(key), (json.dumps(doc, indent=2) + "\n").encode())
+        self._changed.add(key)
 
     # --- the table -----------------------------------------------------------------------------
 
     def _metrics_row(self, key: str) -> dict[str, Any]:
-        if key not in self._rows:
-            self._rows[key] = trial_metrics(self.trial_dir(key))
-        return self._rows[key]
+        return trial_metrics(self.trial_dir(key))
 
     def rows(self, specs: Iterable[TrialSpec]) -> list[dict[str, Any]]:
         out = []
@@ -253,17 +255,26 @@ class Store:
 
     def table(self, sweep: Sweep) -> pl.DataFrame:
         """trials.parquet as a frame: axis columns, seed, status, error, dir, key, then metrics."""
-        rows = self.rows(sweep.specs)
+        return self._frame(sweep, self.rows(sweep.specs))
+
+    def _frame(self, sweep: Sweep, rows: list[dict[str, Any]]) -> pl.DataFrame:
         fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
         metric_cols = sorted({c for r in rows for c in r if c not in fixed}, key=_metric_order)
         cols: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in [*fixed, *metric_cols]}
-        series = []
-        for c, v in cols.items():
-            series.append(_series(c, v))
-        return pl.DataFrame(series)
+        return pl.DataFrame([_series(c, v) for c, v in cols.items()])
 
-    def write_table(self, sweep: Sweep) -> pl.DataFrame:
-        df = self.table(sweep)
+    def write_table(self, sweep: Sweep, incremental: bool = False) -> pl.DataFrame:
+        """Write trials.parquet atomically. The whole table is rebuilt from the trial directories,
+        unless ``incremental`` and a table was built before: then only the rows of trials
+        committed or failed since are rebuilt, so a write costs what changed, not the sweep's size
+        (the final write of a run rebuilds it all)."""
+        if incremental and self._table is not None:
+            df = self._updated(sweep)
+        else:
+            df = self.table(sweep)
+            self._row_of = {k: i for i, k in enumerate(df["key"].to_list())}
+        self._table = df
+        self._changed = set()
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + TABLE + ".", dir=self.root)
         os.close(fd)
         try:
@@ -273,6 +284,24 @@ class Store:
             Path(tmp).unlink(missing_ok=True)
             raise
         return df
+
+    def _updated(self, sweep: Sweep) -> pl.DataFrame:
+        """The last table with the rows of the changed trials rebuilt."""
+        assert self._table is not None
+        keys = sorted(k for k in self._changed if k in self._row_of)
+        if not keys:
+            return self._table
+        positions = [self._row_of[k] for k in keys]
+        by_pos = {p: sweep.specs[p] for p in positions}  # the table's rows follow sweep.specs
+        if any(by_pos[p].key != k for p, k in zip(positions, keys)):
+            return self.table(sweep)
+        new = self._frame(sweep, self.rows([by_pos[p] for p in positions]))
+        new = new.with_columns(pl.Series("_row", positions, dtype=pl.UInt32))
+        rest = self._table.with_row_index("_row").filter(~pl.col("_row").is_in(positions))
+        df = pl.concat([rest, new], how="diagonal_relaxed").sort("_row").drop("_row")
+        fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
+        metric_cols = sorted((c for c in df.columns if c not in fixed), key=_metric_order)
+        return df.select([*fixed, *metric_cols])
 
 
 def _series(name: str, values: list[Any]) -> pl.Series:
