@@ -686,3 +686,17 @@ def test_sweep_workers_end_when_the_sweep_is_killed(tmp_path):
         return True
 
     _wait_for(gone, "the workers to end")
+
+
+def test_large_sweeps_keep_keys_not_trials(monkeypatch):
+    import cctestbed.sweep as sw
+
+    raw = {"name": "s", "trials": 2, "base": copy.deepcopy(BASE), "axes": {"link.capacity": ["5Mbit", "10Mbit"]}}
+    small = sw.parse_sweep(copy.deepcopy(raw))
+    assert all(s.stored_trial is not None for s in small.specs)
+    monkeypatch.setattr(sw, "KEEP_TRIALS", 2)
+    large = sw.parse_sweep(copy.deepcopy(raw))
+    assert all(s.stored_trial is None for s in large.specs)
+    for a, b in zip(small.specs, large.specs):
+        assert (a.key, a.seed, a.values) == (b.key, b.seed, b.values)
+        assert sw.trial_key(b.trial) == b.key and b.trial == a.trial

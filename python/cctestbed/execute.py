@@ -376,6 +376,18 @@ class Estimate:
     workers: int
 
 
+@dataclass
+class _Costed:
+    """A spec with its trial at hand (what the estimate reads of it)."""
+
+    spec: TrialSpec
+    trial: Any
+
+    @property
+    def trial_dict(self) -> dict[str, Any]:
+        return self.trial.model_dump(mode="json", exclude_none=True)
+
+
 def _packets(spec: TrialSpec) -> float:
     t = spec.trial
     return t.duration / 1e9 * t.link.capacity / (t.mtu * 8)
@@ -405,6 +417,12 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
 
     if not specs:
         return Estimate(0, 0.0, 0.0, 0.0, 0.0, workers)
+    # a trial's cost does not depend on its seed: one trial per point (a large sweep rebuilds them)
+    per_point: dict[int, Any] = {}
+    for s in specs:
+        if s.point not in per_point:
+            per_point[s.point] = s.trial
+    specs = [_Costed(s, per_point[s.point]) for s in specs]  # type: ignore[misc]
     heavy = max(specs, key=lambda s: (_packets(s) / max(s.trial.duration, 1), _rows(s)))
     doc = heavy.trial_dict
     dur = min(probe_s, heavy.trial.duration / 1e9)
