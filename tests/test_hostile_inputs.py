@@ -480,3 +480,223 @@ def test_unreachable_cluster_refused_before_creating_the_output(cli, tmp_path):
     assert r.exit_code == 2, r.output
     assert "cannot reach the Dask scheduler" in r.output and "nothing was written" in r.output
     assert not out.exists()
+
+
+# --- 5. damaged or foreign input files -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished trial directory and a finished 2 x 3-seed sweep directory (short trials)."""
+    from typer.testing import CliRunner
+
+    from cctestbed.cli import app
+
+    root = tmp_path_factory.mktemp("finished")
+    runner = CliRunner()
+    t = root / "t.json"
+    t.write_text(json.dumps(doc()))
+    r = runner.invoke(app, ["run", str(t), "-o", str(root / "trial")])
+    assert r.exit_code == 0, r.output
+    s = root / "s.json"
+    s.write_text(json.dumps({"name": "s", "trials": 3, "base": {**copy.deepcopy(BASE), "flows": [
+        {"cc": "cubic"}, {"cc": "bbr"}]}, "axes": {"link.capacity": ["5Mbit", "10Mbit"]}}))
+    r = runner.invoke(app, ["sweep", str(s), "-o", str(root / "sweep"), "-j", "1"])
+    assert r.exit_code == 0, r.output
+    return root
+
+
+def _damaged_copy(src: Path, dst: Path, name: str, content: bytes) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / name).write_bytes(content)
+    return dst
+
+
+DAMAGE = [
+    ("empty", b""),
+    ("truncated", b"PAR1\x00\x00"),
+    ("broken json", b"{broken"),
+    ("json list", b"[1, 2]"),
+    ("latin-1", "caf\xe9".encode("latin-1")),
+    ("binary", bytes(range(256))),
+]
+
+
+def _assert_one_line_error(r) -> None:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert len([ln for ln in r.output.splitlines() if ln.strip()]) == 1, r.output
+
+
+@pytest.mark.parametrize("name", ["flows.parquet", "router.parquet", "summary.json", "trial.toml"])
+@pytest.mark.parametrize("what,content", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_damaged_trial_directory(cli, finished, tmp_path, name, what, content):
+    d = _damaged_copy(finished / "trial", tmp_path / "d", name, content)
+    before = sorted(p.name for p in d.iterdir())
+    for args in (("plot", d, "-o", tmp_path / "x.png"), ("compare", d, finished / "trial", "-o", tmp_path / "cmp")):
+        r = cli(*args)
+        _assert_one_line_error(r)
+        assert name in r.output
+    assert sorted(p.name for p in d.iterdir()) == before
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("name", ["trials.parquet", "sweep.json"])
+@pytest.mark.parametrize("what,content", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_damaged_sweep_directory(cli, finished, tmp_path, name, what, content):
+    d = _damaged_copy(finished / "sweep", tmp_path / "d", name, content)
+    for args in (("plot", d), ("report", d)):
+        _assert_one_line_error(cli(*args))
+    assert not (d / "plots").exists() and not (d / "report.html").exists()
+    if name == "sweep.json":
+        r = cli("sweep", "--resume", "-o", d)
+        _assert_one_line_error(r)
+        assert "sweep.json" in r.output
+
+
+def test_damaged_stored_trial_does_not_break_the_sweep(cli, finished, tmp_path):
+    import polars as pl
+
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    victim = sorted((d / "trials").iterdir())[0]
+    (victim / "summary.json").write_text("{")
+    r = cli("sweep", "--resume", "-o", d)
+    assert r.exit_code == 0, r.output
+    table = pl.read_parquet(d / "trials.parquet")
+    row = table.filter(pl.col("key") == victim.name).row(0, named=True)
+    assert row["status"] == "failed" and "damaged" in row["error"]
+
+
+def test_plot_refuses_the_same_column_twice(cli, finished):
+    r = cli("plot", finished / "sweep", "--x", "capacity", "--by", "capacity")
+    _assert_one_line_error(r)
+    assert "--by and --x both name 'capacity'" in r.output
+
+
+def test_plot_of_seeds_with_identical_values(cli, finished, tmp_path):
+    """The mean of equal floats can exceed their maximum by a rounding error: no negative bar."""
+    import shutil
+
+    import polars as pl
+
+    from cctestbed.results import write_parquet
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    t = pl.read_parquet(d / "trials.parquet")
+    cols = [c for c in t.columns if t[c].dtype == pl.Float64 and c.startswith(("total.", "groups.", "rtt.", "queue."))]
+    t = t.with_columns([pl.lit(0.1, dtype=pl.Float64).alias(c) for c in cols])
+    write_parquet(t, d / "trials.parquet")
+    r = cli("plot", d)
+    assert r.exit_code == 0, r.output
+    assert list((d / "plots").glob("*.png"))
+
+
+# --- 6. the sweep driver: incremental table, workers end with their parent ----------------------
+
+
+def test_incremental_table_equals_a_full_rebuild(finished, tmp_path):
+    import shutil
+
+    from polars.testing import assert_frame_equal
+
+    from cctestbed.store import Store
+    from cctestbed.sweep import parse_sweep
+    from cctestbed.store import read_meta
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    sweep = parse_sweep(read_meta(d)["sweep"])
+    store = Store(d)
+    store.open(sweep)
+    try:
+        a, b = sorted((d / "trials").iterdir())[:2]
+        files = {p.name: p.read_bytes() for p in a.iterdir()}
+        shutil.rmtree(a)
+        shutil.rmtree(b)
+        store.write_table(sweep)  # two pending trials
+        store.commit(a.name, files)
+        store.record_failure(b.name, "RuntimeError: boom")
+        incremental = store.write_table(sweep, incremental=True)
+        assert_frame_equal(incremental, store.table(sweep))
+        import polars as pl
+
+        on_disk = pl.read_parquet(d / "trials.parquet")
+        assert_frame_equal(on_disk, store.table(sweep))
+        assert on_disk.filter(pl.col("key") == b.name)["status"].to_list() == ["failed"]
+        assert on_disk.filter(pl.col("key") == a.name)["status"].to_list() == ["done"]
+    finally:
+        store.close()
+
+
+def test_sweep_workers_end_when_the_sweep_is_killed(tmp_path):
+    import signal
+    import subprocess
+
+    p = _sweep_file(tmp_path, axes={"link.capacity": ["100Mbit", "200Mbit"]})
+    raw = json.loads(p.read_text())
+    raw["base"]["duration"] = "300s"
+    raw["base"]["flows"] = [{"cc": "cubic", "count": 4}]
+    p.write_text(json.dumps(raw))
+    proc = subprocess.Popen([str(CLI), "sweep", str(p), "-o", str(tmp_path / "out"), "-j", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+    def workers() -> list[int]:
+        out = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid:
+                    out.append(int(d.name))
+        return out
+
+    def busy_workers() -> list[int]:  # children of the sweep that have loaded the simulator core
+        out = []
+        for w in workers():
+            try:
+                if "cctestbed/_core" in Path(f"/proc/{w}/maps").read_text():
+                    out.append(w)
+            except OSError:
+                pass
+        return out
+
+    try:
+        _wait_for(lambda: busy_workers(), "a worker running a trial", proc)
+        running = busy_workers()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def gone() -> bool:
+        for w in running:
+            try:
+                state = Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                return False
+        return True
+
+    _wait_for(gone, "the workers to end")
+
+
+def test_large_sweeps_keep_keys_not_trials(monkeypatch):
+    import cctestbed.sweep as sw
+
+    raw = {"name": "s", "trials": 2, "base": copy.deepcopy(BASE), "axes": {"link.capacity": ["5Mbit", "10Mbit"]}}
+    small = sw.parse_sweep(copy.deepcopy(raw))
+    assert all(s.stored_trial is not None for s in small.specs)
+    monkeypatch.setattr(sw, "KEEP_TRIALS", 2)
+    large = sw.parse_sweep(copy.deepcopy(raw))
+    assert all(s.stored_trial is None for s in large.specs)
+    for a, b in zip(small.specs, large.specs):
+        assert (a.key, a.seed, a.values) == (b.key, b.seed, b.values)
+        assert sw.trial_key(b.trial) == b.key and b.trial == a.trial

@@ -97,9 +97,35 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
-def _ignore_sigint() -> None:
+def _worker_init(parent: int) -> None:
+    """Set up a worker process: Ctrl-C is the sweep's to handle, and the worker ends with its parent."""
     # Ctrl-C reaches the whole process group; the sweep process alone decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this process when ``parent`` (the sweep) dies, even by SIGKILL: a worker must not go on
+    simulating for nobody. Linux: PR_SET_PDEATHSIG; elsewhere a thread watching the parent pid."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="cctestbed-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the signal was arranged
+        os._exit(1)
 
 
 def make_job(spec: TrialSpec, trial_plot: bool = False) -> dict[str, Any]:
@@ -122,7 +148,8 @@ def run_local(jobs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, An
     crashes: dict[str, int] = {}
     while pending:
         n = max(1, min(workers, len(pending)))
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
         futures = {pool.submit(run_job, j): j for j in pending}
         order = list(futures)
         pending = []
@@ -299,6 +326,7 @@ def run_sweep(
         else:
             outcomes = run_local(jobs, workers or os.cpu_count() or 1)
         last_table = time.perf_counter()
+        table_s = 0.0
         try:
             for res in outcomes:
                 spec = by_key[res["key"]]
@@ -316,8 +344,11 @@ def run_sweep(
                     run.failures.append((spec, res["error"]))
                 if report:
                     report(res["status"], spec, res)
-                if time.perf_counter() - last_table >= table_every_s:
-                    store.write_table(sweep)
+                # a large table takes a while to write: at most a tenth of the time goes to it
+                if time.perf_counter() - last_table >= max(table_every_s, 10 * table_s):
+                    t0 = time.perf_counter()
+                    store.write_table(sweep, incremental=True)
+                    table_s = time.perf_counter() - t0
                     last_table = time.perf_counter()
         except KeyboardInterrupt:
             run.interrupted = True
@@ -343,6 +374,18 @@ class Estimate:
     wall_s: float
     disk_bytes: float
     workers: int
+
+
+@dataclass
+class _Costed:
+    """A spec with its trial at hand (what the estimate reads of it)."""
+
+    spec: TrialSpec
+    trial: Any
+
+    @property
+    def trial_dict(self) -> dict[str, Any]:
+        return self.trial.model_dump(mode="json", exclude_none=True)
 
 
 def _packets(spec: TrialSpec) -> float:
@@ -374,6 +417,12 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
 
     if not specs:
         return Estimate(0, 0.0, 0.0, 0.0, 0.0, workers)
+    # a trial's cost does not depend on its seed: one trial per point (a large sweep rebuilds them)
+    per_point: dict[int, Any] = {}
+    for s in specs:
+        if s.point not in per_point:
+            per_point[s.point] = s.trial
+    specs = [_Costed(s, per_point[s.point]) for s in specs]  # type: ignore[misc]
     heavy = max(specs, key=lambda s: (_packets(s) / max(s.trial.duration, 1), _rows(s)))
     doc = heavy.trial_dict
     dur = min(probe_s, heavy.trial.duration / 1e9)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import polars as pl
 
+from .store import read_table
 from .sweepplot import SweepData, choose_axes, summary_plots
 
 #: Columns of the per-point table: (column, heading, scale, format).
@@ -125,8 +126,7 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
     """Write ``report.html`` and ``report/*.png`` for the sweep in ``root``; returns the HTML path."""
     root = Path(root)
     data = SweepData.load(root)
-    all_rows = pl.read_parquet(root / "trials.parquet")
-    meta = json.loads((root / "sweep.json").read_text(encoding="utf-8"))
+    all_rows, meta = read_table(root)  # read (and checked) by SweepData.load already
     page = Path(output) if output is not None else root / "report.html"
     img_dir = page.parent / (page.stem if page.stem != "report" else "report")
     if img_dir.exists():

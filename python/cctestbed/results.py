@@ -29,6 +29,47 @@ if TYPE_CHECKING:
 FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json", "trial.png")
 
 
+class DamagedFile(ValueError):
+    """A results file that cannot be read: missing, empty, truncated, or not what its name says."""
+
+
+def _reason(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def read_json(path: Union[str, Path]) -> dict[str, Any]:
+    """A JSON object from a results file; :class:`DamagedFile` saying what is wrong otherwise."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DamagedFile(f"{path}: cannot be read ({_reason(e)})") from None
+    except (ValueError, RecursionError) as e:
+        raise DamagedFile(f"{path}: damaged, not valid JSON ({_reason(e)})") from None
+    if not isinstance(doc, dict):
+        raise DamagedFile(f"{path}: damaged, holds a JSON {type(doc).__name__} where an object belongs")
+    return doc
+
+
+def read_parquet(path: Union[str, Path], columns: tuple[str, ...] = ()) -> pl.DataFrame:
+    """A Parquet results file with at least ``columns``; :class:`DamagedFile` otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise DamagedFile(f"{path}: missing")
+    try:
+        df = pl.read_parquet(path)
+    except Exception as e:  # polars' and pyarrow's errors for empty, truncated or foreign files
+        raise DamagedFile(f"{path}: damaged, not a readable Parquet file ({_reason(e)})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DamagedFile(f"{path}: not a cctestbed table (no column {', '.join(missing)})")
+    return df
+
+
 @dataclass
 class TrialResult:
     """One trial's telemetry and summary.
@@ -80,12 +121,25 @@ class TrialResult:
     @classmethod
     def load(cls, directory: Union[str, Path]) -> "TrialResult":
         """Read a results directory written by :meth:`save`."""
+        from .config import ConfigError
+
         d = Path(directory)
-        trial = load_trial(d / "trial.toml")
-        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
-        flows = pl.read_parquet(d / "flows.parquet")
+        try:
+            trial = load_trial(d / "trial.toml", allow_large=True)
+        except ConfigError as e:
+            where = f"{d / 'trial.toml'}: "
+            why = "; ".join(p[len(where):] if p.startswith(where) else p for p in e.problems)
+            raise DamagedFile(f"{where}damaged: {why}") from None
+        summary = read_json(d / "summary.json")
+        for key in ("trial", "total", "flows"):
+            if key not in summary:
+                raise DamagedFile(f"{d / 'summary.json'}: not a cctestbed summary (no '{key}')")
+        flows = read_parquet(d / "flows.parquet", ("time_s", "flow"))
+        router = read_parquet(d / "router.parquet", ("time_s", "queue_bytes"))
+        if len(flows) == 0 or len(router) == 0:
+            raise DamagedFile(f"{d}: the telemetry holds no samples (flows.parquet or router.parquet is empty)")
         backend = flows["backend"][0] if "backend" in flows.columns and len(flows) else "sim"
-        return cls(trial, flows, pl.read_parquet(d / "router.parquet"), summary, None, backend)
+        return cls(trial, flows, router, summary, None, backend)
 
 
 def dump_summary(summary: dict[str, Any]) -> str:

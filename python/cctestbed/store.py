@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 import polars as pl
 
-from .results import write_parquet
+from .results import DamagedFile, write_parquet
 from .sweep import Sweep, TrialSpec
 
 TRIALS_DIR = "trials"
@@ -77,10 +77,13 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_metrics(trial_dir: Path) -> dict[str, Any]:
-    """summary.json merged with metrics.json (summary.json wins), flattened to dotted keys."""
-    summary = json.loads((trial_dir / "summary.json").read_text(encoding="utf-8"))
+    """summary.json merged with metrics.json (summary.json wins), flattened to dotted keys;
+    :class:`~cctestbed.results.DamagedFile` if either is damaged."""
+    from .results import read_json
+
+    summary = read_json(trial_dir / "summary.json")
     extra_path = trial_dir / "metrics.json"
-    extra = json.loads(extra_path.read_text(encoding="utf-8")) if extra_path.exists() else {}
+    extra = read_json(extra_path) if extra_path.exists() else {}
     extra = {k: v for k, v in extra.items() if k in ("total", "groups")}
     return flatten(merge(summary, extra))
 
@@ -108,7 +111,10 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._lock_fd: Optional[int] = None
-        self._rows: dict[str, dict[str, Any]] = {}
+        #: The table last written, its row of each key, and the keys changed since.
+        self._table: Optional[pl.DataFrame] = None
+        self._row_of: dict[str, int] = {}
+        self._changed: set[str] = set()
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -208,19 +214,18 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self.failure_path(key).unlink(missing_ok=True)
-        self._rows.pop(key, None)
+        self._changed.add(key)
         return final
 
     def record_failure(self, key: str, error: str, detail: Optional[dict[str, Any]] = None) -> None:
         doc = {"key": key, "error": error, **(detail or {})}
         atomic_write_bytes(self.failure_path(key), (json.dumps(doc, indent=2) + "\n").encode())
+        self._changed.add(key)
 
     # --- the table -----------------------------------------------------------------------------
 
     def _metrics_row(self, key: str) -> dict[str, Any]:
-        if key not in self._rows:
-            self._rows[key] = trial_metrics(self.trial_dir(key))
-        return self._rows[key]
+        return trial_metrics(self.trial_dir(key))
 
     def rows(self, specs: Iterable[TrialSpec]) -> list[dict[str, Any]]:
         out = []
@@ -228,9 +233,16 @@ class Store:
             row: dict[str, Any] = dict(s.values)
             row["seed"] = s.seed
             row["key"] = s.key
-            if self.is_done(s.key):
+            done, damaged = self.is_done(s.key), None
+            if done:
+                try:
+                    row.update(self._metrics_row(s.key))
+                except DamagedFile as e:
+                    damaged = f"stored results damaged: {e}; delete {self.trial_dir(s.key)} to run it again"
+            if done and damaged is None:
                 row.update(status="done", error=None, dir=f"{TRIALS_DIR}/{s.key}")
-                row.update(self._metrics_row(s.key))
+            elif damaged is not None:
+                row.update(status="failed", error=damaged, dir=None)
             else:
                 fail = self.failure(s.key)
                 row.update(
@@ -243,17 +255,26 @@ class Store:
 
     def table(self, sweep: Sweep) -> pl.DataFrame:
         """trials.parquet as a frame: axis columns, seed, status, error, dir, key, then metrics."""
-        rows = self.rows(sweep.specs)
+        return self._frame(sweep, self.rows(sweep.specs))
+
+    def _frame(self, sweep: Sweep, rows: list[dict[str, Any]]) -> pl.DataFrame:
         fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
         metric_cols = sorted({c for r in rows for c in r if c not in fixed}, key=_metric_order)
         cols: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in [*fixed, *metric_cols]}
-        series = []
-        for c, v in cols.items():
-            series.append(_series(c, v))
-        return pl.DataFrame(series)
+        return pl.DataFrame([_series(c, v) for c, v in cols.items()])
 
-    def write_table(self, sweep: Sweep) -> pl.DataFrame:
-        df = self.table(sweep)
+    def write_table(self, sweep: Sweep, incremental: bool = False) -> pl.DataFrame:
+        """Write trials.parquet atomically. The whole table is rebuilt from the trial directories,
+        unless ``incremental`` and a table was built before: then only the rows of trials
+        committed or failed since are rebuilt, so a write costs what changed, not the sweep's size
+        (the final write of a run rebuilds it all)."""
+        if incremental and self._table is not None:
+            df = self._updated(sweep)
+        else:
+            df = self.table(sweep)
+            self._row_of = {k: i for i, k in enumerate(df["key"].to_list())}
+        self._table = df
+        self._changed = set()
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + TABLE + ".", dir=self.root)
         os.close(fd)
         try:
@@ -263,6 +284,24 @@ class Store:
             Path(tmp).unlink(missing_ok=True)
             raise
         return df
+
+    def _updated(self, sweep: Sweep) -> pl.DataFrame:
+        """The last table with the rows of the changed trials rebuilt."""
+        assert self._table is not None
+        keys = sorted(k for k in self._changed if k in self._row_of)
+        if not keys:
+            return self._table
+        positions = [self._row_of[k] for k in keys]
+        by_pos = {p: sweep.specs[p] for p in positions}  # the table's rows follow sweep.specs
+        if any(by_pos[p].key != k for p, k in zip(positions, keys)):
+            return self.table(sweep)
+        new = self._frame(sweep, self.rows([by_pos[p] for p in positions]))
+        new = new.with_columns(pl.Series("_row", positions, dtype=pl.UInt32))
+        rest = self._table.with_row_index("_row").filter(~pl.col("_row").is_in(positions))
+        df = pl.concat([rest, new], how="diagonal_relaxed").sort("_row").drop("_row")
+        fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
+        metric_cols = sorted((c for c in df.columns if c not in fixed), key=_metric_order)
+        return df.select([*fixed, *metric_cols])
 
 
 def _series(name: str, values: list[Any]) -> pl.Series:
@@ -287,8 +326,21 @@ def _series(name: str, values: list[Any]) -> pl.Series:
                      dtype=pl.String)
 
 
+def read_meta(root: Path) -> dict[str, Any]:
+    """sweep.json of a sweep directory; :class:`~cctestbed.results.DamagedFile` if it is damaged."""
+    from .results import DamagedFile, read_json
+
+    path = Path(root) / META
+    meta = read_json(path)
+    if not isinstance(meta.get("sweep"), dict) or not isinstance(meta.get("columns", {}), dict):
+        raise DamagedFile(f"{path}: not a cctestbed sweep record (no 'sweep' table)")
+    return meta
+
+
 def read_table(root: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """trials.parquet and sweep.json of a sweep directory."""
+    """trials.parquet and sweep.json of a sweep directory (DamagedFile if either is damaged)."""
+    from .results import read_parquet
+
     root = Path(root)
-    meta = json.loads((root / META).read_text(encoding="utf-8"))
-    return pl.read_parquet(root / TABLE), meta
+    meta = read_meta(root)
+    return read_parquet(root / TABLE, ("status", "seed", "key", *meta.get("columns", {}))), meta

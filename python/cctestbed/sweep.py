@@ -79,14 +79,26 @@ class Axis:
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """One trial of the sweep: its point, seed, the validated trial and its store key."""
+    """One trial of the sweep: its point, seed, the validated trial and its store key.
+
+    A large sweep keeps no :class:`Trial` per spec (``stored_trial`` is None): :attr:`trial` is
+    rebuilt from the sweep when asked for, so a sweep's specs take a few hundred bytes each."""
 
     index: int
     point: int
     values: dict[str, Any]  # column -> label
     seed: int
-    trial: Trial
+    stored_trial: Optional[Trial]
     key: str
+    sweep: Optional["Sweep"] = field(default=None, repr=False, compare=False)
+
+    @property
+    def trial(self) -> Trial:
+        if self.stored_trial is not None:
+            return self.stored_trial
+        assert self.sweep is not None
+        _, t = self.sweep.point_trial(self.point)
+        return t if t.seed == self.seed else t.model_copy(update={"seed": self.seed})
 
     @property
     def trial_dict(self) -> dict[str, Any]:
@@ -175,10 +187,14 @@ class Sweep:
         labels, doc = self.point_doc(point)
         return labels, parse_trial(doc, allow_large=self.allow_large)
 
-    def spec(self, point: int, seed_index: int, trial: Trial, labels: dict[str, Any]) -> TrialSpec:
+    def spec(self, point: int, seed_index: int, trial: Trial, labels: dict[str, Any], keep: bool = True) -> TrialSpec:
+        """The trial of ``point`` with its ``seed_index``-th seed; ``keep=False`` keeps only its key."""
         seed = self.seeds[seed_index]
         t = trial if seed == trial.seed else trial.model_copy(update={"seed": seed})
-        return TrialSpec(point * len(self.seeds) + seed_index, point, labels, seed, t, trial_key(t))
+        index = point * len(self.seeds) + seed_index
+        if keep:
+            return TrialSpec(index, point, labels, seed, t, trial_key(t))
+        return TrialSpec(index, point, labels, seed, None, trial_key(t), self)
 
     def sample_points(self, limit: int = 500) -> list[int]:
         """Points to check and time a large sweep by: every value of every axis at least once, the
@@ -518,6 +534,9 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
 FULL_CHECK_POINTS = 2000
 #: Sweeps of more trials than this are refused unless large sweeps are allowed (--allow-large).
 MAX_SWEEP_TRIALS = 100_000
+#: Sweeps of up to this many trials keep each validated trial in memory; larger ones rebuild a
+#: trial from the sweep when it is needed (about 4.6 KB a trial saved).
+KEEP_TRIALS = 10_000
 
 
 def _dimensions(axes: list[Axis]) -> list[list[Axis]]:
@@ -568,6 +587,7 @@ def _expand(sweep: Sweep, points: Iterable[int], source: Optional[str], seeds: b
     n_bad = 0
     specs: list[TrialSpec] = []
     keys: dict[str, TrialSpec] = {}
+    keep = sweep.n_trials <= KEEP_TRIALS
     for point in points:
         try:
             labels, trial = sweep.point_trial(point)
@@ -584,7 +604,7 @@ def _expand(sweep: Sweep, points: Iterable[int], source: Optional[str], seeds: b
         if problems or not seeds:
             continue
         for j in range(len(sweep.seeds)):
-            spec = sweep.spec(point, j, trial, labels)
+            spec = sweep.spec(point, j, trial, labels, keep=keep)
             other = keys.get(spec.key)
             if other is not None:
                 raise SweepError(

@@ -114,11 +114,13 @@ def sweep_command(
         meta_path = output / "sweep.json"
         if not meta_path.is_file():
             _fail(f"{output} holds no sweep (no sweep.json); give the SWEEP_FILE")
-        import json
+        from .results import DamagedFile
+        from .store import read_meta
 
         try:
-            sweep = parse_sweep(json.loads(meta_path.read_text())["sweep"], source=str(meta_path),
-                                allow_large=allow_large)
+            sweep = parse_sweep(read_meta(output)["sweep"], source=str(meta_path), allow_large=allow_large)
+        except DamagedFile as e:
+            _fail(f"{e}; give the SWEEP_FILE with --resume to run it into {output} again")
         except SweepError as e:
             _refuse(str(meta_path), e.problems)
     else:
@@ -282,10 +284,16 @@ def plot_command(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG file (with --y) or directory for the plots."),
 ) -> None:
     """Draw a trial's stacked plot, or a sweep's summary plots (loss, utilization, shares vs queue)."""
+    from .results import DamagedFile
     from .store import Store
 
     if not directory.is_dir():
         _fail(f"{directory}: no such directory")
+    named = {k: v for k, v in (("--x", x), ("--by", by), ("--facet", facet)) if v is not None}
+    for k1, v1 in named.items():
+        for k2, v2 in named.items():
+            if k1 < k2 and v1 == v2:
+                _fail(f"{k1} and {k2} both name '{v1}'; the x axis, the lines and the panels need different columns")
     if Store.is_sweep_dir(directory):
         from .sweepplot import PlotError, SweepData, default_plots, plot_metric
 
@@ -308,7 +316,10 @@ def plot_command(
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
-        result = TrialResult.load(directory)
+        try:
+            result = TrialResult.load(directory)
+        except DamagedFile as e:
+            _fail(str(e))
         dest = output if output is not None else directory / "trial.png"
         save_figure(result.plot(), str(dest))
         out.print(f"plot: {dest}")

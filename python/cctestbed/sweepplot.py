@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from . import units
 from .plot import save_figure
+from .results import DamagedFile
 from .store import read_table
 
 #: Short names for ``--y``; anything else must be a trials.parquet column.
@@ -148,7 +149,10 @@ class SweepData:
         root = Path(root)
         if not (root / "trials.parquet").is_file():
             raise PlotError(f"{root} has no trials.parquet yet; run the sweep first")
-        df, meta = read_table(root)
+        try:
+            df, meta = read_table(root)
+        except DamagedFile as e:
+            raise PlotError(str(e)) from None
         done = df.filter(pl.col("status") == "done")
         if len(done) == 0:
             raise PlotError(f"{root}: no finished trials to plot ({len(df)} trial(s), none done)")
@@ -346,8 +350,10 @@ def plot_metric(
             pts = sorted((xmap[r[x]], r["mean"] * factor, r["lo"] * factor, r["hi"] * factor)
                          for r in line.iter_rows(named=True))
             xs, ms, lo, hi = (np.array(v) for v in zip(*pts))
+            # the mean of equal values can land a rounding error outside [min, max]
+            ms = np.clip(ms, lo, hi)
             label = None if by is None else f"{bv}"
-            ax.errorbar(xs, ms, yerr=[ms - lo, hi - ms], color=colors[bv], marker="o", ms=4, lw=1.6,
+            ax.errorbar(xs, ms, yerr=[np.maximum(ms - lo, 0.0), np.maximum(hi - ms, 0.0)], color=colors[bv], marker="o", ms=4, lw=1.6,
                         capsize=2.5, elinewidth=0.9, label=label)
         if col == "total.utilization" and data.columns.get(x, "").split(".")[-1] in ("loss", "p"):
             xs_all = np.array(sorted(set(xmap.values())))
