@@ -373,9 +373,11 @@ impl Receiver {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let mut n = 0;
         let ranges = self.ooo.ranges();
-        let latest = self
-            .latest_ooo
-            .and_then(|x| ranges.iter().copied().find(|&(s, e)| s <= x && x < e));
+        // Ranges are sorted and disjoint: the candidate is the last one starting at or below x.
+        let latest = self.latest_ooo.and_then(|x| {
+            let i = ranges.partition_point(|&(s, _)| s <= x);
+            (i > 0 && x < ranges[i - 1].1).then(|| ranges[i - 1])
+        });
         if let Some(b) = latest {
             sacks[0] = b;
             n = 1;
