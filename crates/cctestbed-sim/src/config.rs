@@ -187,13 +187,15 @@ pub struct DelayedAckConfig {
     /// Off: every segment is ACKed at once.
     #[serde(default = "yes")]
     pub enabled: bool,
-    /// Delayed-ACK timer (Linux TCP_DELACK_MIN, 40 ms).
+    /// Minimum ACK timeout (Linux TCP_ATO_MIN = TCP_DELACK_MIN, 40 ms); the receiver adapts its
+    /// timeout from there as Linux does (see tcp::receiver).
     #[serde(default = "default_delack")]
     pub timeout_ns: Nanos,
     /// Segments covered by one ACK outside quick-ack mode (Linux: 2; more makes stretch ACKs).
     #[serde(default = "two")]
     pub segments_per_ack: u32,
-    /// Immediate ACKs at connection start (Linux TCP_MAX_QUICKACKS, 16).
+    /// Most quick ACKs at a time (Linux TCP_MAX_QUICKACKS, 16); the count is
+    /// rcv_wnd / (2 * MSS) up to this.
     #[serde(default = "sixteen")]
     pub quickacks: u32,
 }

@@ -27,7 +27,8 @@ pub struct AckPacket {
     pub ack: u64,
     pub sacks: [(u64, u64); MAX_SACK_BLOCKS],
     pub n_sacks: u8,
-    /// Sent by the delayed-ACK timer rather than at once.
+    /// Sent by the receiver's delayed-ACK or compressed-SACK timer rather than at once (for
+    /// inspection; the sender, like Linux, cannot see it and uses FLAG_ACK_MAYBE_DELAYED).
     pub delayed: bool,
     /// Echoed timestamp (TSecr): the `sent_at` the receiver holds as `ts_recent`, `None`
     /// before any data arrived.

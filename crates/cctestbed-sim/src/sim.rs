@@ -13,7 +13,7 @@ use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::packet::{AckPacket, DataPacket};
 use crate::rng::{stream, SimRng};
-use crate::tcp::receiver::{AckDecision, Receiver};
+use crate::tcp::receiver::Receiver;
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
 
@@ -78,7 +78,11 @@ impl Simulation {
             let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss));
+            // The RTT the receiver measured on the handshake: RTprop plus a small packet's
+            // serialisation at the bottleneck.
+            let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
+            let handshake_rtt = cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns + f.extra_delay_ns + handshake_ser as Nanos;
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
@@ -205,19 +209,10 @@ impl Simulation {
             Event::ForwardHead => {
                 while let Some(p) = self.forward.pop_due(now) {
                     let f = p.flow as usize;
-                    match self.receivers[f].on_data(now, &p) {
-                        AckDecision::Now(ack) => {
-                            self.delack[f].cancel();
-                            self.send_ack(now, ack);
-                        }
-                        AckDecision::Delay(at) => {
-                            if self.delack[f].deadline().is_none() {
-                                if let Some(t) = self.delack[f].arm(at) {
-                                    self.q.push(t, Event::Timer(p.flow, TimerKind::DelAck));
-                                }
-                            }
-                        }
+                    if let Some(ack) = self.receivers[f].on_data(now, &p) {
+                        self.send_ack(now, ack);
                     }
+                    self.sync_delack(f);
                 }
                 if let Some(at) = self.forward.head_time() {
                     self.q.push(at, Event::ForwardHead);
@@ -233,9 +228,10 @@ impl Simulation {
             }
             Event::Timer(f, TimerKind::DelAck) => match self.delack[f as usize].on_pop(now) {
                 TimerPop::Fire => {
-                    if let Some(ack) = self.receivers[f as usize].on_delack_timer() {
+                    if let Some(ack) = self.receivers[f as usize].on_timer(now) {
                         self.send_ack(now, ack);
                     }
+                    self.sync_delack(f as usize);
                 }
                 TimerPop::Requeue(at) => self.q.push(at, ev),
                 TimerPop::Stale => {}
@@ -263,6 +259,20 @@ impl Simulation {
                     line.set_delay(c.delay_rev_ns);
                 }
             }
+        }
+    }
+
+    /// Points flow `f`'s receiver timer at the receiver's next deadline.
+    fn sync_delack(&mut self, f: usize) {
+        match self.receivers[f].timer_deadline() {
+            Some(at) => {
+                if self.delack[f].deadline() != Some(at) {
+                    if let Some(t) = self.delack[f].arm(at) {
+                        self.q.push(t, Event::Timer(f as u32, TimerKind::DelAck));
+                    }
+                }
+            }
+            None => self.delack[f].cancel(),
         }
     }
 

@@ -1,76 +1,178 @@
-//! The TCP receiver: cumulative ACK plus SACK blocks, Linux-like delayed ACKs.
+//! The TCP receiver: cumulative ACK plus SACK blocks, sent when Linux 6.18 would send them.
 //!
-//! ACK policy follows `__tcp_ack_snd_check` (net/ipv4/tcp_input.c): ACK at once while in
-//! quick-ack mode (the first `quickacks` ACKs of the connection, TCP_MAX_QUICKACKS = 16), when
-//! out-of-order data is held, when the arriving segment fills a hole, or once
-//! `segments_per_ack` full segments are unacknowledged (2 in Linux: "more than one full
-//! frame"); otherwise the delayed-ACK timer (TCP_DELACK_MIN, 40 ms) sends it.
-//! SACK blocks: the block holding the latest segment first, then the others from the highest
-//! down (RFC 2018 section 4 asks for the most recently changed first).
+//! The ACK policy follows these Linux 6.18 functions (net/ipv4/tcp_input.c unless noted):
+//! - `tcp_event_data_recv`: every in-order data segment adapts the ACK timeout `ato` (kept in
+//!   jiffies, CONFIG_HZ=250) from the inter-arrival time `m`: the first segment sets
+//!   `ato = TCP_ATO_MIN` (40 ms) and starts quick-ack mode; `m <= TCP_ATO_MIN/2` gives
+//!   `ato/2 + TCP_ATO_MIN/2`; `m < ato` gives `ato/2 + m` (at most the RTO); `m > rto` restarts
+//!   quick-ack mode (`tcp_incr_quickack`, ato unchanged).
+//! - `tcp_incr_quickack` / `tcp_enter_quickack_mode`: quick ACKs = `rcv_wnd / (2 * rcv_mss)`
+//!   (2 if that is 0), at most TCP_MAX_QUICKACKS (16), never lowering the count; entering the
+//!   mode also resets `ato` to TCP_ATO_MIN. It is entered on old (duplicate) data
+//!   (`tcp_data_queue`: "A retransmit ... Force an immediate ack").
+//! - `tcp_dec_quickack_mode` (include/net/tcp.h, via `tcp_event_ack_sent`): each ACK sent while
+//!   an ACK is scheduled uses one quick ACK; using the last one deflates `ato` to TCP_ATO_MIN.
+//! - `__tcp_ack_snd_check`: ACK at once when more than one full frame is unacknowledged
+//!   (`rcv_nxt - rcv_wup > rcv_mss`, i.e. `segments_per_ack` = 2 segments; the application here
+//!   reads instantly, so the receive-window half of that test always holds), in quick-ack mode,
+//!   or on ICSK_ACK_NOW (a segment that empties the out-of-order queue, RFC 5681 4.2). Otherwise,
+//!   with the out-of-order queue empty, `tcp_send_delayed_ack`. With it non-empty, SACK
+//!   compression (since 4.18, "defer SACK compression after DupThresh" since 5.5): the first
+//!   TCP_FASTRETRANS_THRESH (3) ACKs for one `rcv_nxt` go out at once (`dup_ack_counter`), later
+//!   ones are counted in `compressed_ack` and sent by a timer of
+//!   `min(tcp_comp_sack_delay_ns = 1 ms, 5 % of the RTT)` with `tcp_comp_sack_slack_ns` (100 us)
+//!   of hrtimer slack (fired at its hard expiry here), or at once when `compressed_ack` reaches
+//!   `tcp_comp_sack_nr` (44). The RTT is `min(rcv_rtt_est, srtt)`; see deviations.
+//! - `tcp_send_delayed_ack` (tcp_output.c): the delay is `ato`, bounded when `ato > TCP_DELACK_MIN`
+//!   by HZ/2 (TCP_DELACK_MAX when ICSK_ACK_PUSHED or pingpong) and by the smoothed RTT (at least
+//!   TCP_DELACK_MIN), then by `tcp_delack_max()` = min(TCP_DELACK_MAX, rto_min - 1 jiffy) =
+//!   196 ms. An armed timer is kept if earlier, and if it would expire within `ato/4` the ACK
+//!   goes out at once. The timer fires on a jiffy boundary (`jiffies + ato`).
+//! - `tcp_delack_timer_handler` (tcp_timer.c): a pending compressed SACK is sent as is; else a
+//!   delayed ACK that fires inflates `ato` to `min(2 * ato, rto)` ("Delayed ACK missed").
+//! - `tcp_compressed_ack_kick` (tcp_timer.c) sends the compressed SACK; `tcp_event_ack_sent`
+//!   (tcp_output.c): any ACK sent clears `compressed_ack`, both timers and the scheduled flag.
+//!
+//! The receiver's own RTT is the one it measured on the three-way handshake (one RTprop plus a
+//! small packet's serialisation at the bottleneck): a bulk receiver sends no data, so Linux never
+//! updates its `srtt_us` or `icsk_rto` afterwards (`tcp_rtt_estimator`'s first sample:
+//! rto = srtt + max(2 srtt, 200 ms)).
 //!
 //! Timestamps (RFC 7323 as `tcp_replace_ts_recent`): every ACK echoes `ts_recent`, the send
 //! time of the latest segment that arrived at or below `rcv_wup` (the ACK point last
 //! advertised), so a delayed ACK echoes the earliest segment it covers and an out-of-order
 //! one the last in-order segment; `ts_recent` never goes back (PAWS).
 //!
-//! Deviations: the application reads instantly, so the advertised window is the configured
-//! buffer, constant; Linux's adaptive ACK timeout (ato) is a fixed timeout; no D-SACK.
+//! SACK blocks: the block holding the latest out-of-order segment first, then the others from the
+//! highest down (RFC 2018 section 4 asks for the most recently changed first).
+//!
+//! Deviations: the application reads instantly, so the advertised window is constant (the
+//! configured buffer, or Linux's initial 64 KB rounded down to the MSS, used for the quick-ack
+//! count); no receive-buffer autotuning, so `tcp_grow_window`'s extra quick ACK while the window
+//! opens is not modelled; no pingpong (interactive) mode, which needs data sent by the receiver;
+//! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
+//! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
+//! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
+//! reader consumes; no ECN (CE marks would enter quick-ack mode).
 
 use crate::config::{DelayedAckConfig, Nanos};
 use crate::packet::{AckPacket, DataPacket, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
+
+/// One jiffy at CONFIG_HZ=250.
+pub const JIFFY_NS: Nanos = 4_000_000;
+const HZ: i64 = 250;
+/// `tcp_delack_max()`: min(TCP_DELACK_MAX = HZ/5, TCP_RTO_MIN - 1 jiffy), in jiffies.
+const DELACK_MAX_J: i64 = HZ / 5 - 1;
+/// TCP_RTO_MIN.
+const RTO_MIN_NS: Nanos = 200_000_000;
+/// TCP_RTO_MAX.
+const RTO_MAX_NS: Nanos = 120_000_000_000;
+/// `tcp_comp_sack_nr` (default and the kernel hosts' setting).
+pub const COMP_SACK_NR: u32 = 44;
+/// `tcp_comp_sack_delay_ns` default.
+pub const COMP_SACK_DELAY_NS: Nanos = 1_000_000;
+/// `tcp_comp_sack_slack_ns` default in 6.18.
+pub const COMP_SACK_SLACK_NS: Nanos = 100_000;
+/// TCP_FASTRETRANS_THRESH.
+const FASTRETRANS_THRESH: u32 = 3;
+/// Linux >= 5.7 opens with a receive window of 64 KB rounded down to the MSS (65160 at 1448).
+const INIT_RCV_WND: u64 = 65535;
 
 pub struct Receiver {
     flow: u32,
     cfg: DelayedAckConfig,
     /// Next in-order segment expected.
     pub rcv_nxt: u64,
+    /// `rcv_nxt` when the last ACK was sent.
+    rcv_wup: u64,
     ooo: RangeSet,
-    unacked: u32,
-    quickacks_left: u32,
+    /// Sequence of the latest out-of-order arrival, whose block leads the SACK list.
+    latest_ooo: Option<u64>,
+    /// ICSK_ACK_SCHED: data arrived that no ACK has covered yet.
+    ack_sched: bool,
+    /// ICSK_ACK_NOW.
+    ack_now: bool,
+    /// `icsk_ack.quick`.
+    quick: u32,
+    /// `icsk_ack.ato` in jiffies; 0 before the first in-order data.
+    ato: i64,
+    /// `icsk_ack.lrcvtime` in jiffies.
+    lrcvtime: i64,
+    /// Receiver's `icsk_rto` and `srtt` (from the handshake), in jiffies.
+    rto_j: i64,
+    srtt_j: i64,
+    srtt_ns: Nanos,
+    /// TCP_ATO_MIN = TCP_DELACK_MIN in jiffies.
+    ato_min_j: i64,
+    /// Receive window used for the quick-ack count.
+    rcv_wnd: u64,
+    /// Delayed-ACK timer expiry (`icsk_ack.timeout`), in jiffies.
+    delack_j: Option<i64>,
+    compressed_ack: u32,
+    compressed_ack_rcv_nxt: u64,
+    dup_ack_counter: u32,
+    /// Compressed-SACK hrtimer expiry.
+    comp_at: Option<Nanos>,
     /// In-order payload bytes handed to the application.
     pub delivered_bytes: u64,
     /// Every data packet that arrived, duplicates included.
     pub arrived_pkts: u64,
     pub duplicate_pkts: u64,
+    /// ACKs sent, and of those the ones sent by a timer.
+    pub acks_sent: u64,
+    pub timer_acks: u64,
     /// Payload of each segment we hold out of order is needed to count bytes once in order.
     mss: u32,
     last_seg: Option<(u64, u32)>,
-    /// `rcv_wup`: rcv_nxt when the last ACK was sent.
-    rcv_wup: u64,
     /// `ts_recent`: the timestamp to echo.
     ts_recent: Option<Nanos>,
 }
 
-pub enum AckDecision {
-    Now(AckPacket),
-    /// Arm the delayed-ACK timer for this time (if not already armed).
-    Delay(Nanos),
-}
-
 impl Receiver {
-    pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32) -> Self {
-        let quickacks_left = if cfg.enabled { cfg.quickacks } else { 0 };
+    /// `handshake_rtt_ns` is the RTT the receiver measured on the three-way handshake;
+    /// `rwnd_bytes` the configured receive buffer, if any.
+    pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32, rwnd_bytes: Option<u64>, handshake_rtt_ns: Nanos) -> Self {
+        let srtt_ns = handshake_rtt_ns.max(1);
+        let rto_ns = (srtt_ns + (2 * srtt_ns).max(RTO_MIN_NS)).min(RTO_MAX_NS);
+        let init_wnd = (INIT_RCV_WND / mss as u64) * mss as u64;
         Receiver {
             flow,
-            cfg,
             rcv_nxt: 0,
+            rcv_wup: 0,
             ooo: RangeSet::default(),
-            unacked: 0,
-            quickacks_left,
+            latest_ooo: None,
+            ack_sched: false,
+            ack_now: false,
+            quick: 0,
+            ato: 0,
+            lrcvtime: 0,
+            rto_j: ceil_jiffies(rto_ns),
+            srtt_j: ceil_jiffies(srtt_ns),
+            srtt_ns,
+            ato_min_j: ceil_jiffies(cfg.timeout_ns).max(1),
+            rcv_wnd: rwnd_bytes.map_or(init_wnd, |w| w.min(init_wnd)),
+            delack_j: None,
+            compressed_ack: 0,
+            compressed_ack_rcv_nxt: 0,
+            dup_ack_counter: 0,
+            comp_at: None,
             delivered_bytes: 0,
             arrived_pkts: 0,
             duplicate_pkts: 0,
+            acks_sent: 0,
+            timer_acks: 0,
             mss,
             last_seg: None,
-            rcv_wup: 0,
             ts_recent: None,
+            cfg,
         }
     }
 
-    pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> AckDecision {
+    /// A data segment arrived; returns the ACK to send now, if any. Afterwards the caller
+    /// (re)arms the receiver's timer for [`Receiver::timer_deadline`].
+    pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> Option<AckPacket> {
         self.arrived_pkts += 1;
-        let had_ooo = !self.ooo.is_empty();
         let seq = p.seq;
         // tcp_replace_ts_recent: only a segment at or below rcv_wup updates ts_recent.
         if seq <= self.rcv_wup && self.ts_recent.is_none_or(|t| p.sent_at >= t) {
@@ -79,39 +181,197 @@ impl Receiver {
         if p.payload < self.mss {
             self.last_seg = Some((seq, p.payload));
         }
-        let mut latest_block = None;
-        if seq < self.rcv_nxt || self.ooo.contains(seq) {
+        if seq < self.rcv_nxt {
+            // Old data (tcp_data_queue): enter quick-ack mode, ACK at once.
+            self.duplicate_pkts += 1;
+            self.enter_quickack_mode();
+        } else if self.ooo.contains(seq) {
+            // Already held out of order (tcp_data_queue_ofo drops it, SACKs again).
             self.duplicate_pkts += 1;
         } else if seq == self.rcv_nxt {
+            let had_ooo = !self.ooo.is_empty();
             self.rcv_nxt += 1;
             if let Some(end) = self.ooo.pop_starting_at(self.rcv_nxt) {
                 self.rcv_nxt = end;
             }
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
+            self.event_data_recv(now);
+            if had_ooo && self.ooo.is_empty() {
+                self.ack_now = true;
+            }
+            if p.payload < self.mss {
+                self.ack_now = true;
+            }
         } else {
-            latest_block = Some(self.ooo.insert(seq, seq + 1));
+            self.ooo.insert(seq, seq + 1);
+            self.latest_ooo = Some(seq);
         }
-        self.unacked += 1;
-        let immediate = !self.cfg.enabled
-            || self.quickacks_left > 0
-            || had_ooo
-            || !self.ooo.is_empty()
-            || self.unacked >= self.cfg.segments_per_ack;
-        if immediate {
-            self.quickacks_left = self.quickacks_left.saturating_sub(1);
-            AckDecision::Now(self.make_ack(latest_block, false))
-        } else {
-            AckDecision::Delay(now + self.cfg.timeout_ns)
+        self.ack_sched = true;
+        if !self.cfg.enabled {
+            return Some(self.send_ack(false));
         }
+        self.ack_snd_check(now)
     }
 
-    /// The delayed-ACK timer fired.
-    pub fn on_delack_timer(&mut self) -> Option<AckPacket> {
-        (self.unacked > 0).then(|| self.make_ack(None, true))
+    /// The receiver's timer (delayed ACK or compressed SACK, whichever is earlier) fired.
+    pub fn on_timer(&mut self, now: Nanos) -> Option<AckPacket> {
+        if let Some(at) = self.comp_at {
+            if at <= now {
+                // tcp_compressed_ack_kick
+                self.comp_at = None;
+                if self.compressed_ack > 0 {
+                    return Some(self.send_ack(true));
+                }
+            }
+        }
+        if let Some(t) = self.delack_j {
+            if t * JIFFY_NS <= now {
+                // tcp_delack_timer_handler
+                self.delack_j = None;
+                if self.compressed_ack > 0 {
+                    return Some(self.send_ack(true));
+                }
+                if self.ack_sched {
+                    self.ato = (self.ato << 1).min(self.rto_j);
+                    return Some(self.send_ack(true));
+                }
+            }
+        }
+        None
+    }
+
+    /// When the receiver's timer must fire next, if it is armed.
+    pub fn timer_deadline(&self) -> Option<Nanos> {
+        let d = self.delack_j.map(|j| j * JIFFY_NS);
+        match (d, self.comp_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn has_unacked(&self) -> bool {
-        self.unacked > 0
+        self.ack_sched
+    }
+
+    /// `icsk_ack.ato` in jiffies (0 before the first in-order segment).
+    pub fn ato_jiffies(&self) -> i64 {
+        self.ato
+    }
+
+    /// Quick ACKs left (`icsk_ack.quick`).
+    pub fn quickacks_left(&self) -> u32 {
+        self.quick
+    }
+
+    fn event_data_recv(&mut self, now: Nanos) {
+        let now_j = now / JIFFY_NS;
+        if self.ato == 0 {
+            self.incr_quickack();
+            self.ato = self.ato_min_j;
+        } else {
+            let m = now_j - self.lrcvtime;
+            if m <= self.ato_min_j / 2 {
+                self.ato = (self.ato >> 1) + self.ato_min_j / 2;
+            } else if m < self.ato {
+                self.ato = ((self.ato >> 1) + m).min(self.rto_j);
+            } else if m > self.rto_j {
+                self.incr_quickack();
+            }
+        }
+        self.lrcvtime = now_j;
+    }
+
+    fn incr_quickack(&mut self) {
+        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        if q == 0 {
+            q = 2;
+        }
+        q = q.min(self.cfg.quickacks);
+        if q > self.quick {
+            self.quick = q;
+        }
+    }
+
+    fn enter_quickack_mode(&mut self) {
+        self.incr_quickack();
+        self.ato = self.ato_min_j;
+    }
+
+    fn ack_snd_check(&mut self, now: Nanos) -> Option<AckPacket> {
+        if !self.ack_sched {
+            return None;
+        }
+        let more_than_one_frame = self.rcv_nxt - self.rcv_wup >= self.cfg.segments_per_ack as u64;
+        if more_than_one_frame || self.quick > 0 || self.ack_now {
+            return Some(self.send_ack(false));
+        }
+        if self.ooo.is_empty() {
+            return self.send_delayed_ack(now);
+        }
+        if self.compressed_ack >= COMP_SACK_NR {
+            return Some(self.send_ack(false));
+        }
+        if self.compressed_ack_rcv_nxt != self.rcv_nxt {
+            self.compressed_ack_rcv_nxt = self.rcv_nxt;
+            self.dup_ack_counter = 0;
+        }
+        if self.dup_ack_counter < FASTRETRANS_THRESH {
+            self.dup_ack_counter += 1;
+            return Some(self.send_ack(false));
+        }
+        self.compressed_ack += 1;
+        if self.comp_at.is_none() {
+            let delay = COMP_SACK_DELAY_NS.min(self.srtt_ns / 20);
+            self.comp_at = Some(now + delay + COMP_SACK_SLACK_NS);
+        }
+        None
+    }
+
+    fn send_delayed_ack(&mut self, now: Nanos) -> Option<AckPacket> {
+        let now_j = now / JIFFY_NS;
+        let mut ato = self.ato;
+        if ato > self.ato_min_j {
+            // ICSK_ACK_PUSHED segments are ACKed at once here, and there is no pingpong mode.
+            let mut max_ato = HZ / 2;
+            let rtt = self.srtt_j.max(self.ato_min_j);
+            if rtt < max_ato {
+                max_ato = rtt;
+            }
+            ato = ato.min(max_ato);
+        }
+        ato = ato.min(DELACK_MAX_J);
+        let mut timeout = now_j + ato;
+        if let Some(old) = self.delack_j {
+            if old <= now_j + (ato >> 2) {
+                return Some(self.send_ack(false));
+            }
+            timeout = timeout.min(old);
+        }
+        self.delack_j = Some(timeout);
+        None
+    }
+
+    /// `tcp_send_ack` and `tcp_event_ack_sent`.
+    fn send_ack(&mut self, by_timer: bool) -> AckPacket {
+        self.compressed_ack = 0;
+        self.comp_at = None;
+        if self.quick > 0 && self.ack_sched {
+            if self.quick <= 1 {
+                self.quick = 0;
+                self.ato = self.ato_min_j;
+            } else {
+                self.quick -= 1;
+            }
+        }
+        self.delack_j = None;
+        self.ack_sched = false;
+        self.ack_now = false;
+        self.rcv_wup = self.rcv_nxt;
+        self.acks_sent += 1;
+        if by_timer {
+            self.timer_acks += 1;
+        }
+        self.make_ack(by_timer)
     }
 
     fn bytes_below(&self, seq: u64) -> u64 {
@@ -121,16 +381,20 @@ impl Receiver {
         }
     }
 
-    fn make_ack(&mut self, latest: Option<(u64, u64)>, delayed: bool) -> AckPacket {
-        self.unacked = 0;
-        self.rcv_wup = self.rcv_nxt;
+    fn make_ack(&self, delayed: bool) -> AckPacket {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let mut n = 0;
+        let ranges = self.ooo.ranges();
+        // Ranges are sorted and disjoint: the candidate is the last one starting at or below x.
+        let latest = self.latest_ooo.and_then(|x| {
+            let i = ranges.partition_point(|&(s, _)| s <= x);
+            (i > 0 && x < ranges[i - 1].1).then(|| ranges[i - 1])
+        });
         if let Some(b) = latest {
             sacks[0] = b;
             n = 1;
         }
-        for &r in self.ooo.ranges().iter().rev() {
+        for &r in ranges.iter().rev() {
             if n == MAX_SACK_BLOCKS {
                 break;
             }
@@ -143,53 +407,246 @@ impl Receiver {
     }
 }
 
+fn ceil_jiffies(ns: Nanos) -> i64 {
+    (ns.max(0) + JIFFY_NS - 1) / JIFFY_NS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS: Nanos = 1_000_000;
 
     fn data(seq: u64) -> DataPacket {
         DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0 }
     }
 
     fn cfg(quickacks: u32) -> DelayedAckConfig {
-        DelayedAckConfig { enabled: true, timeout_ns: 40_000_000, segments_per_ack: 2, quickacks }
+        DelayedAckConfig { enabled: true, timeout_ns: 40 * MS, segments_per_ack: 2, quickacks }
+    }
+
+    /// A receiver with a 100 ms handshake RTT: rto = 100 + 200 = 300 ms = 75 jiffies,
+    /// srtt = 25 jiffies.
+    fn rx(quickacks: u32) -> Receiver {
+        Receiver::new(0, cfg(quickacks), 1448, None, 100 * MS)
+    }
+
+    /// Fires the receiver's timer if due by `until`; returns the ACK and when it went out.
+    fn run_timer(r: &mut Receiver, until: Nanos) -> Option<(Nanos, AckPacket)> {
+        let at = r.timer_deadline()?;
+        if at > until {
+            return None;
+        }
+        r.on_timer(at).map(|a| (at, a))
+    }
+
+    #[test]
+    fn quickack_count_at_start_is_rcv_wnd_over_two_mss_capped() {
+        // 65160 / (2 * 1448) = 22, capped at TCP_MAX_QUICKACKS = 16.
+        let mut r = rx(16);
+        let mut now = 0;
+        for i in 0..16 {
+            assert!(r.on_data(now, &data(i)).is_some(), "quick ACK {i}");
+            now += 100 * MS;
+        }
+        assert!(r.on_data(now, &data(16)).is_none(), "the 17th lone segment is delayed");
+        // A 10-segment receive window allows 10 * 1448 / 2896 = 5 quick ACKs.
+        let mut r = Receiver::new(0, cfg(16), 1448, Some(10 * 1448), 100 * MS);
+        for i in 0..5 {
+            assert!(r.on_data(i as Nanos * 100 * MS, &data(i)).is_some());
+        }
+        assert!(r.on_data(500 * MS, &data(5)).is_none());
     }
 
     #[test]
     fn acks_every_second_segment_after_quickacks() {
-        let mut r = Receiver::new(0, cfg(1), 1448);
-        assert!(matches!(r.on_data(0, &data(0)), AckDecision::Now(_)));
-        assert!(matches!(r.on_data(0, &data(1)), AckDecision::Delay(40_000_000)));
-        match r.on_data(0, &data(2)) {
-            AckDecision::Now(a) => assert_eq!(a.ack, 3),
-            _ => panic!("second unacked segment must be ACKed at once"),
-        }
+        let mut r = rx(1);
+        assert!(r.on_data(0, &data(0)).is_some());
+        assert!(r.on_data(0, &data(1)).is_none());
+        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        let a = r.on_data(0, &data(2)).expect("second unacked segment must be ACKed at once");
+        assert_eq!(a.ack, 3);
+        assert_eq!(r.timer_deadline(), None, "an ACK sent cancels the delayed-ACK timer");
     }
 
     #[test]
-    fn out_of_order_data_is_sacked_at_once_and_hole_fill_acks_all() {
-        let mut r = Receiver::new(0, cfg(0), 1448);
+    fn ack_delay_at_120ms_inter_arrival_follows_ato() {
+        // One segment every 120 ms (1500 B at 100 kbit/s), after quick-ack mode: ato starts at
+        // TCP_ATO_MIN, doubles each time the delayed ACK fires, and the delay used is capped by
+        // the handshake srtt (25 jiffies = 100 ms).
+        let mut r = rx(1);
+        assert!(r.on_data(0, &data(0)).is_some());
+        let mut delays = Vec::new();
+        let mut atos = Vec::new();
+        for i in 1..8u64 {
+            let t = i as Nanos * 120 * MS;
+            assert!(r.on_data(t, &data(i)).is_none());
+            atos.push(r.ato_jiffies());
+            let (at, ack) = run_timer(&mut r, t + 300 * MS).expect("delayed ACK");
+            assert_eq!(ack.ack, i + 1);
+            assert!(ack.delayed);
+            delays.push((at - t) / MS);
+        }
+        // Inter-arrival 30 jiffies: ato 10 (40 ms); fired -> 20 (80 ms); fired -> 40, then
+        // 40/2 + 30 = 50 > TCP_DELACK_MIN so the srtt bound (25 jiffies) applies; fired -> 75
+        // (the rto); 75/2 + 30 = 67 -> 100 ms; and so on.
+        assert_eq!(atos, vec![10, 20, 50, 67, 67, 67, 67]);
+        assert_eq!(delays, vec![40, 80, 100, 100, 100, 100, 100]);
+    }
+
+    #[test]
+    fn ato_shrinks_with_fast_arrivals_and_timer_is_jiffy_aligned() {
+        let mut r = rx(1);
+        assert!(r.on_data(0, &data(0)).is_some()); // quick ACK; ato = 10
+        // Arrival 3 ms later (0 jiffies apart, m <= TCP_ATO_MIN/2): ato = 10/2 + 5 = 10.
+        assert!(r.on_data(3 * MS, &data(1)).is_none());
+        assert_eq!(r.ato_jiffies(), 10);
+        // Timer at jiffy 0 + 10 = 40 ms, not 43 ms.
+        assert_eq!(r.timer_deadline(), Some(40 * MS));
+    }
+
+    #[test]
+    fn long_gap_restarts_quickack_mode() {
+        let mut r = rx(2);
+        assert!(r.on_data(0, &data(0)).is_some());
+        assert!(r.on_data(10 * MS, &data(1)).is_some());
+        assert_eq!(r.quickacks_left(), 0);
+        // m = 100 jiffies > rto (75): tcp_incr_quickack gives 2 quick ACKs again.
+        assert!(r.on_data(410 * MS, &data(2)).is_some());
+        assert_eq!(r.quickacks_left(), 1);
+        assert!(r.on_data(570 * MS, &data(3)).is_some());
+        // m = 40 jiffies: neither fast nor a long gap; delayed.
+        assert!(r.on_data(730 * MS, &data(4)).is_none());
+    }
+
+    #[test]
+    fn old_data_enters_quickack_mode() {
+        let mut r = rx(16);
+        for i in 0..16u64 {
+            assert!(r.on_data(i as Nanos * MS, &data(i)).is_some());
+        }
+        assert_eq!(r.quickacks_left(), 0);
+        assert!(r.on_data(16 * MS, &data(16)).is_none());
+        let _ = run_timer(&mut r, 100 * MS).unwrap();
+        assert_eq!(r.ato_jiffies(), 20);
+        // A spurious retransmission: immediate ACK, ato back to TCP_ATO_MIN, and 16 quick ACKs
+        // (one used by this ACK).
+        let a = r.on_data(200 * MS, &data(0)).expect("old data is ACKed at once");
+        assert_eq!(a.ack, 17);
+        assert_eq!(r.quickacks_left(), 15);
+        assert_eq!(r.ato_jiffies(), 10);
+        assert_eq!(r.duplicate_pkts, 1);
+        assert!(r.on_data(320 * MS, &data(17)).is_some(), "quick-ack mode again");
+    }
+
+    #[test]
+    fn out_of_order_three_dupacks_then_compressed_until_timer() {
+        let mut r = rx(0);
+        let _ = r.on_data(0, &data(0));
+        let _ = r.on_data(0, &data(1)); // two full frames: ACK 2
+        let t = 10 * MS;
+        for k in 0..3u64 {
+            let a = r.on_data(t, &data(3 + k)).expect("the first three dup-ACKs go out at once");
+            assert_eq!(a.ack, 2);
+            assert_eq!(a.sack_blocks(), &[(3, 4 + k)]);
+        }
+        // Fourth and later: compressed, one timer of min(1 ms, srtt/20 = 5 ms) + 100 us slack.
+        assert!(r.on_data(t, &data(6)).is_none());
+        assert!(r.on_data(t + 200_000, &data(7)).is_none());
+        assert_eq!(r.timer_deadline(), Some(t + 1_100_000));
+        let (at, a) = run_timer(&mut r, t + 5 * MS).unwrap();
+        assert_eq!(at, t + 1_100_000);
+        assert_eq!(a.sack_blocks(), &[(3, 8)]);
+        // Same rcv_nxt: the dup-ACK budget is spent, the next one is compressed again.
+        assert!(r.on_data(t + 2 * MS, &data(8)).is_none());
+    }
+
+    #[test]
+    fn out_of_order_compression_stops_at_comp_sack_nr() {
+        let mut r = rx(0);
         let _ = r.on_data(0, &data(0));
         let _ = r.on_data(0, &data(1));
-        match r.on_data(0, &data(3)) {
-            AckDecision::Now(a) => {
-                assert_eq!(a.ack, 2);
-                assert_eq!(a.sack_blocks(), &[(3, 4)]);
+        let mut immediate = 0;
+        let mut sent_at = None;
+        for k in 0..60u64 {
+            if r.on_data(MS, &data(3 + k)).is_some() {
+                immediate += 1;
+                if immediate == 4 {
+                    sent_at = Some(k);
+                }
             }
-            _ => panic!(),
         }
+        // 3 dup-ACKs, then 44 compressed, then the 45th forces an ACK.
+        assert_eq!(sent_at, Some(3 + 44));
+        assert_eq!(immediate, 4);
+    }
+
+    #[test]
+    fn hole_fill_and_partial_fill_ack_at_once() {
+        let mut r = rx(0);
+        let _ = r.on_data(0, &data(0));
+        let _ = r.on_data(0, &data(1));
+        let _ = r.on_data(0, &data(3));
         let _ = r.on_data(0, &data(5));
-        match r.on_data(0, &data(4)) {
-            AckDecision::Now(a) => assert_eq!(a.sack_blocks(), &[(3, 6)]),
-            _ => panic!(),
+        let a = r.on_data(0, &data(4)).unwrap();
+        assert_eq!(a.sack_blocks(), &[(3, 6)]);
+        let _ = r.on_data(0, &data(8)); // dup budget for rcv_nxt = 2 spent after 3 ACKs
+        let _ = r.on_data(0, &data(9));
+        assert!(r.on_data(0, &data(10)).is_none(), "compressed");
+        // rcv_nxt moves (partial fill): a new dup-ACK budget, ACK at once.
+        let a = r.on_data(0, &data(2)).expect("partial fill is ACKed at once");
+        assert_eq!(a.ack, 6);
+        assert_eq!(a.sack_blocks(), &[(8, 11)]);
+        let _ = r.on_data(0, &data(7));
+        let a = r.on_data(0, &data(6)).expect("filling the hole must be ACKed at once");
+        assert_eq!(a.ack, 11);
+        assert_eq!(a.n_sacks, 0);
+        assert_eq!(r.delivered_bytes, 11 * 1448);
+    }
+
+    #[test]
+    fn ato_grows_by_timer_and_is_bounded_by_srtt() {
+        let mut r = rx(1);
+        let _ = r.on_data(0, &data(0));
+        assert!(r.on_data(0, &data(1)).is_none());
+        let _ = run_timer(&mut r, 100 * MS).unwrap(); // ato 20
+        assert!(r.on_data(100 * MS, &data(2)).is_none());
+        // m = 25 jiffies, not < 20: ato stays 20; timer at jiffy 25 + 20 = 45.
+        assert_eq!(r.timer_deadline(), Some(180 * MS));
+        let _ = r.on_timer(180 * MS).unwrap(); // ato 40
+        assert!(r.on_data(200 * MS, &data(3)).is_none());
+        // m = 25 < 40: ato = 20 + 25 = 45 -> delay min(45, srtt 25) = 25 jiffies: jiffy 75.
+        assert_eq!(r.timer_deadline(), Some(300 * MS));
+    }
+
+    #[test]
+    fn armed_delack_timer_is_kept_or_acks_when_about_to_expire() {
+        // Stretch ACKs (3 segments per ACK) reach tcp_send_delayed_ack with a timer armed.
+        let mut c = cfg(1);
+        c.segments_per_ack = 3;
+        let mut r = Receiver::new(0, c.clone(), 1448, None, 100 * MS);
+        let _ = r.on_data(0, &data(0));
+        assert!(r.on_data(0, &data(1)).is_none());
+        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        // At jiffy 2: ato = 10/2 + 5 = 10, new timeout jiffy 12; the earlier one (10) is kept.
+        assert!(r.on_data(8 * MS, &data(2)).is_none());
+        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
+        let _ = r.on_data(0, &data(0));
+        assert!(r.on_data(0, &data(1)).is_none());
+        // At jiffy 8: ato = 5 + 8 = 13; the armed timer (jiffy 10) is within ato/4 = 3 jiffies.
+        let a = r.on_data(35 * MS, &data(2)).expect("timer about to expire: ACK now");
+        assert_eq!(a.ack, 3);
+        assert_eq!(r.timer_deadline(), None);
+    }
+
+    #[test]
+    fn disabled_acks_every_segment() {
+        let mut c = cfg(0);
+        c.enabled = false;
+        let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
+        for i in 0..5 {
+            assert!(r.on_data(i as Nanos * MS, &data(i)).is_some());
         }
-        match r.on_data(0, &data(2)) {
-            AckDecision::Now(a) => {
-                assert_eq!(a.ack, 6);
-                assert_eq!(a.n_sacks, 0);
-            }
-            _ => panic!("filling the hole must be ACKed at once"),
-        }
-        assert_eq!(r.delivered_bytes, 6 * 1448);
     }
 }

@@ -744,10 +744,13 @@ impl Sender {
         let mut acc = AckAccum::default();
         acc.rs.prior_in_flight = prior_in_flight;
         let una_advanced = ack.ack > self.snd_una;
+        let prior_sacked_out = self.sacked_out;
+        let mut una_bytes = 0u64;
 
         // Cumulative ACK (tcp_clean_rtx_queue).
         while self.snd_una < ack.ack {
             let seq = self.snd_una;
+            una_bytes += self.payload_of(seq) as u64;
             let was_sacked = self.seg(seq).flags & SACKED != 0;
             self.on_delivered(now, seq, false, &mut acc);
             if was_sacked {
@@ -797,8 +800,20 @@ impl Sender {
             self.icsk_retransmits = 0;
         }
 
+        // FLAG_ACK_MAYBE_DELAYED (tcp_clean_rtx_queue, Linux >= 5.16): the ACK cumulatively
+        // covers one lone runt (less than an MSS), never retransmitted, with nothing SACKed
+        // before or by it, and nothing else delivered since that packet was sent. Linux cannot
+        // see whether the receiver delayed an ACK; full-sized segments never set it.
+        let maybe_delayed = acc.pkts_acked == 1
+            && acc.delivered == 1
+            && prior_sacked_out == 0
+            && una_bytes < self.mss as u64
+            && !acc.retrans_acked
+            && acc.first_ackt.is_some()
+            && acc.rs.prior_delivered + 1 == self.delivered;
+
         // Rate sample (tcp_rate_gen).
-        let rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, ack.delayed);
+        let rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, maybe_delayed);
 
         if acc.pkts_acked > 0 || acc.delivered > 0 {
             let info = self.info(now);
