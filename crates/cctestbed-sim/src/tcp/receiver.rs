@@ -1,7 +1,8 @@
 //! The TCP receiver: cumulative ACK plus SACK blocks, Linux-like delayed ACKs.
 //!
 //! ACK policy follows `__tcp_ack_snd_check` (net/ipv4/tcp_input.c): ACK at once while in
-//! quick-ack mode (the first `quickacks` ACKs of the connection, TCP_MAX_QUICKACKS = 16), when
+//! quick-ack mode (the first `quickacks` ACKs of the connection, TCP_MAX_QUICKACKS = 16, and
+//! 16 more after a duplicate segment, which is itself ACKed at once), when
 //! out-of-order data is held, when the arriving segment fills a hole, or once
 //! `segments_per_ack` full segments are unacknowledged (2 in Linux: "more than one full
 //! frame"); otherwise the delayed-ACK timer (TCP_DELACK_MIN, 40 ms) sends it.
@@ -19,6 +20,9 @@
 use crate::config::{DelayedAckConfig, Nanos};
 use crate::packet::{AckPacket, DataPacket, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
+
+/// Quick ACKs granted when a duplicate arrives (`TCP_MAX_QUICKACKS`).
+const TCP_MAX_QUICKACKS: u32 = 16;
 
 pub struct Receiver {
     flow: u32,
@@ -80,8 +84,10 @@ impl Receiver {
             self.last_seg = Some((seq, p.payload));
         }
         let mut latest_block = None;
+        let mut duplicate = false;
         if seq < self.rcv_nxt || self.ooo.contains(seq) {
             self.duplicate_pkts += 1;
+            duplicate = true;
         } else if seq == self.rcv_nxt {
             self.rcv_nxt += 1;
             if let Some(end) = self.ooo.pop_starting_at(self.rcv_nxt) {
@@ -92,7 +98,13 @@ impl Receiver {
             latest_block = Some(self.ooo.insert(seq, seq + 1));
         }
         self.unacked += 1;
+        // tcp_data_queue: a duplicate forces an immediate ACK and quick-ack mode
+        // (tcp_enter_quickack_mode(sk, TCP_MAX_QUICKACKS)).
+        if duplicate && self.cfg.enabled {
+            self.quickacks_left = self.quickacks_left.max(TCP_MAX_QUICKACKS);
+        }
         let immediate = !self.cfg.enabled
+            || duplicate
             || self.quickacks_left > 0
             || had_ooo
             || !self.ooo.is_empty()
