@@ -35,14 +35,18 @@ fn every_algorithm_conserves_packets_and_keeps_delivering_under_loss() {
                     f.delivered_pkts + f.dropped_pkts + f.queued_pkts + f.in_transit_pkts,
                     "{cc} at loss {p}, flow {i}: {f:?}"
                 );
-                // Delivery in every 3 s window after the flow's first second.
+                // Delivery in every 3 s window after the flow's first second; at 10 % loss in
+                // every 4 s window: two retransmissions of the head lost in a row (1 % of
+                // timeouts) leave 1 s + 2 s of doubled RTO (`tcp_retransmit_timer`) plus the
+                // time before the first timeout without delivery.
                 let series: Vec<(f64, u64)> = (0..out.flows.time_s.len())
                     .filter(|&k| out.flows.flow[k] == i as u32)
                     .map(|k| (out.flows.time_s[k], out.flows.delivered_bytes[k]))
                     .collect();
-                for w in series.windows(300) {
+                let win = if p >= 0.10 { 400 } else { 300 };
+                for w in series.windows(win) {
                     if w[0].0 >= 1.5 {
-                        assert!(w[299].1 > w[0].1, "{cc} at loss {p}, flow {i}: stalled from {:.2} s to {:.2} s", w[0].0, w[299].0);
+                        assert!(w[win - 1].1 > w[0].1, "{cc} at loss {p}, flow {i}: stalled from {:.2} s to {:.2} s", w[0].0, w[win - 1].0);
                     }
                 }
             }

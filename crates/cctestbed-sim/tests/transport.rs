@@ -73,7 +73,8 @@ fn bbr_below_the_min_tso_rate_sends_single_segments() {
     }
 }
 
-/// A 400 ms delay spike on the ACK path makes the RTO fire although nothing was lost. The
+/// A 1 s delay spike on the ACK path makes the RTO fire although nothing was lost (the tail
+/// loss probe fires first, 2 srtt after the last ACK, and does not stop it). The
 /// delayed ACKs then echo timestamps older than the retransmission (`tcp_packet_delayed`), or
 /// F-RTO sees never-retransmitted data ACKed, and the timeout is undone
 /// (`tcp_try_undo_loss`): only the head is retransmitted, not the whole window, and cwnd and
@@ -84,7 +85,7 @@ fn a_delay_spike_causes_no_retransmission_storm() {
         let mut c = with_flows(dumbbell(20_000_000, 50 * MS, 2.0), vec![flow(cc)]);
         c.duration_ns = 16 * S;
         c.link.delay_schedule = vec![
-            ccsim::config::DelayChange { at_ns: 10 * S, delay_fwd_ns: 25 * MS, delay_rev_ns: 425 * MS },
+            ccsim::config::DelayChange { at_ns: 10 * S, delay_fwd_ns: 25 * MS, delay_rev_ns: 1025 * MS },
             ccsim::config::DelayChange { at_ns: 10 * S + 300 * MS, delay_fwd_ns: 25 * MS, delay_rev_ns: 25 * MS },
         ];
         let mut sim = ccsim::Simulation::new(c).unwrap();
@@ -94,15 +95,15 @@ fn a_delay_spike_causes_no_retransmission_storm() {
             (s.rto_count, s.retrans_segs, s.undo_count)
         };
         let cwnd0 = sim.senders[0].w.cwnd;
-        // Until 10.8 s: after the undo, before CUBIC's regained window meets the buffer.
-        sim.run_until(10 * S + 800 * MS);
+        // Until 11.4 s: after the undo, before CUBIC's regained window meets the buffer.
+        sim.run_until(11 * S + 400 * MS);
         let s = sim.senders[0].stats;
         let (rtos, retrans, undos) = (s.rto_count - rto0, s.retrans_segs - retr0, s.undo_count - undo0);
         let cwnd = sim.senders[0].w.cwnd;
         println!("measured: {cc}: {rtos} RTO(s), {retrans} retransmitted, {undos} undone, cwnd {cwnd0} -> {cwnd}");
         assert!(rtos >= 1, "{cc}: the spike should fire the RTO");
         assert!(undos >= 1, "{cc}: the spurious timeout was not undone");
-        assert!(retrans <= 3, "{cc}: {retrans} segments retransmitted after a spurious timeout (window {cwnd0})");
+        assert!(retrans <= 4, "{cc}: {retrans} segments retransmitted after a spurious timeout (window {cwnd0})");
         assert!(cwnd as f64 >= 0.5 * cwnd0 as f64, "{cc}: cwnd {cwnd0} -> {cwnd} after an undone timeout");
     }
 }

@@ -40,9 +40,17 @@
 //!   none, `tcp_update_pacing_rate` (200 % of cwnd/srtt in slow start, 120 % after), which
 //!   unpaced flows also keep for TSO autosizing.
 //!
-//! Deviations (documented in the README): no tail-loss probe (TLP); no D-SACK, so undo relies
+//! - Tail loss probe (RFC 8985, `sysctl_tcp_early_retrans` = 3): `tcp_schedule_loss_probe`
+//!   after every send and ACK in Open (2 srtt + 2 ms, or + TCP_RTO_MIN with one packet out,
+//!   never later than the RTO), `tcp_send_loss_probe` (one new segment past cwnd, else the
+//!   last one again), `tcp_process_tlp_ack` (a retransmitted probe that repaired a loss costs
+//!   one cwnd reduction).
+//!
+//! Deviations (documented in the README): no D-SACK, so undo relies
 //! on timestamps and F-RTO only (`undo_retrans` never reaches 0, no `tcp_try_undo_dsack`, no
-//! `tcp_try_undo_partial`); `icsk_retransmits` is cleared whenever snd_una advances; a
+//! `tcp_try_undo_partial`), and a retransmitted loss probe ends its episode only on a pure
+//! duplicate ACK (`FLAG_DSACK_TLP` never arrives); the probe ignores pacing;
+//! `icsk_retransmits` is cleared whenever snd_una advances; a
 //! segment is the unit of the scoreboard, so skb boundaries (and `tcp_fragment`) are not
 //! tracked; the receive window is fixed.
 
@@ -102,6 +110,8 @@ pub struct SenderStats {
     pub retrans_segs: u64,
     pub lost_segs: u64,
     pub rto_count: u64,
+    /// Tail loss probes sent (`tcp_send_loss_probe`).
+    pub tlp_count: u64,
     /// Congestion-window reductions undone as spurious (`tcp_undo_cwnd_reduction`).
     pub undo_count: u64,
     pub rtt_sum: f64,
@@ -164,6 +174,12 @@ pub struct Sender {
     frto_rexmit_new: bool,
     /// `icsk_retransmits`: timeouts since the last forward progress.
     icsk_retransmits: u32,
+    /// The retransmission timer slot holds the loss probe (`ICSK_TIME_LOSS_PROBE`), not the RTO.
+    xmit_probe: bool,
+    /// `tlp_high_seq`: snd_nxt when the outstanding probe went out.
+    tlp_high_seq: Option<u64>,
+    /// `tlp_retrans`: the outstanding probe was a retransmission.
+    tlp_retrans: bool,
 
     // tcp_cwnd_validate state.
     max_packets_out: u32,
@@ -225,6 +241,9 @@ impl Sender {
             frto: false,
             frto_rexmit_new: false,
             icsk_retransmits: 0,
+            xmit_probe: false,
+            tlp_high_seq: None,
+            tlp_retrans: false,
             max_packets_out: 0,
             max_packets_seq: 0,
             cwnd_limited: false,
@@ -437,9 +456,93 @@ impl Sender {
     fn rearm_rto(&mut self, now: Nanos, io: &mut Io) {
         if self.packets_out() == 0 {
             self.timers[TimerKind::Rto as usize].cancel();
+            self.xmit_probe = false;
         } else {
             let at = now + self.rtt.rto();
-            self.arm(TimerKind::Rto, at, io);
+            self.arm_rto(at, io);
+        }
+    }
+
+    fn arm_rto(&mut self, at: Nanos, io: &mut Io) {
+        self.xmit_probe = false;
+        self.arm(TimerKind::Rto, at, io);
+    }
+
+    /// `tcp_schedule_loss_probe` (RFC 8985 TLP, `sysctl_tcp_early_retrans` = 3): in Open
+    /// with data outstanding, the retransmission timer becomes a probe timer of 2 srtt plus
+    /// 2 ms (TCP_TIMEOUT_MIN), or plus TCP_RTO_MIN when a single packet is out (a delayed ACK
+    /// may hold it), or 1 s before any RTT sample; never later than the RTO would fire.
+    fn schedule_loss_probe(&mut self, now: Nanos, advancing_rto: bool, io: &mut Io) -> bool {
+        const TCP_TIMEOUT_MIN: Nanos = 2_000_000;
+        if self.packets_out() == 0 || self.ca_state != CaState::Open {
+            return false;
+        }
+        let mut timeout = if self.rtt.srtt > 0 {
+            2 * self.rtt.srtt + if self.packets_out() == 1 { super::rtt::TCP_RTO_MIN } else { TCP_TIMEOUT_MIN }
+        } else {
+            super::rtt::TCP_TIMEOUT_INIT
+        };
+        // tcp_rto_delta_us: how far in the future the RTO of the oldest packet is.
+        let rto_delta = if advancing_rto { self.rtt.rto() } else { self.seg(self.snd_una).tx_time + self.rtt.rto() - now };
+        if rto_delta > 0 {
+            timeout = timeout.min(rto_delta);
+        }
+        self.arm(TimerKind::Rto, now + timeout, io);
+        self.xmit_probe = true;
+        true
+    }
+
+    /// `tcp_send_loss_probe`: one new segment if the window allows (even past cwnd), else a
+    /// retransmission of the last one; at most one probe outstanding; then the RTO.
+    fn send_loss_probe(&mut self, now: Nanos, io: &mut Io) {
+        self.xmit_probe = false;
+        if self.tlp_high_seq.is_none() && self.packets_out() > 0 {
+            let rwnd_ok = self.snd_nxt < self.snd_una.saturating_add(self.rwnd_segs);
+            let mut sent = false;
+            if self.has_new_data() && rwnd_ok {
+                self.tlp_retrans = false;
+                let seq = self.snd_nxt;
+                self.transmit(now, seq, io);
+                sent = true;
+            } else {
+                let last = self.snd_nxt - 1;
+                if self.seg(last).flags & (SACKED | RETRANS_IN_FLIGHT) == 0 {
+                    self.tlp_retrans = true;
+                    self.transmit(now, last, io);
+                    sent = true;
+                }
+            }
+            if sent {
+                self.stats.tlp_count += 1;
+                self.tlp_high_seq = Some(self.snd_nxt);
+            }
+        }
+        self.rearm_rto(now, io);
+    }
+
+    /// `tcp_process_tlp_ack`: the probe episode ends when its data is ACKed (new data), or a
+    /// pure duplicate ACK shows the original and the probe both arrived; an ACK beyond it
+    /// after a retransmitted probe means the probe repaired a loss: one cwnd reduction (CWR:
+    /// `tcp_init_cwnd_reduction` + `tcp_end_cwnd_reduction`).
+    fn process_tlp_ack(&mut self, now: Nanos, ack: u64, una_advanced: bool, data_sacked: bool) {
+        let Some(h) = self.tlp_high_seq else { return };
+        if ack < h {
+            return;
+        }
+        if !self.tlp_retrans {
+            self.tlp_high_seq = None;
+        } else if ack > h {
+            self.tlp_high_seq = None;
+            self.high_seq = self.snd_nxt;
+            self.prior_cwnd = self.w.cwnd;
+            self.w.cwnd_cnt = 0;
+            let info = self.info(now);
+            self.w.ssthresh = self.cc.ssthresh(&info, &self.w);
+            if !self.cc.controls_cwnd() && self.w.ssthresh != u32::MAX {
+                self.w.cwnd = self.w.ssthresh.max(1);
+            }
+        } else if !una_advanced && !data_sacked {
+            self.tlp_high_seq = None;
         }
     }
 
@@ -480,6 +583,7 @@ impl Sender {
         // tcp_xmit_recovery with REXMIT_NEW: new data only; if none could go, F-RTO ends and
         // the lost segments are retransmitted as usual.
         let new_only = std::mem::take(&mut self.frto_rexmit_new);
+        let sent_before = self.stats.sent_pkts;
         loop {
             let in_flight = self.packets_in_flight();
             if in_flight >= self.w.cwnd {
@@ -546,6 +650,10 @@ impl Sender {
             }
         }
         self.cwnd_validate(cwnd_limited);
+        // tcp_write_xmit: one loss probe per tail loss episode, rescheduled after each send.
+        if self.stats.sent_pkts > sent_before {
+            self.schedule_loss_probe(now, false, io);
+        }
         if new_only && self.snd_nxt <= self.high_seq {
             self.frto = false;
             self.try_send(now, io);
@@ -659,7 +767,7 @@ impl Sender {
         io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now });
         if !self.timers[TimerKind::Rto as usize].deadline().is_some() || retrans && seq == self.snd_una {
             let at = now + self.rtt.rto();
-            self.arm(TimerKind::Rto, at, io);
+            self.arm_rto(at, io);
         }
     }
 
@@ -793,7 +901,9 @@ impl Sender {
             }
         }
 
-        // Recovery state and loss detection (tcp_fastretrans_alert).
+        // Tail loss probe episode, then recovery state and loss detection
+        // (tcp_process_tlp_ack, tcp_fastretrans_alert).
+        self.process_tlp_ack(now, ack.ack, una_advanced, acc.data_sacked);
         self.fastretrans_alert(now, &acc, una_advanced, ack.tsecr, io);
         let newly_lost = (self.lost - prior_lost) as u32;
         if una_advanced {
@@ -834,7 +944,8 @@ impl Sender {
         self.w.cwnd = self.w.cwnd.max(1);
         self.apply_cc_requests();
 
-        if una_advanced {
+        // tcp_set_xmit_timer: a loss probe if allowed, else the RTO.
+        if una_advanced && !self.schedule_loss_probe(now, true, io) {
             self.rearm_rto(now, io);
         }
         self.try_send(now, io);
@@ -1130,6 +1241,7 @@ impl Sender {
 
     pub fn on_timer(&mut self, now: Nanos, kind: TimerKind, io: &mut Io) {
         match kind {
+            TimerKind::Rto if self.xmit_probe => self.send_loss_probe(now, io),
             TimerKind::Rto => self.on_rto(now, io),
             TimerKind::Pace => self.try_send(now, io),
             TimerKind::Reorder => {
@@ -1193,8 +1305,9 @@ impl Sender {
         self.icsk_retransmits += 1;
         self.rack.valid = false;
         self.rtt.backoff += 1;
+        self.tlp_high_seq = None;
         let at = now + self.rtt.rto();
-        self.arm(TimerKind::Rto, at, io);
+        self.arm_rto(at, io);
         self.next_send_time = now;
         self.try_send(now, io);
     }
@@ -1221,4 +1334,55 @@ struct AckAccum {
 /// `tcp_skb_sent_after`: was (t1, seq1) sent after (t2, seq2)?
 fn sent_after(t1: Nanos, seq1: u64, t2: Nanos, seq2: u64) -> bool {
     t1 > t2 || (t1 == t2 && seq1 > seq2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::MAX_SACK_BLOCKS;
+
+    fn ack(ack: u64, sack: Option<(u64, u64)>, tsecr: Nanos) -> AckPacket {
+        let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
+        let n = if let Some(b) = sack {
+            sacks[0] = b;
+            1
+        } else {
+            0
+        };
+        AckPacket { flow: 0, ack, sacks, n_sacks: n, delayed: false, tsecr: Some(tsecr) }
+    }
+
+    /// RFC 8985 TLP: with the tail of a window unacknowledged, the timer is a probe 2 srtt +
+    /// 2 ms away (not the RTO); the probe sends one new segment past cwnd; its SACK lets RACK
+    /// mark the tail lost and fast recovery repair it, with no timeout.
+    #[test]
+    fn a_tail_loss_is_probed_and_recovered_without_a_timeout() {
+        let mut cfg = FlowConfig::bulk("cubic");
+        cfg.size_bytes = Some(40 * 1448);
+        let cc = crate::cc::build("cubic", &Default::default()).unwrap();
+        let mut s = Sender::new(0, &cfg, 1448, 1500, cc);
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        s.start(0, &mut io);
+        assert_eq!(s.snd_nxt, 10);
+        // Segments 0-7 are ACKed 50 ms later; 8 and 9 are lost. cwnd grows to 18: 16 more go.
+        let t1 = 50_000_000;
+        s.on_ack(t1, &ack(8, None, 0), &mut io);
+        assert_eq!(s.snd_nxt, 26);
+        assert!(s.xmit_probe, "the retransmission timer should hold the loss probe");
+        let pto = s.timers[TimerKind::Rto as usize].deadline().unwrap();
+        assert_eq!(pto, t1 + 2 * s.rtt.srtt + 2_000_000);
+        // Segments 10-25 are lost too: nothing comes back; the probe fires.
+        s.on_timer(pto, TimerKind::Rto, &mut io);
+        assert_eq!((s.stats.tlp_count, s.stats.rto_count), (1, 0));
+        assert_eq!(s.snd_nxt, 27, "the probe is one new segment");
+        assert!(!s.xmit_probe);
+        // Its SACK arrives: RACK marks 8-25 lost (sent before it, RACK.rtt ago), recovery
+        // starts.
+        let t2 = pto + 50_000_000;
+        s.on_ack(t2, &ack(8, Some((26, 27)), pto), &mut io);
+        assert_eq!(s.ca_state, CaState::Recovery);
+        assert!(s.stats.retrans_segs > 0);
+        assert_eq!(s.stats.rto_count, 0);
+    }
 }
