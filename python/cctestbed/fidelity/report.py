@@ -113,6 +113,20 @@ def headline(extra: dict[str, Any]) -> str:
             f"on both sides; {t['gross_misses']} gross misses")
 
 
+def family_table(cells: list[Cell], extra: dict[str, Any]) -> list[str]:
+    """Cells within per family of scenarios (the id up to its first '-': thesis, rate, rtt, ...)."""
+    fams: dict[str, list[Cell]] = {}
+    for c in cells:
+        fams.setdefault(c.scenario.split("-", 1)[0], []).append(c)
+    n_scen = {f: len({c.scenario for c in cs}) for f, cs in fams.items()}
+    out = ["| family | scenarios | cells | within | known deviations |", "|---|---|---|---|---|"]
+    for f, cs in fams.items():
+        w = sum(c.verdict == "within" for c in cs)
+        out.append(f"| {f} | {n_scen[f]} | {len(cs)} | {w} ({100.0 * w / len(cs):.0f} %) | "
+                   f"{sum(c.verdict == 'known' for c in cs)} |")
+    return out
+
+
 def write_markdown(suite: Any, cells: list[Cell], extra: dict[str, Any], path: Path) -> None:
     by = {(c.scenario, c.metric): c for c in cells}
     metrics = metric_order(cells)
@@ -126,6 +140,8 @@ def write_markdown(suite: Any, cells: list[Cell], extra: dict[str, Any], path: P
         f"({', '.join(k.get('link_emulator', [])) or '-'} link emulator), measured "
         f"{' to '.join(k.get('dates', [])) or '-'}. A cell is within when |sim - kernel| <= max(tolerance, "
         "kernel spread over reps); ✓ within, ✗ miss, ≈ known deviation (known-deviations.toml).",
+        "",
+        *family_table(cells, extra),
         "",
         "| scenario | " + " | ".join(METRICS.get(m, (m,))[0] if not m.startswith("share.") else m for m in metrics) + " |",
         "|---|" + "---|" * len(metrics),
