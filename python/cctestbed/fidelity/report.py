@@ -60,7 +60,7 @@ def build_cells(suite: Any, kernel: dict[str, list[dict[str, Any]]], sim: dict[s
             apply_known(cs, known)
             cells += cs
             entry["gross_miss"] = gross_miss(cs)
-            entry["misses"] = sum(c.verdict == "miss" for c in cs)
+            entry["misses"] = sum(c.verdict != "within" for c in cs)
         scenarios.append(entry)
     measured = [e for e in scenarios if e.get("kernel_reps") and e.get("sim_reps")]
     used = {(c.scenario, c.metric) for c in cells}
