@@ -240,3 +240,22 @@ def test_period_cell_only_where_a_side_oscillates_with_a_dominant_period():
     assert c.verdict == "miss" and c.allowed == pytest.approx(1.525)
     (c,) = cells_for("s", strong_k, [{"period_s": 5.5, "period_dominant": 0.0}], tolerances())
     assert c.verdict == "within"
+
+
+def test_max_trials_zero_only_brings_the_reference_up_to_date(tmp_path):
+    """--max-trials 0 runs nothing, but reps finished in the store and missing from the reference
+    (or measured by an older metrics version) are added from their trials."""
+    from cctestbed.fidelity.cli import run_backend
+
+    suite = parse_suite(MINI, source=str(tmp_path / "suite.toml"))
+    assert run_backend(suite, "sim", tmp_path / "a", reference=None, workers=2) == (4, 0)
+    ref = Reference(tmp_path / "ref.parquet")
+    assert run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2, max_trials=0) == (0, 0)
+    assert len(Reference(tmp_path / "ref.parquet").rows) == 4
+    key = next(iter(ref.rows))
+    ref.rows[key]["metrics_version"] = 1
+    ref.rows[key]["utilization_pct"] = -1.0
+    ref.save()
+    ref = Reference(tmp_path / "ref.parquet")
+    run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2, max_trials=0)
+    assert Reference(tmp_path / "ref.parquet").rows[key]["utilization_pct"] > 50.0

@@ -79,7 +79,8 @@ def _progress(title: str, total: int) -> Any:
     return p
 
 
-def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, workers: Optional[int] = None) -> tuple[int, int]:
+def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, workers: Optional[int] = None,
+                max_trials: Optional[int] = None) -> tuple[int, int]:
     """Run the suite's trials on one backend into ``dest`` (a sweep store); (done, failed).
 
     Kernel trials already in ``reference`` are skipped; each kernel trial that finishes is
@@ -106,6 +107,11 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
                 to_reference(s)
         sweep.specs = [s for s in sweep.specs if not reference.has(scen_key[s.key])]
     todo = [s for s in sweep.specs if not store.is_done(s.key)]
+    if max_trials is not None and len(todo) > max_trials:
+        err.print(f"{backend}: {len(todo) - max_trials} of {len(todo)} trial(s) left for a later run (--max-trials)")
+        todo = todo[:max_trials]
+        keep = {s.key for s in todo} | {s.key for s in sweep.specs if store.is_done(s.key)}
+        sweep.specs = [s for s in sweep.specs if s.key in keep]
     if not todo:
         err.print(f"{backend}: nothing to run ({len(sweep.specs)} trial(s) already finished)")
         return 0, 0
@@ -150,6 +156,7 @@ def run_command(
     backend: Optional[str] = typer.Option(None, "--backend", help="Run only this side: kernel or sim (default: both)."),
     scenarios: Optional[str] = typer.Option(None, "--scenarios", help="Only scenarios whose id matches these globs (comma-separated)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, help="Simulator worker processes (default: all cores); kernel trials run one at a time."),
+    max_trials: Optional[int] = typer.Option(None, "--max-trials", min=0, help="Run at most this many kernel trials now (0: only bring the reference up to date from the trials at hand)."),
 ) -> None:
     """Run every scenario on the kernel (skipping reps the reference holds) and on the simulator, then report."""
     suite = _load(suite_file, reps)
@@ -162,7 +169,8 @@ def run_command(
         _fail("the kernel side requires root (namespaces and qdiscs): run with sudo, or pass --backend sim")
     failed = 0
     for side in sides:
-        _, f = run_backend(suite, side, output / side, reference=ref if side == "kernel" else None, workers=workers)
+        _, f = run_backend(suite, side, output / side, reference=ref if side == "kernel" else None, workers=workers,
+                           max_trials=max_trials if side == "kernel" else None)
         failed += f
     out.print(f"kernel reference: {ref.path} ({len(ref.rows)} rep(s))")
     _write_report(suite, output, ref)
