@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cctestbed.fidelity.measure import BIN_S, dominant_period
+from cctestbed.fidelity.measure import BIN_S, share_period
 from cctestbed.fidelity.reference import Reference
 from cctestbed.fidelity.suite import SuiteError, load_suite, parse_suite
 from cctestbed.fidelity.verdict import apply_known, cells_for, gross_miss, tolerances
@@ -100,11 +100,15 @@ def test_scenario_key_follows_the_text_not_the_code():
 
 def test_dominant_period_finds_a_periodic_share_and_nothing_in_noise():
     t = np.arange(0, 30, BIN_S)
-    assert dominant_period(0.5 + 0.2 * np.sin(2 * math.pi * t / 10.0)) == pytest.approx(10.0, rel=0.05)
-    assert dominant_period(0.5 + 0.2 * np.sign(np.sin(2 * math.pi * t / 2.5))) == pytest.approx(2.5, rel=0.05)
+    def dominant(series):
+        period, is_dominant = share_period(series)
+        return period if is_dominant else None
+
+    assert dominant(0.5 + 0.2 * np.sin(2 * math.pi * t / 10.0)) == pytest.approx(10.0, rel=0.05)
+    assert dominant(0.5 + 0.2 * np.sign(np.sin(2 * math.pi * t / 2.5))) == pytest.approx(2.5, rel=0.05)
     rng = np.random.default_rng(1)
-    assert dominant_period(0.5 + 0.05 * rng.standard_normal(len(t))) is None
-    assert dominant_period(np.full(len(t), 0.5)) is None
+    assert dominant(0.5 + 0.05 * rng.standard_normal(len(t))) is None
+    assert dominant(np.full(len(t), 0.5)) is None
 
 
 def test_cells_within_by_tolerance_or_by_kernel_spread():

@@ -56,10 +56,13 @@ STORE_FORMAT = 1
 class SweepError(ValueError):
     """A sweep file that cannot run. ``problems`` lists each as ``field: value: what is valid``."""
 
+    #: What the file is, in the message's head ("invalid sweep x.toml: 2 problem(s)").
+    what = "sweep"
+
     def __init__(self, problems: list[str], source: Optional[str] = None):
         self.problems = list(problems)
         self.source = source
-        head = f"invalid sweep{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
+        head = f"invalid {self.what}{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
         super().__init__("\n".join([head, *("  " + p for p in self.problems)]))
 
 

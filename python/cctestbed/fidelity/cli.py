@@ -92,19 +92,23 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     from .reference import provenance
 
     sweep = suite.sweep(backend)
-    scen_key = {(s.key): suite.scenario(s.values["scenario"]).scenario_key(s.seed, backend) for s in sweep.specs}
+    scen_key = {s.key: suite.scenario(s.values["scenario"]).scenario_key(s.seed, backend) for s in sweep.specs}
     store = Store(dest)
 
-    def to_reference(spec: Any) -> None:
+    def to_reference(spec: Any, save: bool = True) -> None:
         d = store.trial_dir(spec.key)
         row = {"scenario": spec.values["scenario"], "seed": spec.seed, "key": scen_key[spec.key],
                **provenance(d), **metrics_of_dir(d)}
-        reference.add(row)
+        reference.add(row, save=save)
 
     if reference is not None:
+        synced = False
         for s in sweep.specs:  # finished in the store but not (or not as measured today) in the reference
             if (not reference.has(scen_key[s.key]) or reference.stale(scen_key[s.key])) and store.is_done(s.key):
-                to_reference(s)
+                to_reference(s, save=False)
+                synced = True
+        if synced:
+            reference.save()
         sweep.specs = [s for s in sweep.specs if not reference.has(scen_key[s.key])]
     todo = [s for s in sweep.specs if not store.is_done(s.key)]
     if max_trials is not None and len(todo) > max_trials:
@@ -179,10 +183,8 @@ def run_command(
 
 
 def _write_report(suite: Any, output: Path, ref: Any) -> None:
-    try:
-        from .report import collect, write_all
-    except ImportError:  # pragma: no cover
-        return
+    from .report import collect, write_all
+
     cells, extra = collect(suite, ref, sim_dir=output / "sim", kernel_dir=output / "kernel")
     for p in write_all(suite, cells, extra, output):
         out.print(f"report: {p}")

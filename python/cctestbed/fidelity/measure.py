@@ -120,12 +120,6 @@ def share_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> tuple[Op
     return float(1.0 / fine_f[sel][int(np.argmax(fine_p[sel]))]), dominant
 
 
-def dominant_period(series: Optional[np.ndarray], bin_s: float = BIN_S) -> Optional[float]:
-    """The share period when its peak is dominant (:func:`share_period`), else None."""
-    period, dominant = share_period(series, bin_s)
-    return period if dominant else None
-
-
 def scenario_metrics(flows: pl.DataFrame, router: pl.DataFrame, summary: dict[str, Any], info: TrialInfo) -> dict[str, Any]:
     """The compared metrics of one trial: a flat dict, ``share.<group>`` per group, None where absent."""
     t0, t1 = info.steady_s

@@ -80,10 +80,11 @@ class Reference:
     def has(self, key: str) -> bool:
         return key in self.rows
 
-    def add(self, row: dict[str, Any]) -> None:
-        """Add (or replace) one rep and rewrite the file atomically."""
+    def add(self, row: dict[str, Any], save: bool = True) -> None:
+        """Add (or replace) one rep; rewrite the file atomically unless ``save`` is False."""
         self.rows[row["key"]] = row
-        self.save()
+        if save:
+            self.save()
 
     def frame(self) -> pl.DataFrame:
         rows = sorted(self.rows.values(), key=lambda r: (r["scenario"], r["seed"]))

@@ -30,22 +30,17 @@ from typing import Any, Optional, Union
 
 from ..config import ConfigError, Trial, parse_trial, read_trial_file
 from ..store import merge
-from ..sweep import Axis, Sweep, TrialSpec, trial_key
+from ..sweep import Axis, Sweep, SweepError, TrialSpec, trial_key
 
 TOP_KEYS = ("name", "description", "reps", "defaults", "scenarios", "tolerances")
-BACKENDS = ("kernel", "sim")
 #: Bumped when the meaning of a scenario key changes (every kernel reference row is then stale).
 KEY_FORMAT = 1
 
 
-class SuiteError(ValueError):
+class SuiteError(SweepError):
     """A suite file that cannot run; ``problems`` lists each as ``field: value: what is valid``."""
 
-    def __init__(self, problems: list[str], source: Optional[str] = None):
-        self.problems = list(problems)
-        self.source = source
-        head = f"invalid fidelity suite{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
-        super().__init__("\n".join([head, *("  " + p for p in self.problems)]))
+    what = "fidelity suite"
 
 
 @dataclass(frozen=True)
