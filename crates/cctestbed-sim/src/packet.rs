@@ -16,6 +16,36 @@ pub struct DataPacket {
     pub sent_at: Nanos,
 }
 
+/// Sequence numbers that mark the handshake's packets on the data path: the SYN (and, as the
+/// ACK point, the SYN-ACK) and the final ACK. They carry no data; data segments count from 0.
+const SYN_SEQ: u64 = u64::MAX;
+const HANDSHAKE_ACK_SEQ: u64 = u64::MAX - 1;
+/// A SYN or SYN-ACK as Linux sends it: IPv4 (20) + TCP (20) + MSS (4), SACK-permitted and
+/// timestamps (12, with padding), window scale (4) options.
+pub const SYN_SIZE: u32 = 60;
+/// A pure ACK with the timestamp option: IPv4 (20) + TCP (20) + timestamps (12).
+pub const ACK_SIZE: u32 = 52;
+
+impl DataPacket {
+    /// The connection's SYN, sent at `now` (its timestamp option carries `now`).
+    pub fn syn(flow: u32, now: Nanos) -> Self {
+        DataPacket { flow, seq: SYN_SEQ, size: SYN_SIZE, payload: 0, sent_at: now }
+    }
+
+    /// The handshake's final ACK, sent when the SYN-ACK arrives, just ahead of the data.
+    pub fn handshake_ack(flow: u32, now: Nanos) -> Self {
+        DataPacket { flow, seq: HANDSHAKE_ACK_SEQ, size: ACK_SIZE, payload: 0, sent_at: now }
+    }
+
+    pub fn is_syn(&self) -> bool {
+        self.seq == SYN_SEQ
+    }
+
+    pub fn is_handshake_ack(&self) -> bool {
+        self.seq == HANDSHAKE_ACK_SEQ
+    }
+}
+
 /// At most this many SACK blocks per ACK (Linux sends 3 alongside the timestamp option).
 pub const MAX_SACK_BLOCKS: usize = 3;
 
@@ -36,6 +66,15 @@ pub struct AckPacket {
 }
 
 impl AckPacket {
+    /// The SYN-ACK answering a SYN, echoing the SYN's timestamp.
+    pub fn syn_ack(flow: u32, syn_sent_at: Nanos) -> Self {
+        AckPacket { flow, ack: SYN_SEQ, sacks: [(0, 0); MAX_SACK_BLOCKS], n_sacks: 0, delayed: false, tsecr: Some(syn_sent_at) }
+    }
+
+    pub fn is_syn_ack(&self) -> bool {
+        self.ack == SYN_SEQ
+    }
+
     pub fn sack_blocks(&self) -> &[(u64, u64)] {
         &self.sacks[..self.n_sacks as usize]
     }

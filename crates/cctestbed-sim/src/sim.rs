@@ -11,14 +11,13 @@
 use crate::config::{Nanos, SimConfig};
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
-use crate::packet::{AckPacket, DataPacket};
+use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::Receiver;
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
 
 /// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.
-const ACK_SIZE: u32 = 52;
 
 /// Per-flow totals at the end of a run, counted independently at each place a packet can be,
 /// so that conservation (sent = delivered + dropped + queued + in transit) is a real check.
@@ -78,7 +77,7 @@ impl Simulation {
             let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
-            // The RTT the receiver measured on the handshake: RTprop plus a small packet's
+            // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
             // serialisation at the bottleneck.
             let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
             let handshake_rtt = cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns + f.extra_delay_ns + handshake_ser as Nanos;
@@ -174,7 +173,7 @@ impl Simulation {
         match ev {
             Event::FlowStart(f) => {
                 self.started[f as usize] = true;
-                self.with_sender(now, f, |s, now, io| s.start(now, io));
+                self.with_sender(now, f, |s, now, io| s.connect(now, io));
             }
             Event::AccessHead(f) => {
                 let line = &mut self.access[f as usize];
@@ -209,7 +208,16 @@ impl Simulation {
             Event::ForwardHead => {
                 while let Some(p) = self.forward.pop_due(now) {
                     let f = p.flow as usize;
-                    if let Some(ack) = self.receivers[f].on_data(now, &p) {
+                    if p.is_syn() {
+                        let syn_ack = self.receivers[f].on_syn(now, &p);
+                        self.send_ack(now, syn_ack);
+                        continue;
+                    }
+                    if p.is_handshake_ack() {
+                        self.receivers[f].on_handshake_ack(now);
+                        continue;
+                    }
+                    for ack in self.receivers[f].on_data(now, &p).all() {
                         self.send_ack(now, ack);
                     }
                     self.sync_delack(f);
@@ -220,7 +228,11 @@ impl Simulation {
             }
             Event::AckHead(f) => {
                 while let Some(ack) = self.acks[f as usize].pop_due(now) {
-                    self.with_sender(now, f, |s, now, io| s.on_ack(now, &ack, io));
+                    if ack.is_syn_ack() {
+                        self.with_sender(now, f, |s, now, io| s.on_syn_ack(now, &ack, io));
+                    } else {
+                        self.with_sender(now, f, |s, now, io| s.on_ack(now, &ack, io));
+                    }
                 }
                 if let Some(at) = self.acks[f as usize].head_time() {
                     self.q.push(at, Event::AckHead(f));
@@ -303,8 +315,9 @@ impl Simulation {
             let s = &self.senders[i];
             let r = &self.receivers[i];
             let FlowRouterStats { drops, queued, .. } = self.bottleneck.per_flow[i];
-            f.sent_pkts = s.stats.sent_pkts;
-            f.delivered_pkts = r.arrived_pkts;
+            // Packets, handshake included, for conservation; segments below count data only.
+            f.sent_pkts = s.stats.sent_pkts + s.stats.handshake_pkts;
+            f.delivered_pkts = r.arrived_pkts + r.handshake_pkts;
             f.dropped_pkts = drops;
             f.queued_pkts = queued;
             f.in_transit_pkts = self.access[i].len() as u64;

@@ -297,6 +297,7 @@ def run_kernel_trial(
                 "--delay-fwd-ns", str(fwd), "--delay-rev-ns", str(rev),
                 "--loss", json.dumps(trial.link.loss.to_core()), "--seed", str(trial.seed),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
+                "--serialization-bps", str(trial.link.capacity),
             ])
             from .routerstats import emu_ready
 

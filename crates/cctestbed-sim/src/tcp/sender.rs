@@ -46,6 +46,14 @@
 //!   last one again), `tcp_process_tlp_ack` (a retransmitted probe that repaired a loss costs
 //!   one cwnd reduction).
 //!
+//! - The three-way handshake (`tcp_connect`, `tcp_rcv_synsent_state_process`,
+//!   `tcp_init_transfer`): the flow starts by sending a SYN, which queues and may be dropped at
+//!   the bottleneck like any packet; it is retransmitted after TCP_TIMEOUT_INIT (1 s), doubling.
+//!   The SYN-ACK's RTT sample seeds srtt, the RTO and the windowed min RTT (`tcp_min_rtt`,
+//!   which BBR's `bbr_init` reads) before the algorithm is initialised; the final ACK and then
+//!   data leave at once, with cwnd 1 instead of the initial window after more than one SYN
+//!   retransmission.
+//!
 //! Deviations (documented in the README): no D-SACK, so undo relies
 //! on timestamps and F-RTO only (`undo_retrans` never reaches 0, no `tcp_try_undo_dsack`, no
 //! `tcp_try_undo_partial`), and a retransmitted loss probe ends its episode only on a pure
@@ -54,7 +62,7 @@
 //! segment is the unit of the scoreboard, so skb boundaries (and `tcp_fragment`) are not
 //! tracked; the receive window is fixed.
 
-use super::rtt::RttEstimator;
+use super::rtt::{RttEstimator, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
 use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::{FlowConfig, Nanos};
@@ -114,6 +122,9 @@ pub struct SenderStats {
     pub tlp_count: u64,
     /// Congestion-window reductions undone as spurious (`tcp_undo_cwnd_reduction`).
     pub undo_count: u64,
+    /// Handshake packets sent: SYNs and the final ACK (not counted in `sent_pkts`, which counts
+    /// data segments as `tcpi_data_segs_out` does).
+    pub handshake_pkts: u64,
     pub rtt_sum: f64,
     pub rtt_n: u64,
 }
@@ -191,6 +202,10 @@ pub struct Sender {
     last_send_time: Nanos,
     pub timers: [Timer; 3],
     started: bool,
+    /// SYN_SENT: when the latest SYN went out, until the SYN-ACK arrives.
+    syn_sent_at: Option<Nanos>,
+    /// SYNs sent (`icsk_retransmits` + 1 while in SYN_SENT).
+    syns_sent: u32,
     pub stats: SenderStats,
     /// Reused buffer for newly SACKed sequence numbers.
     scratch: Vec<u64>,
@@ -252,6 +267,8 @@ impl Sender {
             last_send_time: 0,
             timers: [Timer::default(); 3],
             started: false,
+            syn_sent_at: None,
+            syns_sent: 0,
             stats: SenderStats::default(),
             scratch: Vec::new(),
         }
@@ -344,6 +361,12 @@ impl Sender {
 
     /// `tcp_tso_segs`: segments per TSO/GSO skb (see [`super::tso`]), or the algorithm's own
     /// count (google/bbr's `tso_segs` hook).
+    pub fn zz_debug(&self) -> (u64, u64, u8, i64, u32, u32, u32, u32) {
+        let f = if self.snd_una < self.snd_nxt { self.seg(self.snd_una).flags } else { 0 };
+        let tx = if self.snd_una < self.snd_nxt { self.seg(self.snd_una).tx_time } else { 0 };
+        (self.snd_una, self.high_seq, f, tx, self.lost_out, self.retrans_out, self.sacked_out, self.packets_out())
+    }
+
     pub fn tso_segs(&self) -> u32 {
         if let Some(n) = self.cc.tso_segs(self.mss) {
             return n.clamp(1, tso::GSO_MAX_SEGS);
@@ -439,7 +462,40 @@ impl Sender {
     // ---- sending ---------------------------------------------------------------------
 
     /// Starts the connection at `now`.
-    pub fn start(&mut self, now: Nanos, io: &mut Io) {
+    /// `tcp_connect`: send the SYN and arm its retransmission timer.
+    pub fn connect(&mut self, now: Nanos, io: &mut Io) {
+        self.syn_sent_at = Some(now);
+        io.out.push(DataPacket::syn(self.flow, now));
+        let backoff = self.syns_sent.min(20);
+        self.syns_sent += 1;
+        self.stats.handshake_pkts += 1;
+        let at = now + TCP_TIMEOUT_INIT.saturating_mul(1 << backoff).min(TCP_RTO_MAX);
+        self.arm_rto(at, io);
+    }
+
+    /// The SYN-ACK arrived (`tcp_rcv_synsent_state_process`): its RTT sample, from the echoed
+    /// timestamp of the SYN it answers, seeds the RTT estimator (`tcp_ack_update_rtt`), then
+    /// `tcp_init_transfer` sets the initial window and initialises the algorithm, and data
+    /// starts. A SYN-ACK for an established connection is ignored.
+    pub fn on_syn_ack(&mut self, now: Nanos, ack: &AckPacket, io: &mut Io) {
+        if self.syn_sent_at.take().is_none() {
+            return;
+        }
+        self.timers[TimerKind::Rto as usize].cancel();
+        if let Some(ts) = ack.tsecr {
+            self.rtt.on_sample(now - ts);
+        }
+        if self.syns_sent > 2 {
+            // "Cut cwnd down to 1 per RFC5681 if SYN ... has been retransmitted" more than once.
+            self.w.cwnd = 1;
+        }
+        io.out.push(DataPacket::handshake_ack(self.flow, now));
+        self.stats.handshake_pkts += 1;
+        self.start(now, io);
+    }
+
+    /// ESTABLISHED: initialise the algorithm and send.
+    fn start(&mut self, now: Nanos, io: &mut Io) {
         self.started = true;
         let info = self.info(now);
         self.cc.init(&info, &mut self.w);
@@ -480,7 +536,7 @@ impl Sender {
         let mut timeout = if self.rtt.srtt > 0 {
             2 * self.rtt.srtt + if self.packets_out() == 1 { super::rtt::TCP_RTO_MIN } else { TCP_TIMEOUT_MIN }
         } else {
-            super::rtt::TCP_TIMEOUT_INIT
+            TCP_TIMEOUT_INIT
         };
         // tcp_rto_delta_us: how far in the future the RTO of the oldest packet is.
         let rto_delta = if advancing_rto { self.rtt.rto() } else { self.seg(self.snd_una).tx_time + self.rtt.rto() - now };
@@ -1241,6 +1297,7 @@ impl Sender {
 
     pub fn on_timer(&mut self, now: Nanos, kind: TimerKind, io: &mut Io) {
         match kind {
+            TimerKind::Rto if self.syn_sent_at.is_some() => self.connect(now, io),
             TimerKind::Rto if self.xmit_probe => self.send_loss_probe(now, io),
             TimerKind::Rto => self.on_rto(now, io),
             TimerKind::Pace => self.try_send(now, io),
