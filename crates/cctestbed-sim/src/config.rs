@@ -68,6 +68,173 @@ pub struct LinkConfig {
     /// (order kept), as interrupt and scheduling delays do on real hosts. 0 = none.
     #[serde(default)]
     pub jitter_ns: Nanos,
+    /// Active queue management at the bottleneck; `None` is drop-tail. `queue` stays the
+    /// hard limit under every discipline.
+    #[serde(default)]
+    pub aqm: Option<AqmConfig>,
+}
+
+/// A queue discipline other than drop-tail, with `tc`'s parameter names (times in ns);
+/// absent parameters take Linux's defaults.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AqmConfig {
+    /// `tc qdisc ... codel` (RFC 8289).
+    Codel(CodelConfig),
+    /// `tc qdisc ... fq_codel` (RFC 8290).
+    FqCodel(FqCodelConfig),
+}
+
+impl AqmConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AqmConfig::Codel(_) => "codel",
+            AqmConfig::FqCodel(_) => "fq_codel",
+        }
+    }
+}
+
+/// CoDel's parameters (`tc-codel`). `ecn` defaults to off for `codel`, on for `fq_codel`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodelConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub interval_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
+}
+
+/// Linux `codel_params_init`: target 5 ms, interval 100 ms.
+pub const CODEL_TARGET_NS: Nanos = 5_000_000;
+pub const CODEL_INTERVAL_NS: Nanos = 100_000_000;
+
+impl CodelConfig {
+    /// The parameters with defaults filled in; `ecn_default` is the discipline's.
+    pub fn resolve_with(&self, mtu: u32, ecn_default: bool) -> crate::qdisc::codel::CodelParams {
+        crate::qdisc::codel::CodelParams {
+            target: self.target_ns.unwrap_or(CODEL_TARGET_NS),
+            interval: self.interval_ns.unwrap_or(CODEL_INTERVAL_NS),
+            ecn: self.ecn.unwrap_or(ecn_default),
+            ce_threshold: self.ce_threshold_ns,
+            mtu: mtu as u64,
+        }
+    }
+
+    /// For `codel` (sch_codel.c leaves ECN off).
+    pub fn resolve(&self, mtu: u32) -> crate::qdisc::codel::CodelParams {
+        self.resolve_with(mtu, false)
+    }
+
+    fn check(&self, at: &str, errs: &mut Vec<String>) {
+        for (name, v) in [("target_ns", self.target_ns), ("interval_ns", self.interval_ns)] {
+            if let Some(v) = v {
+                if v <= 0 {
+                    errs.push(format!("{at}.{name}: {v}: must be > 0"));
+                }
+            }
+        }
+        if let Some(v) = self.ce_threshold_ns {
+            if v < 0 {
+                errs.push(format!("{at}.ce_threshold_ns: {v}: must be >= 0"));
+            }
+        }
+    }
+}
+
+/// FQ-CoDel's parameters (`tc-fq_codel`), CoDel's among them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FqCodelConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub interval_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
+    /// Number of queues the flows hash into.
+    #[serde(default = "fq_codel_flows")]
+    pub flows: u32,
+    /// Bytes a queue may send per round; `None` is the MTU.
+    #[serde(default)]
+    pub quantum: Option<u32>,
+    /// Most packets dropped at once from the fattest queue when over a limit.
+    #[serde(default = "fq_codel_drop_batch")]
+    pub drop_batch: u32,
+    /// Bytes of packets the discipline may hold.
+    #[serde(default = "fq_codel_memory_limit")]
+    pub memory_limit: u64,
+}
+
+/// `fq_codel_init` defaults.
+fn fq_codel_flows() -> u32 {
+    1024
+}
+fn fq_codel_drop_batch() -> u32 {
+    64
+}
+fn fq_codel_memory_limit() -> u64 {
+    32 << 20
+}
+
+impl Default for FqCodelConfig {
+    fn default() -> Self {
+        FqCodelConfig {
+            target_ns: None,
+            interval_ns: None,
+            ecn: None,
+            ce_threshold_ns: None,
+            flows: fq_codel_flows(),
+            quantum: None,
+            drop_batch: fq_codel_drop_batch(),
+            memory_limit: fq_codel_memory_limit(),
+        }
+    }
+}
+
+impl FqCodelConfig {
+    /// The CoDel part of the parameters.
+    pub fn codel(&self) -> CodelConfig {
+        CodelConfig {
+            target_ns: self.target_ns,
+            interval_ns: self.interval_ns,
+            ecn: self.ecn,
+            ce_threshold_ns: self.ce_threshold_ns,
+        }
+    }
+}
+
+impl AqmConfig {
+    /// Range checks, each as "field: value: what is valid".
+    pub fn check(&self, errs: &mut Vec<String>) {
+        let at = "link.aqm";
+        match self {
+            AqmConfig::Codel(c) => c.check(at, errs),
+            AqmConfig::FqCodel(f) => {
+                f.codel().check(at, errs);
+                // Linux fq_codel_change: 1 to 65536 flows.
+                if !(1..=65536).contains(&f.flows) {
+                    errs.push(format!("{at}.flows: {}: must be from 1 to 65536", f.flows));
+                }
+                if let Some(q) = f.quantum {
+                    if q < 256 {
+                        errs.push(format!("{at}.quantum: {q}: must be at least 256 bytes"));
+                    }
+                }
+                if f.drop_batch == 0 {
+                    errs.push(format!("{at}.drop_batch: 0: must be >= 1"));
+                }
+                if f.memory_limit == 0 || f.memory_limit > 1 << 31 {
+                    errs.push(format!("{at}.memory_limit: {}: must be from 1 to 2^31 bytes", f.memory_limit));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -157,6 +324,9 @@ pub struct FlowConfig {
     /// Label shown in results; defaults to the algorithm name.
     #[serde(default)]
     pub group: Option<String>,
+    /// Negotiate ECN (RFC 3168): data leaves ECN-capable and the receiver echoes CE marks.
+    #[serde(default)]
+    pub ecn: bool,
 }
 
 fn default_iw() -> u32 {
@@ -177,6 +347,7 @@ impl FlowConfig {
             initial_cwnd: default_iw(),
             delayed_ack: DelayedAckConfig::default(),
             group: None,
+            ecn: false,
         }
     }
 }
@@ -252,6 +423,7 @@ impl SimConfig {
                 delay_schedule: vec![],
                 access_rate_bps: None,
                 jitter_ns: 0,
+                aqm: None,
             },
             flows: vec![],
         }
@@ -334,6 +506,9 @@ impl SimConfig {
             if c.at_ns < 0 || c.delay_fwd_ns < 0 || c.delay_rev_ns < 0 {
                 errs.push(format!("link.delay_schedule[{i}]: times and delays must be >= 0"));
             }
+        }
+        if let Some(a) = &l.aqm {
+            a.check(&mut errs);
         }
         if self.flows.is_empty() {
             errs.push("flows: empty: give at least one flow".into());

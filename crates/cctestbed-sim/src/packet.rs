@@ -14,6 +14,31 @@ pub struct DataPacket {
     pub payload: u32,
     /// Sender's transmit time (carried as the TCP timestamp option would be).
     pub sent_at: Nanos,
+    /// The IP header's ECN field (RFC 3168 section 5).
+    pub ecn: Ecn,
+    /// The TCP header's CWR flag: the sender reduced its window after an ECN echo.
+    pub cwr: bool,
+}
+
+/// The two ECN bits of the IP header (RFC 3168 section 5): Not-ECT, ECT(1), ECT(0), CE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ecn {
+    #[default]
+    NotEct,
+    /// ECT(1): the L4S identifier (RFC 9331).
+    Ect1,
+    /// ECT(0): classic ECN-capable transport.
+    Ect0,
+    /// Congestion Experienced, set by a router instead of a drop.
+    Ce,
+}
+
+impl Ecn {
+    /// Whether a router may mark this packet instead of dropping it (ECT(0), ECT(1) or CE
+    /// already, as Linux `INET_ECN_set_ce` accepts).
+    pub fn is_capable(self) -> bool {
+        self != Ecn::NotEct
+    }
 }
 
 /// At most this many SACK blocks per ACK (Linux sends 3 alongside the timestamp option).
@@ -33,6 +58,8 @@ pub struct AckPacket {
     /// Echoed timestamp (TSecr): the `sent_at` the receiver holds as `ts_recent`, `None`
     /// before any data arrived.
     pub tsecr: Option<Nanos>,
+    /// The TCP ECE flag: the receiver echoes a CE mark (RFC 3168 section 6.1.3).
+    pub ece: bool,
 }
 
 impl AckPacket {

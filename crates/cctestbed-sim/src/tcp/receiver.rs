@@ -53,10 +53,15 @@
 //! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
 //! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
-//! reader consumes; no ECN (CE marks would enter quick-ack mode).
+//! reader consumes.
+//!
+//! ECN (for flows that negotiated it, see [`EcnEcho`]): the classic echo of RFC 3168 as
+//! `__tcp_ecn_check_ce` and `tcp_ecn_accept_cwr`, or DCTCP's per-packet echo as
+//! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
+//! algorithm as both hosts run the same one. No AccECN.
 
 use crate::config::{DelayedAckConfig, Nanos};
-use crate::packet::{AckPacket, DataPacket, MAX_SACK_BLOCKS};
+use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
 
 /// One jiffy at CONFIG_HZ=250.
@@ -127,6 +132,36 @@ pub struct Receiver {
     last_seg: Option<(u64, u32)>,
     /// `ts_recent`: the timestamp to echo.
     ts_recent: Option<Nanos>,
+    /// How CE marks are echoed; `Off` for a flow that did not negotiate ECN.
+    ecn: EcnEcho,
+    /// TCP_ECN_DEMAND_CWR: ECE is set on every ACK until a CWR arrives (classic), or while the
+    /// last data packet was CE (per-packet echo).
+    demand_cwr: bool,
+    /// TCP_ECN_SEEN: an ECN-capable data packet has arrived.
+    ecn_seen: bool,
+    /// Per-packet echo (`dctcp_ece_ack_update`): CE state of the last data packet and
+    /// `rcv_nxt` after it.
+    ce_state: bool,
+    prior_rcv_nxt: u64,
+    /// An ACK to send before the one `on_data` returns (the per-packet echo's flush).
+    extra_ack: Option<AckPacket>,
+    /// CE-marked data packets that arrived.
+    pub ce_pkts: u64,
+}
+
+/// How the receiver reports CE marks in ECE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcnEcho {
+    Off,
+    /// RFC 3168 section 6.1.3 (Linux `__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE
+    /// mark, ECE on every ACK until the sender's CWR arrives; a CE mark (first of an episode)
+    /// also enters quick-ack mode.
+    Classic,
+    /// DCTCP's (Linux `dctcp_ece_ack_update`, used when the algorithm wants CE events): ECE
+    /// reflects the CE state of the data each ACK covers; when the state changes, a delayed
+    /// ACK pending for earlier data is sent first with the old state, and the new data is
+    /// ACKed at once.
+    PerPacket,
 }
 
 impl Receiver {
@@ -165,7 +200,84 @@ impl Receiver {
             mss,
             last_seg: None,
             ts_recent: None,
+            ecn: EcnEcho::Off,
+            demand_cwr: false,
+            ecn_seen: false,
+            ce_state: false,
+            prior_rcv_nxt: 0,
+            extra_ack: None,
+            ce_pkts: 0,
             cfg,
+        }
+    }
+
+    /// Sets how CE marks are echoed (a flow that negotiated ECN).
+    pub fn with_ecn(mut self, mode: EcnEcho) -> Self {
+        self.ecn = mode;
+        self
+    }
+
+    /// An ACK that must go out before the one the last `on_data` returned, if any.
+    pub fn take_extra_ack(&mut self) -> Option<AckPacket> {
+        self.extra_ack.take()
+    }
+
+    /// `tcp_ecn_accept_cwr`: the sender's CWR ends the classic echo; a data segment carrying
+    /// it is ACKed at once.
+    fn ecn_accept_cwr(&mut self, p: &DataPacket) {
+        if self.ecn != EcnEcho::Off && p.cwr {
+            self.demand_cwr = false;
+            self.ack_now = true;
+        }
+    }
+
+    /// `__tcp_ecn_check_ce` for a new data segment, after rcv_nxt has moved past it.
+    fn ecn_check_ce(&mut self, p: &DataPacket) {
+        match self.ecn {
+            EcnEcho::Off => {}
+            EcnEcho::Classic => match p.ecn {
+                // A Not-ECT segment after ECT ones is probably a retransmission: ACK quickly.
+                Ecn::NotEct => {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                }
+                Ecn::Ce => {
+                    if !self.demand_cwr {
+                        // The sender may have a very small window: do not delay the echo.
+                        self.enter_quickack_mode_max(2);
+                        self.demand_cwr = true;
+                    }
+                    self.ecn_seen = true;
+                }
+                Ecn::Ect0 | Ecn::Ect1 => self.ecn_seen = true,
+            },
+            EcnEcho::PerPacket => {
+                if p.ecn == Ecn::NotEct {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                    return;
+                }
+                let ce = p.ecn == Ecn::Ce;
+                if ce != self.ce_state {
+                    // Flush a delayed ACK for the earlier data with its own CE state, then
+                    // ACK this data at once.
+                    if self.delack_j.is_some() {
+                        self.demand_cwr = self.ce_state;
+                        let mut a = self.make_ack(false);
+                        a.ack = self.prior_rcv_nxt;
+                        a.ece = self.demand_cwr;
+                        self.acks_sent += 1;
+                        self.extra_ack = Some(a);
+                    }
+                    self.ack_now = true;
+                }
+                self.prior_rcv_nxt = self.rcv_nxt;
+                self.ce_state = ce;
+                self.demand_cwr = ce;
+                self.ecn_seen = true;
+            }
         }
     }
 
@@ -181,6 +293,10 @@ impl Receiver {
         if p.payload < self.mss {
             self.last_seg = Some((seq, p.payload));
         }
+        if p.ecn == Ecn::Ce {
+            self.ce_pkts += 1;
+        }
+        self.ecn_accept_cwr(p);
         if seq < self.rcv_nxt {
             // Old data (tcp_data_queue): enter quick-ack mode, ACK at once.
             self.duplicate_pkts += 1;
@@ -196,6 +312,7 @@ impl Receiver {
             }
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
             self.event_data_recv(now);
+            self.ecn_check_ce(p);
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
@@ -203,6 +320,7 @@ impl Receiver {
                 self.ack_now = true;
             }
         } else {
+            self.ecn_check_ce(p);
             self.ooo.insert(seq, seq + 1);
             self.latest_ooo = Some(seq);
         }
@@ -294,6 +412,19 @@ impl Receiver {
 
     fn enter_quickack_mode(&mut self) {
         self.incr_quickack();
+        self.ato = self.ato_min_j;
+    }
+
+    /// `tcp_enter_quickack_mode(sk, max)`: at most `max` quick ACKs.
+    fn enter_quickack_mode_max(&mut self, max: u32) {
+        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        if q == 0 {
+            q = 2;
+        }
+        q = q.min(max).min(self.cfg.quickacks.max(1));
+        if q > self.quick {
+            self.quick = q;
+        }
         self.ato = self.ato_min_j;
     }
 
@@ -403,7 +534,7 @@ impl Receiver {
                 n += 1;
             }
         }
-        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent }
+        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr }
     }
 }
 
@@ -418,7 +549,7 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn data(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0 }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false }
     }
 
     fn cfg(quickacks: u32) -> DelayedAckConfig {
