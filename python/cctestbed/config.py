@@ -212,6 +212,8 @@ class Loss(_Model):
 AQM_PARAMS: dict[str, tuple[str, ...]] = {
     "codel": ("target", "interval", "ecn", "ce_threshold"),
     "fq_codel": ("target", "interval", "ecn", "ce_threshold", "flows", "quantum", "drop_batch", "memory_limit"),
+    "red": ("min", "max", "probability", "avpkt", "burst", "bandwidth", "ecn", "harddrop", "adaptive"),
+    "pie": ("target", "tupdate", "alpha", "beta", "ecn", "bytemode"),
 }
 
 
@@ -232,6 +234,18 @@ class Aqm(_Model):
     quantum: Optional[Annotated[Size, AfterValidator(_int_range(256, U32_MAX))]] = None
     drop_batch: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, U32_MAX))]] = None
     memory_limit: Optional[Annotated[Size, AfterValidator(_int_range(1, 2**31))]] = None
+    min: Optional[PositiveSize] = None
+    max: Optional[PositiveSize] = None
+    probability: Optional[Probability] = None
+    avpkt: Optional[PositiveSize] = None
+    burst: Optional[PositiveU32] = None
+    bandwidth: Optional[PositiveRate] = None
+    harddrop: Optional[StrictBool] = None
+    adaptive: Optional[StrictBool] = None
+    tupdate: Optional[PositiveTime] = None
+    alpha: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
+    beta: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
+    bytemode: Optional[StrictBool] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -262,14 +276,20 @@ class Aqm(_Model):
             raise _field_errors(
                 [(k, None, f"not a parameter of {self.kind}; it takes {', '.join(allowed)}") for k in wrong]
             )
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            raise _field_error("min", units.format_size(self.min), f"must be below max ({units.format_size(self.max)})")
         return self
 
     def to_core(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns")):
+        for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns"),
+                           ("tupdate", "tupdate_ns")):
             if getattr(self, name) is not None:
                 out[core] = getattr(self, name)
-        for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit"):
+        if self.bandwidth is not None:
+            out["bandwidth_bps"] = self.bandwidth
+        for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit", "min", "max", "probability", "avpkt",
+                     "burst", "harddrop", "adaptive", "alpha", "beta", "bytemode"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out

@@ -83,6 +83,56 @@ pub enum AqmConfig {
     Codel(CodelConfig),
     /// `tc qdisc ... fq_codel` (RFC 8290).
     FqCodel(FqCodelConfig),
+    /// `tc qdisc ... red` (Floyd and Jacobson 1993; adaptive: Floyd et al. 2001).
+    Red(RedConfig),
+    /// `tc qdisc ... pie` (RFC 8033).
+    Pie(PieConfig),
+}
+
+/// PIE's parameters (`tc-pie`); alpha and beta in Linux's 1/16 units (0-32).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PieConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub tupdate_ns: Option<Nanos>,
+    #[serde(default)]
+    pub alpha: Option<u32>,
+    #[serde(default)]
+    pub beta: Option<u32>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub bytemode: Option<bool>,
+}
+
+/// RED's parameters (`tc-red`); thresholds and sizes in bytes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedConfig {
+    #[serde(default)]
+    pub min: Option<u64>,
+    #[serde(default)]
+    pub max: Option<u64>,
+    /// max_P, the marking probability at `max`.
+    #[serde(default)]
+    pub probability: Option<f64>,
+    #[serde(default)]
+    pub avpkt: Option<u64>,
+    /// Packets of `avpkt` the average lets through at once (sets the EWMA weight).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Rate used to age the average over idle periods; the link capacity if absent.
+    #[serde(default)]
+    pub bandwidth_bps: Option<u64>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    /// Drop rather than mark above `max`, even with `ecn`.
+    #[serde(default)]
+    pub harddrop: Option<bool>,
+    #[serde(default)]
+    pub adaptive: Option<bool>,
 }
 
 impl AqmConfig {
@@ -90,6 +140,8 @@ impl AqmConfig {
         match self {
             AqmConfig::Codel(_) => "codel",
             AqmConfig::FqCodel(_) => "fq_codel",
+            AqmConfig::Red(_) => "red",
+            AqmConfig::Pie(_) => "pie",
         }
     }
 }
@@ -215,6 +267,39 @@ impl AqmConfig {
         let at = "link.aqm";
         match self {
             AqmConfig::Codel(c) => c.check(at, errs),
+            AqmConfig::Pie(p) => {
+                for (n, v) in [("target_ns", p.target_ns), ("tupdate_ns", p.tupdate_ns)] {
+                    if let Some(v) = v {
+                        if v <= 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0"));
+                        }
+                    }
+                }
+                for (n, v) in [("alpha", p.alpha), ("beta", p.beta)] {
+                    if let Some(v) = v {
+                        if v > 32 {
+                            errs.push(format!("{at}.{n}: {v}: must be from 0 to 32 (sixteenths)"));
+                        }
+                    }
+                }
+            }
+            AqmConfig::Red(r) => {
+                if let Some(p) = r.probability {
+                    if !(p > 0.0 && p <= 1.0) {
+                        errs.push(format!("{at}.probability: {p}: must be in (0, 1]"));
+                    }
+                }
+                if let (Some(a), Some(b)) = (r.min, r.max) {
+                    if a >= b {
+                        errs.push(format!("{at}.min: {a}: must be below max ({b})"));
+                    }
+                }
+                for (n, v) in [("avpkt", r.avpkt), ("burst", r.burst), ("bandwidth_bps", r.bandwidth_bps), ("max", r.max)] {
+                    if v == Some(0) {
+                        errs.push(format!("{at}.{n}: 0: must be > 0"));
+                    }
+                }
+            }
             AqmConfig::FqCodel(f) => {
                 f.codel().check(at, errs);
                 // Linux fq_codel_change: 1 to 65536 flows.

@@ -222,7 +222,7 @@ impl Bottleneck {
         Bottleneck {
             rate_bps: cfg.capacity_bps,
             rem: 0,
-            qdisc: crate::qdisc::build(cfg.aqm.as_ref(), &cfg.queue, mtu, qdisc_rng),
+            qdisc: crate::qdisc::build(cfg.aqm.as_ref(), &cfg.queue, mtu, cfg.capacity_bps, qdisc_rng),
             in_service: None,
             shaper: cfg.shaper.as_ref().map(TokenBucket::new),
             policer: cfg.policer.as_ref().map(TokenBucket::new),

@@ -3,7 +3,7 @@
 //! drops. Each test prints what it measured (`cargo test -- --nocapture`).
 
 mod common;
-use ccsim::config::{AqmConfig, CodelConfig, FqCodelConfig, SimConfig};
+use ccsim::config::{AqmConfig, CodelConfig, FqCodelConfig, PieConfig, RedConfig, SimConfig};
 use ccsim::qdisc::{DropCause, MarkCause};
 use ccsim::SimOutput;
 use common::*;
@@ -194,12 +194,121 @@ fn dctcp_holds_the_queue_near_the_marking_threshold() {
     assert_eq!(r.drops.total(), 0, "DCTCP under step marking should not lose");
 }
 
+/// RED (Floyd and Jacobson 1993, section 4) keeps the average queue between its thresholds
+/// once the flows have filled the link, plain and adaptive (Floyd et al. 2001, max_P tuned
+/// every 500 ms); with ECN the early signal is a mark.
+#[test]
+fn red_keeps_the_average_queue_between_its_thresholds() {
+    let rate = 20_000_000u64;
+    let bdp = rate as f64 / 8.0 * 0.04;
+    let (min, max) = ((0.25 * bdp) as u64, (0.75 * bdp) as u64);
+    for (ecn, adaptive) in [(false, false), (true, true)] {
+        let aqm = AqmConfig::Red(RedConfig { min: Some(min), max: Some(max), ecn: Some(ecn), adaptive: Some(adaptive), ..Default::default() });
+        let flows = (0..4).map(|_| if ecn { ecn_flow("cubic") } else { flow("cubic") }).collect();
+        let out = run(trial(rate, 40, 4.0, 40, Some(aqm), flows));
+        let q = mean_queue(&out, 10.0, 40.0);
+        let util = total_goodput(&out, 10.0, 40.0) / payload_capacity(rate);
+        let r = out.router_final;
+        println!(
+            "measured: red ecn={ecn} adaptive={adaptive}, 4 cubic: mean queue {:.0} B (min {min}, max {max}), utilization {util:.3}, \
+             aqm drops {}, marks {}, overflow {}",
+            q,
+            r.drops[DropCause::Aqm],
+            r.marks[MarkCause::Aqm],
+            r.drops[DropCause::Overflow]
+        );
+        assert!(q > 0.5 * min as f64 && q < max as f64, "mean queue {q:.0} outside the band");
+        assert!(util >= 0.9, "utilization {util:.3}");
+        if ecn {
+            assert!(r.marks[MarkCause::Aqm] > 0);
+        } else {
+            assert!(r.drops[DropCause::Aqm] > 0 && r.marks.total() == 0);
+        }
+    }
+}
+
+/// PIE (RFC 8033 section 1) controls the average queuing delay at its 15 ms target, the
+/// buffer itself much deeper.
+#[test]
+fn pie_holds_its_target_delay() {
+    let rate = 20_000_000;
+    for ecn in [false, true] {
+        let aqm = AqmConfig::Pie(PieConfig { ecn: Some(ecn), ..Default::default() });
+        let flows = (0..4).map(|_| if ecn { ecn_flow("cubic") } else { flow("cubic") }).collect();
+        let out = run(trial(rate, 40, 8.0, 60, Some(aqm), flows));
+        let (p50, p95) = sojourn_pcts(&out, 20.0, 60.0);
+        let r = &out.router;
+        let v: Vec<f64> = (0..r.time_s.len())
+            .filter(|&i| r.time_s[i] > 20.0)
+            .map(|i| r.sojourn_mean_ms[i])
+            .filter(|x| x.is_finite())
+            .collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let util = total_goodput(&out, 20.0, 60.0) / payload_capacity(rate);
+        let f = out.router_final;
+        println!(
+            "measured: pie ecn={ecn}, 4 cubic: sojourn mean {mean:.2} ms, p50 {p50:.2} ms, p95 {p95:.2} ms, \
+             utilization {util:.3}, aqm drops {}, marks {}, overflow {}",
+            f.drops[DropCause::Aqm],
+            f.marks[MarkCause::Aqm],
+            f.drops[DropCause::Overflow]
+        );
+        assert!((7.5..=22.5).contains(&mean), "mean sojourn {mean:.2} ms not within 50 % of 15 ms");
+        assert!(util >= 0.95, "utilization {util:.3}");
+    }
+}
+
+/// BBRv3's ECN response (google/bbr v3: ecn_alpha, inflight_lo cut by ecn_factor x alpha,
+/// ECN "too high" while probing) on a shallow-threshold ECN path (step mark at 0.5 ms,
+/// `ecn_low` set, min_rtt 2 ms <= 5 ms): the queue stays shorter than the same flows keep
+/// without ECN, with no loss and the link full.
+#[test]
+fn bbr3_responds_to_shallow_ecn_marks() {
+    let rate = 100_000_000;
+    let aqm = AqmConfig::Codel(CodelConfig {
+        ecn: Some(true),
+        target_ns: Some(10 * S),
+        ce_threshold_ns: Some(500_000),
+        ..Default::default()
+    });
+    let mk = |ecn: bool| {
+        let flows = (0..2)
+            .map(|_| {
+                let mut f = flow("bbr3");
+                f.ecn = ecn;
+                f.params.insert("ecn_low".into(), 1.0);
+                f
+            })
+            .collect();
+        run(trial(rate, 2, 20.0, 20, Some(aqm.clone()), flows))
+    };
+    let (with, without) = (mk(true), mk(false));
+    let (p50_ecn, p95_ecn) = sojourn_pcts(&with, 5.0, 20.0);
+    let (p50_plain, _) = sojourn_pcts(&without, 5.0, 20.0);
+    let util = total_goodput(&with, 5.0, 20.0) / payload_capacity(rate);
+    let r = with.router_final;
+    println!(
+        "measured: 2 bbr3, 100 Mbit/s, 2 ms, step mark at 0.5 ms: with ECN sojourn p50 {p50_ecn:.3} ms (p95 {p95_ecn:.3}), \
+         utilization {util:.3}, marks {}, drops {}; without ECN p50 {p50_plain:.3} ms",
+        r.marks.total(),
+        r.drops.total()
+    );
+    assert!(r.marks.total() > 0, "the path marked");
+    assert!(p50_ecn < 0.75 * p50_plain, "ECN should shorten the queue: {p50_ecn:.3} vs {p50_plain:.3} ms");
+    // inflight_lo cuts of ecn_factor x alpha per marked round trade a little throughput for
+    // the shorter queue.
+    assert!(util >= 0.85, "utilization {util:.3}");
+    assert_eq!(r.drops.total(), 0);
+}
+
 /// Conservation of packets and bytes with AQM drops and marks, for every algorithm under
 /// every discipline, with and without ECN, including a shaper (peeked dequeues).
 #[test]
 fn conservation_holds_with_marks_and_aqm_drops() {
     let algos: Vec<&str> = ccsim::cc::algorithms().iter().map(|(n, _)| *n).collect();
-    for aqm in [codel(false), codel(true), fq_codel()] {
+    let red = |ecn, adaptive| AqmConfig::Red(RedConfig { ecn: Some(ecn), adaptive: Some(adaptive), ..Default::default() });
+    let pie = |ecn| AqmConfig::Pie(PieConfig { ecn: Some(ecn), ..Default::default() });
+    for aqm in [codel(false), codel(true), fq_codel(), red(false, false), red(true, true), pie(false), pie(true)] {
         for &cc in &algos {
             for ecn in [false, true] {
                 let mut c = trial(10_000_000, 20, 1.0, 4, Some(aqm.clone()), vec![]);

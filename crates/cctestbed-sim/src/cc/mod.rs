@@ -170,6 +170,11 @@ pub struct RateSample {
     pub tx_in_flight: u32,
     /// Packets marked lost between the sampled packet's send and now (google/bbr `rs->lost`).
     pub lost: u64,
+    /// Packets delivered by ECE-carrying ACKs between the sampled packet's send and now
+    /// (google/bbr `rs->delivered_ce`).
+    pub delivered_ce: i64,
+    /// This ACK carried ECE (google/bbr `rs->is_ece`).
+    pub is_ece: bool,
 }
 
 impl RateSample {

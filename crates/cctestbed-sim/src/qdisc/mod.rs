@@ -12,7 +12,9 @@
 //! Disciplines, each with its source in its own module header:
 //! - [`fifo::DropTail`]: `bfifo`/`pfifo`, the default;
 //! - [`codel::Codel`]: `codel` (RFC 8289, Linux `sch_codel.c` and `codel_impl.h`);
-//! - [`fq_codel::FqCodel`]: `fq_codel` (RFC 8290, Linux `sch_fq_codel.c`).
+//! - [`fq_codel::FqCodel`]: `fq_codel` (RFC 8290, Linux `sch_fq_codel.c`);
+//! - [`red::Red`]: `red`, with ECN and adaptive max_P (Linux `sch_red.c`, `red.h`);
+//! - [`pie::Pie`]: `pie` (RFC 8033, Linux `sch_pie.c`).
 //!
 //! The trial's queue limit (`link.queue`, bytes or packets) is every discipline's hard limit.
 
@@ -23,6 +25,8 @@ use crate::rng::SimRng;
 pub mod codel;
 pub mod fifo;
 pub mod fq_codel;
+pub mod pie;
+pub mod red;
 
 /// Declares a keyed set of causes: an enum, its `ALL` list and its column-name suffixes, so
 /// that counters, telemetry columns and the binding derive from this one declaration.
@@ -234,12 +238,14 @@ impl Peeked {
 }
 
 /// Builds the discipline a trial asks for; `mtu` is the device MTU (`psched_mtu`), `rng` the
-/// discipline's own stream (fq_codel's hash perturbation).
-pub fn build(aqm: Option<&AqmConfig>, queue: &QueueConfig, mtu: u32, rng: SimRng) -> Box<dyn Qdisc> {
+/// discipline's own stream (fq_codel's hash perturbation, RED's draws).
+pub fn build(aqm: Option<&AqmConfig>, queue: &QueueConfig, mtu: u32, capacity_bps: u64, rng: SimRng) -> Box<dyn Qdisc> {
     let limit = Limit::new(queue);
     match aqm {
         None => Box::new(fifo::DropTail::new(limit)),
         Some(AqmConfig::Codel(p)) => Box::new(codel::Codel::new(limit, p.resolve(mtu))),
         Some(AqmConfig::FqCodel(p)) => Box::new(fq_codel::FqCodel::new(limit, p, mtu, rng)),
+        Some(AqmConfig::Pie(p)) => Box::new(pie::Pie::new(limit, pie::PieParams::resolve(p, mtu), rng)),
+        Some(AqmConfig::Red(p)) => Box::new(red::Red::new(limit, red::RedParams::resolve(p, &limit, mtu, capacity_bps), rng)),
     }
 }

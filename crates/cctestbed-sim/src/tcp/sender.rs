@@ -84,6 +84,8 @@ struct Seg {
     first_tx: Nanos,
     delivered_time: Nanos,
     delivered: u64,
+    /// `tx.delivered_ce` (google/bbr): `delivered_ce` when sent.
+    delivered_ce: u64,
     lost_at_send: u64,
     prev: u64,
     next: u64,
@@ -750,6 +752,7 @@ impl Sender {
             first_tx: self.first_tx_time,
             delivered_time: self.delivered_time,
             delivered: self.delivered,
+            delivered_ce: self.delivered_ce,
             lost_at_send: self.lost,
             prev: NIL,
             next: NIL,
@@ -851,6 +854,7 @@ impl Sender {
                 acc.rs.is_retrans = s.flags & EVER_RETRANS != 0;
                 acc.rs.tx_in_flight = s.in_flight_at_send;
                 acc.rs.lost = self.lost - s.lost_at_send;
+                acc.prior_delivered_ce = s.delivered_ce;
                 acc.last_end_seq = seq;
                 self.first_tx_time = s.tx_time;
                 acc.snd_interval = s.tx_time - s.first_tx;
@@ -954,7 +958,8 @@ impl Sender {
             && acc.rs.prior_delivered + 1 == self.delivered;
 
         // Rate sample (tcp_rate_gen).
-        let rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, maybe_delayed);
+        let mut rs = self.rate_gen(now, &mut acc, newly_lost, ca_rtt, maybe_delayed);
+        rs.is_ece = ece;
 
         if acc.pkts_acked > 0 || acc.delivered > 0 {
             let info = self.info(now);
@@ -1009,6 +1014,7 @@ impl Sender {
             Some(prior_time) => {
                 rs.prior_time = prior_time;
                 rs.delivered = (self.delivered - rs.prior_delivered) as i64;
+                rs.delivered_ce = (self.delivered_ce - acc.prior_delivered_ce) as i64;
                 let ack_interval = now - prior_time;
                 rs.interval_ns = acc.snd_interval.max(ack_interval);
                 if rs.interval_ns < self.rtt.min_rtt {
@@ -1412,6 +1418,8 @@ struct AckAccum {
     snd_interval: Nanos,
     /// Sequence of the packet the rate sample was taken from (`rs->last_end_seq`).
     last_end_seq: u64,
+    /// `tx.delivered_ce` of the sampled packet.
+    prior_delivered_ce: u64,
 }
 
 /// `tcp_skb_sent_after`: was (t1, seq1) sent after (t2, seq2)?
