@@ -56,6 +56,15 @@ def test_aqm_refusals_name_field_value_and_what_is_valid(trial_dict, aqm, fragme
     assert any(fragment in p for p in ps), ps
 
 
+def test_the_aqm_sweep_puts_drop_tail_beside_each_discipline():
+    from cctestbed.sweep import load_sweep
+
+    s = load_sweep(EXAMPLES / "aqm-sweep.toml")
+    kinds = {x.values["aqm"]: (x.trial.link.aqm.kind if x.trial.link.aqm else None) for x in s.specs}
+    assert kinds == {"none": None, "codel": "codel", "fq_codel": "fq_codel", "pie": "pie", "red": "red"}
+    assert len(s.specs) == 5 * 5 * 3
+
+
 def test_ecn_must_be_a_boolean(trial_dict):
     d = trial_dict()
     d["flows"][0]["ecn"] = "on"

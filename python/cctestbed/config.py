@@ -218,7 +218,10 @@ AQM_PARAMS: dict[str, tuple[str, ...]] = {
 
 
 def _aqm_shorthand(v: Any) -> Any:
-    """``aqm = "fq_codel"`` is the discipline with Linux's defaults; tables pass through."""
+    """``aqm = "fq_codel"`` is the discipline with Linux's defaults, ``aqm = "none"`` drop-tail
+    (so that a sweep can put drop-tail beside the AQMs); tables pass through."""
+    if v == "none":
+        return None
     return {"kind": v} if isinstance(v, str) else v
 
 
