@@ -38,7 +38,7 @@ def test_aqm_forms_reach_the_core_in_si_units(trial_dict):
 @pytest.mark.parametrize(
     "aqm,fragment",
     [
-        ({"kind": "dualpi2"}, "link.aqm.kind: 'dualpi2': unknown queue discipline; valid are codel, fq_codel, red, pie"),
+        ({"kind": "dualpi2"}, "link.aqm.kind: 'dualpi2': unknown queue discipline; valid are codel, fq_codel, red, pie, fq"),
         ({"kind": "red", "min": "90KB", "max": "30KB"}, "link.aqm.min: '90KB': must be below max (30KB)"),
         ({"kind": "pie", "alpha": 40}, "link.aqm.alpha: 40: must be a whole number from 0 to 32"),
         ({"kind": "pie", "interval": "100ms"}, "link.aqm.interval: not a parameter of pie; it takes target, tupdate, alpha, beta, ecn, bytemode"),

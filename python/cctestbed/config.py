@@ -214,6 +214,7 @@ AQM_PARAMS: dict[str, tuple[str, ...]] = {
     "fq_codel": ("target", "interval", "ecn", "ce_threshold", "flows", "quantum", "drop_batch", "memory_limit"),
     "red": ("min", "max", "probability", "avpkt", "burst", "bandwidth", "ecn", "harddrop", "adaptive"),
     "pie": ("target", "tupdate", "alpha", "beta", "ecn", "bytemode"),
+    "fq": ("flow_limit", "quantum", "initial_quantum", "refill_delay", "ce_threshold"),
 }
 
 
@@ -249,6 +250,9 @@ class Aqm(_Model):
     alpha: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
     beta: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
     bytemode: Optional[StrictBool] = None
+    flow_limit: Optional[PositiveU32] = None
+    initial_quantum: Optional[Annotated[Size, AfterValidator(_int_range(1, U32_MAX))]] = None
+    refill_delay: Optional[NonNegativeTime] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -286,13 +290,13 @@ class Aqm(_Model):
     def to_core(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
         for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns"),
-                           ("tupdate", "tupdate_ns")):
+                           ("tupdate", "tupdate_ns"), ("refill_delay", "flow_refill_delay_ns")):
             if getattr(self, name) is not None:
                 out[core] = getattr(self, name)
         if self.bandwidth is not None:
             out["bandwidth_bps"] = self.bandwidth
         for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit", "min", "max", "probability", "avpkt",
-                     "burst", "harddrop", "adaptive", "alpha", "beta", "bytemode"):
+                     "burst", "harddrop", "adaptive", "alpha", "beta", "bytemode", "flow_limit", "initial_quantum"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out

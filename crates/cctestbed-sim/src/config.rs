@@ -87,6 +87,24 @@ pub enum AqmConfig {
     Red(RedConfig),
     /// `tc qdisc ... pie` (RFC 8033).
     Pie(PieConfig),
+    /// `tc qdisc ... fq` (Linux's fair-queue scheduler).
+    Fq(FqConfig),
+}
+
+/// FQ's parameters (`tc-fq`); sizes in bytes, `flow_limit` in packets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FqConfig {
+    #[serde(default)]
+    pub flow_limit: Option<u32>,
+    #[serde(default)]
+    pub quantum: Option<u32>,
+    #[serde(default)]
+    pub initial_quantum: Option<u32>,
+    #[serde(default)]
+    pub flow_refill_delay_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
 }
 
 /// PIE's parameters (`tc-pie`); alpha and beta in Linux's 1/16 units (0-32).
@@ -142,6 +160,7 @@ impl AqmConfig {
             AqmConfig::FqCodel(_) => "fq_codel",
             AqmConfig::Red(_) => "red",
             AqmConfig::Pie(_) => "pie",
+            AqmConfig::Fq(_) => "fq",
         }
     }
 }
@@ -267,6 +286,20 @@ impl AqmConfig {
         let at = "link.aqm";
         match self {
             AqmConfig::Codel(c) => c.check(at, errs),
+            AqmConfig::Fq(f) => {
+                for (n, v) in [("flow_limit", f.flow_limit), ("quantum", f.quantum)] {
+                    if v == Some(0) {
+                        errs.push(format!("{at}.{n}: 0: must be > 0"));
+                    }
+                }
+                for (n, v) in [("flow_refill_delay_ns", f.flow_refill_delay_ns), ("ce_threshold_ns", f.ce_threshold_ns)] {
+                    if let Some(v) = v {
+                        if v < 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be >= 0"));
+                        }
+                    }
+                }
+            }
             AqmConfig::Pie(p) => {
                 for (n, v) in [("target_ns", p.target_ns), ("tupdate_ns", p.tupdate_ns)] {
                     if let Some(v) = v {

@@ -3,7 +3,7 @@
 //! drops. Each test prints what it measured (`cargo test -- --nocapture`).
 
 mod common;
-use ccsim::config::{AqmConfig, CodelConfig, FqCodelConfig, PieConfig, RedConfig, SimConfig};
+use ccsim::config::{AqmConfig, CodelConfig, FqCodelConfig, FqConfig, PieConfig, RedConfig, SimConfig};
 use ccsim::qdisc::{DropCause, MarkCause};
 use ccsim::SimOutput;
 use common::*;
@@ -106,6 +106,32 @@ fn codel_holds_the_median_sojourn_near_target_at_full_utilization() {
     assert!(util >= 0.95, "utilization {util:.3}");
     assert!(aqm > 0 && overflow == 0, "CoDel, not the hard limit, must drop: aqm {aqm}, overflow {overflow}");
     assert!(tail_p50 > 4.0 * p50, "drop-tail's standing queue {tail_p50:.1} ms should dwarf CoDel's");
+}
+
+/// Linux `fq` at the bottleneck: per-flow round robin without AQM gives 1 BBR + 4 CUBIC even
+/// shares too, but each flow's queue grows to its `flow_limit` (100 packets), so the delay is
+/// the buffer's, not a target's.
+#[test]
+fn fq_shares_evenly_without_holding_the_delay() {
+    let rate = 50_000_000;
+    let mut flows = vec![flow("bbr")];
+    flows.extend((0..4).map(|_| flow("cubic")));
+    let out = run(trial(rate, 40, 8.0, 60, Some(AqmConfig::Fq(FqConfig::default())), flows));
+    let (t0, t1) = (15.0, 60.0);
+    let g: Vec<f64> = (0..5).map(|f| goodput(&out, f, t0, t1)).collect();
+    let j = jain(&g);
+    let (p50, _) = sojourn_pcts(&out, t0, t1);
+    let util = total_goodput(&out, t0, t1) / payload_capacity(rate);
+    let r = out.router_final;
+    println!(
+        "measured: fq, 1 bbr + 4 cubic: Jain {j:.3}, bbr share {:.2}, utilization {util:.3}, sojourn p50 {p50:.1} ms, \
+         overflow drops {}",
+        g[0] / g.iter().sum::<f64>(),
+        r.drops[DropCause::Overflow]
+    );
+    assert!(j >= 0.95, "Jain {j:.3}");
+    assert!(util >= 0.95, "utilization {util:.3}");
+    assert!(r.drops[DropCause::Aqm] == 0 && r.marks.total() == 0, "fq has no AQM");
 }
 
 /// RFC 8290 section 1: flow queueing isolates flows, so 1 BBR + 4 CUBIC share evenly under
@@ -308,7 +334,8 @@ fn conservation_holds_with_marks_and_aqm_drops() {
     let algos: Vec<&str> = ccsim::cc::algorithms().iter().map(|(n, _)| *n).collect();
     let red = |ecn, adaptive| AqmConfig::Red(RedConfig { ecn: Some(ecn), adaptive: Some(adaptive), ..Default::default() });
     let pie = |ecn| AqmConfig::Pie(PieConfig { ecn: Some(ecn), ..Default::default() });
-    for aqm in [codel(false), codel(true), fq_codel(), red(false, false), red(true, true), pie(false), pie(true)] {
+    let fq = AqmConfig::Fq(FqConfig { ce_threshold_ns: Some(2_000_000), ..Default::default() });
+    for aqm in [codel(false), codel(true), fq_codel(), red(false, false), red(true, true), pie(false), pie(true), fq] {
         for &cc in &algos {
             for ecn in [false, true] {
                 let mut c = trial(10_000_000, 20, 1.0, 4, Some(aqm.clone()), vec![]);
