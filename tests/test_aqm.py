@@ -38,9 +38,11 @@ def test_aqm_forms_reach_the_core_in_si_units(trial_dict):
 @pytest.mark.parametrize(
     "aqm,fragment",
     [
-        ({"kind": "dualpi2"}, "link.aqm.kind: 'dualpi2': unknown queue discipline; valid are codel, fq_codel, red, pie, fq"),
+        ({"kind": "cake"}, "link.aqm.kind: 'cake': unknown queue discipline; valid are codel, fq_codel, red, pie, fq, dualpi2"),
+        ({"kind": "dualpi2", "c_protection": 150}, "link.aqm.c_protection: 150: must be a whole number from 0 to 100"),
+        ({"kind": "dualpi2", "alpha": -1}, "link.aqm.alpha: -1.0: must be > 0 (Hz, as tc-dualpi2)"),
         ({"kind": "red", "min": "90KB", "max": "30KB"}, "link.aqm.min: '90KB': must be below max (30KB)"),
-        ({"kind": "pie", "alpha": 40}, "link.aqm.alpha: 40: must be a whole number from 0 to 32"),
+        ({"kind": "pie", "alpha": 40}, "link.aqm.alpha: 40.0: must be a whole number from 0 to 32"),
         ({"kind": "pie", "interval": "100ms"}, "link.aqm.interval: not a parameter of pie; it takes target, tupdate, alpha, beta, ecn, bytemode"),
         ({"kind": "codel", "quantum": 1514}, "link.aqm.quantum: not a parameter of codel; it takes target, interval, ecn, ce_threshold"),
         ({"kind": "fq_codel", "limit": 1000}, "link.aqm.limit: 1000: the hard limit of every discipline is link.queue"),
@@ -65,10 +67,13 @@ def test_the_aqm_sweep_puts_drop_tail_beside_each_discipline():
     assert len(s.specs) == 5 * 5 * 3
 
 
-def test_ecn_must_be_a_boolean(trial_dict):
+def test_ecn_is_a_boolean_or_l4s(trial_dict):
     d = trial_dict()
     d["flows"][0]["ecn"] = "on"
-    assert any(p.startswith("flows[0].ecn: 'on': must be true or false") for p in problems(d))
+    assert any(p.startswith("flows[0].ecn") and "'on'" in p for p in problems(d)), problems(d)
+    d["flows"][0]["ecn"] = "l4s"
+    f = parse_trial(d).to_core()["flows"][0]
+    assert f["ecn"] is True and f["ect1"] is True
 
 
 def test_router_columns_follow_the_core_causes(trial_dict):

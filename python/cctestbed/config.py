@@ -215,6 +215,8 @@ AQM_PARAMS: dict[str, tuple[str, ...]] = {
     "red": ("min", "max", "probability", "avpkt", "burst", "bandwidth", "ecn", "harddrop", "adaptive"),
     "pie": ("target", "tupdate", "alpha", "beta", "ecn", "bytemode"),
     "fq": ("flow_limit", "quantum", "initial_quantum", "refill_delay", "ce_threshold"),
+    "dualpi2": ("target", "tupdate", "alpha", "beta", "step_thresh", "min_qlen_step", "coupling_factor",
+                "drop_overload", "c_protection"),
 }
 
 
@@ -247,12 +249,18 @@ class Aqm(_Model):
     harddrop: Optional[StrictBool] = None
     adaptive: Optional[StrictBool] = None
     tupdate: Optional[PositiveTime] = None
-    alpha: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
-    beta: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 32))]] = None
+    #: pie: whole sixteenths 0-32 (tc-pie's integers); dualpi2: Hz (tc-dualpi2's 0.16, 3.2).
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
     bytemode: Optional[StrictBool] = None
     flow_limit: Optional[PositiveU32] = None
     initial_quantum: Optional[Annotated[Size, AfterValidator(_int_range(1, U32_MAX))]] = None
     refill_delay: Optional[NonNegativeTime] = None
+    step_thresh: Optional[PositiveTime] = None
+    min_qlen_step: Optional[U32] = None
+    coupling_factor: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, 255))]] = None
+    drop_overload: Optional[StrictBool] = None
+    c_protection: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 100))]] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -283,6 +291,14 @@ class Aqm(_Model):
             raise _field_errors(
                 [(k, None, f"not a parameter of {self.kind}; it takes {', '.join(allowed)}") for k in wrong]
             )
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if self.kind == "pie" and not (float(v).is_integer() and 0 <= v <= 32):
+                raise _field_error(name, v, "must be a whole number from 0 to 32 (sixteenths, as tc-pie)")
+            if self.kind == "dualpi2" and not (math.isfinite(v) and v > 0):
+                raise _field_error(name, v, "must be > 0 (Hz, as tc-dualpi2)")
         if self.min is not None and self.max is not None and self.min >= self.max:
             raise _field_error("min", units.format_size(self.min), f"must be below max ({units.format_size(self.max)})")
         return self
@@ -290,15 +306,21 @@ class Aqm(_Model):
     def to_core(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
         for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns"),
-                           ("tupdate", "tupdate_ns"), ("refill_delay", "flow_refill_delay_ns")):
+                           ("tupdate", "tupdate_ns"), ("refill_delay", "flow_refill_delay_ns"),
+                           ("step_thresh", "step_thresh_ns")):
             if getattr(self, name) is not None:
                 out[core] = getattr(self, name)
         if self.bandwidth is not None:
             out["bandwidth_bps"] = self.bandwidth
         for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit", "min", "max", "probability", "avpkt",
-                     "burst", "harddrop", "adaptive", "alpha", "beta", "bytemode", "flow_limit", "initial_quantum"):
+                     "burst", "harddrop", "adaptive", "bytemode", "flow_limit", "initial_quantum", "min_qlen_step",
+                     "coupling_factor", "drop_overload", "c_protection"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = int(v) if self.kind == "pie" else float(v)
         return out
 
     def describe(self) -> str:
@@ -431,8 +453,9 @@ class FlowGroup(_Model):
     initial_cwnd: PositiveU32 = 10
     delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
     group: Optional[str] = None
-    #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed.
-    ecn: Optional[StrictBool] = None
+    #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed;
+    #: ``"l4s"`` also negotiates it but sends ECT(1), the L4S identifier (RFC 9331).
+    ecn: Optional[Union[StrictBool, Literal["l4s"]]] = None
 
     @field_validator("cc")
     @classmethod
@@ -651,6 +674,7 @@ class Trial(_Model):
                     },
                     "group": g.label,
                     **({"ecn": True} if g.ecn else {}),
+                    **({"ect1": True} if g.ecn == "l4s" else {}),
                 }
             )
         return {

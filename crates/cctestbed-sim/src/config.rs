@@ -89,6 +89,33 @@ pub enum AqmConfig {
     Pie(PieConfig),
     /// `tc qdisc ... fq` (Linux's fair-queue scheduler).
     Fq(FqConfig),
+    /// `tc qdisc ... dualpi2` (RFC 9332).
+    Dualpi2(DualPi2Config),
+}
+
+/// DualPI2's parameters (`tc-dualpi2`); alpha and beta in Hz.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DualPi2Config {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub tupdate_ns: Option<Nanos>,
+    #[serde(default)]
+    pub alpha: Option<f64>,
+    #[serde(default)]
+    pub beta: Option<f64>,
+    #[serde(default)]
+    pub step_thresh_ns: Option<Nanos>,
+    #[serde(default)]
+    pub min_qlen_step: Option<u32>,
+    #[serde(default)]
+    pub coupling_factor: Option<u8>,
+    #[serde(default)]
+    pub drop_overload: Option<bool>,
+    /// The C queue's share of the round robin, percent.
+    #[serde(default)]
+    pub c_protection: Option<u8>,
 }
 
 /// FQ's parameters (`tc-fq`); sizes in bytes, `flow_limit` in packets.
@@ -161,6 +188,7 @@ impl AqmConfig {
             AqmConfig::Red(_) => "red",
             AqmConfig::Pie(_) => "pie",
             AqmConfig::Fq(_) => "fq",
+            AqmConfig::Dualpi2(_) => "dualpi2",
         }
     }
 }
@@ -286,6 +314,30 @@ impl AqmConfig {
         let at = "link.aqm";
         match self {
             AqmConfig::Codel(c) => c.check(at, errs),
+            AqmConfig::Dualpi2(d) => {
+                for (n, v) in [("target_ns", d.target_ns), ("tupdate_ns", d.tupdate_ns), ("step_thresh_ns", d.step_thresh_ns)] {
+                    if let Some(v) = v {
+                        if v <= 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0"));
+                        }
+                    }
+                }
+                for (n, v) in [("alpha", d.alpha), ("beta", d.beta)] {
+                    if let Some(v) = v {
+                        if !(v > 0.0 && v.is_finite()) {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0 (Hz)"));
+                        }
+                    }
+                }
+                if d.coupling_factor == Some(0) {
+                    errs.push(format!("{at}.coupling_factor: 0: must be >= 1"));
+                }
+                if let Some(w) = d.c_protection {
+                    if w > 100 {
+                        errs.push(format!("{at}.c_protection: {w}: must be from 0 to 100 (percent)"));
+                    }
+                }
+            }
             AqmConfig::Fq(f) => {
                 for (n, v) in [("flow_limit", f.flow_limit), ("quantum", f.quantum)] {
                     if v == Some(0) {
@@ -445,6 +497,9 @@ pub struct FlowConfig {
     /// Negotiate ECN (RFC 3168): data leaves ECN-capable and the receiver echoes CE marks.
     #[serde(default)]
     pub ecn: bool,
+    /// With `ecn`: data leaves ECT(1), the L4S identifier (RFC 9331), instead of ECT(0).
+    #[serde(default)]
+    pub ect1: bool,
 }
 
 fn default_iw() -> u32 {
@@ -466,6 +521,7 @@ impl FlowConfig {
             delayed_ack: DelayedAckConfig::default(),
             group: None,
             ecn: false,
+            ect1: false,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! drops. Each test prints what it measured (`cargo test -- --nocapture`).
 
 mod common;
-use ccsim::config::{AqmConfig, CodelConfig, FqCodelConfig, FqConfig, PieConfig, RedConfig, SimConfig};
+use ccsim::config::{AqmConfig, CodelConfig, DualPi2Config, FqCodelConfig, FqConfig, PieConfig, RedConfig, SimConfig};
 use ccsim::qdisc::{DropCause, MarkCause};
 use ccsim::SimOutput;
 use common::*;
@@ -106,6 +106,40 @@ fn codel_holds_the_median_sojourn_near_target_at_full_utilization() {
     assert!(util >= 0.95, "utilization {util:.3}");
     assert!(aqm > 0 && overflow == 0, "CoDel, not the hard limit, must drop: aqm {aqm}, overflow {overflow}");
     assert!(tail_p50 > 4.0 * p50, "drop-tail's standing queue {tail_p50:.1} ms should dwarf CoDel's");
+}
+
+/// DualPI2 (RFC 9332 sections 1 and 2.4): a scalable (L4S) flow, here DCTCP sending ECT(1),
+/// and a classic CUBIC flow each get their own queue: the L queue's delay stays near the 1 ms
+/// step, the classic queue's near PI2's 15 ms target, and the coupling (k = 2: p_L = 2
+/// sqrt(p_C)) gives the two flows similar rates at equal RTT.
+#[test]
+fn dualpi2_separates_l4s_and_classic_with_coupled_rates() {
+    let rate = 40_000_000;
+    let rtt = 20;
+    let mut l4s = ecn_flow("dctcp");
+    l4s.ect1 = true;
+    let out = run(trial(rate, rtt, 10.0, 60, Some(AqmConfig::Dualpi2(DualPi2Config::default())), vec![l4s, flow("cubic")]));
+    let (t0, t1) = (15.0, 60.0);
+    let (g_l, g_c) = (goodput(&out, 0, t0, t1), goodput(&out, 1, t0, t1));
+    let q = |f: u32| flow_mean(&out, f, &out.flows.rtt_ms, t0, t1) - rtt as f64;
+    let (q_l, q_c) = (q(0), q(1));
+    let util = (g_l + g_c) / payload_capacity(rate);
+    let r = out.router_final;
+    println!(
+        "measured: dualpi2, dctcp (ECT(1)) + cubic, 40 Mbit/s, 20 ms: queuing delay L {q_l:.2} ms, C {q_c:.2} ms; \
+         rates L {:.1} / C {:.1} Mbit/s (ratio {:.2}), utilization {util:.3}; marks coupled {} step {}, drops {}",
+        g_l / 1e6,
+        g_c / 1e6,
+        g_l / g_c,
+        r.marks[MarkCause::Aqm],
+        r.marks[MarkCause::Threshold],
+        r.drops[DropCause::Aqm]
+    );
+    assert!(q_l < 3.0, "L queue delay {q_l:.2} ms");
+    assert!((7.5..=30.0).contains(&q_c), "C queue delay {q_c:.2} ms not near 15 ms");
+    assert!(q_c > 3.0 * q_l, "the queues are separated");
+    assert!((0.5..=2.0).contains(&(g_l / g_c)), "rate ratio {:.2}", g_l / g_c);
+    assert!(util >= 0.95, "utilization {util:.3}");
 }
 
 /// Linux `fq` at the bottleneck: per-flow round robin without AQM gives 1 BBR + 4 CUBIC even
@@ -335,11 +369,15 @@ fn conservation_holds_with_marks_and_aqm_drops() {
     let red = |ecn, adaptive| AqmConfig::Red(RedConfig { ecn: Some(ecn), adaptive: Some(adaptive), ..Default::default() });
     let pie = |ecn| AqmConfig::Pie(PieConfig { ecn: Some(ecn), ..Default::default() });
     let fq = AqmConfig::Fq(FqConfig { ce_threshold_ns: Some(2_000_000), ..Default::default() });
-    for aqm in [codel(false), codel(true), fq_codel(), red(false, false), red(true, true), pie(false), pie(true), fq] {
+    let dualpi2 = AqmConfig::Dualpi2(DualPi2Config::default());
+    for aqm in [codel(false), codel(true), fq_codel(), red(false, false), red(true, true), pie(false), pie(true), fq, dualpi2] {
         for &cc in &algos {
             for ecn in [false, true] {
                 let mut c = trial(10_000_000, 20, 1.0, 4, Some(aqm.clone()), vec![]);
                 c.flows = (0..3).map(|_| if ecn { ecn_flow(cc) } else { flow(cc) }).collect();
+                if ecn {
+                    c.flows[0].ect1 = true; // one L4S flow: DualPI2's L queue
+                }
                 c.link.shaper = if cc == "cubic" {
                     Some(ccsim::config::TokenBucketConfig { rate_bps: 8_000_000, burst_bytes: 15_000 })
                 } else {

@@ -15,7 +15,8 @@
 //! - [`fq_codel::FqCodel`]: `fq_codel` (RFC 8290, Linux `sch_fq_codel.c`);
 //! - [`red::Red`]: `red`, with ECN and adaptive max_P (Linux `sch_red.c`, `red.h`);
 //! - [`pie::Pie`]: `pie` (RFC 8033, Linux `sch_pie.c`);
-//! - [`fq::Fq`]: `fq` (Linux `sch_fq.c`: per-flow round robin; no pacing of forwarded packets).
+//! - [`fq::Fq`]: `fq` (Linux `sch_fq.c`: per-flow round robin; no pacing of forwarded packets);
+//! - [`dualpi2::DualPi2`]: `dualpi2` (RFC 9332, Linux `sch_dualpi2.c`).
 //!
 //! The trial's queue limit (`link.queue`, bytes or packets) is every discipline's hard limit.
 
@@ -24,6 +25,7 @@ use crate::packet::{DataPacket, Ecn};
 use crate::rng::SimRng;
 
 pub mod codel;
+pub mod dualpi2;
 pub mod fifo;
 pub mod fq;
 pub mod fq_codel;
@@ -247,6 +249,7 @@ pub fn build(aqm: Option<&AqmConfig>, queue: &QueueConfig, mtu: u32, capacity_bp
         None => Box::new(fifo::DropTail::new(limit)),
         Some(AqmConfig::Codel(p)) => Box::new(codel::Codel::new(limit, p.resolve(mtu))),
         Some(AqmConfig::FqCodel(p)) => Box::new(fq_codel::FqCodel::new(limit, p, mtu, rng)),
+        Some(AqmConfig::Dualpi2(p)) => Box::new(dualpi2::DualPi2::new(limit, dualpi2::DualPi2Params::resolve(p, mtu), rng)),
         Some(AqmConfig::Fq(p)) => Box::new(fq::Fq::new(limit, p, mtu, rng)),
         Some(AqmConfig::Pie(p)) => Box::new(pie::Pie::new(limit, pie::PieParams::resolve(p, mtu), rng)),
         Some(AqmConfig::Red(p)) => Box::new(red::Red::new(limit, red::RedParams::resolve(p, &limit, mtu, capacity_bps), rng)),

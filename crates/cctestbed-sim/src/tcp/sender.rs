@@ -202,6 +202,8 @@ pub struct Sender {
     ecn: bool,
     /// TCP_ECN_QUEUE_CWR: the next new data segment carries CWR.
     cwr_pending: bool,
+    /// The ECN codepoint new data carries: ECT(0), or ECT(1) for an L4S sender.
+    ect: Ecn,
     /// `tp->delivered_ce`: packets delivered by ACKs that carried ECE.
     pub delivered_ce: u64,
 }
@@ -266,6 +268,7 @@ impl Sender {
             scratch: Vec::new(),
             ecn: cfg.ecn,
             cwr_pending: false,
+            ect: if cfg.ect1 { Ecn::Ect1 } else { Ecn::Ect0 },
             delivered_ce: 0,
         }
     }
@@ -783,7 +786,7 @@ impl Sender {
         // tcp_ecn_send: new data is ECN-capable and carries a queued CWR; retransmissions
         // are not ECN-capable (RFC 3168 section 6.1.5).
         let (ecn, cwr) = if self.ecn && !retrans {
-            (Ecn::Ect0, std::mem::take(&mut self.cwr_pending))
+            (self.ect, std::mem::take(&mut self.cwr_pending))
         } else {
             (Ecn::NotEct, false)
         };
