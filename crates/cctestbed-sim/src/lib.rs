@@ -4,7 +4,7 @@
 //! - [`event`]: the event queue ordered by (time, insertion) and lazily re-armed timers;
 //! - [`link`]: delay lines and the bottleneck router (random loss, token-bucket shaper and
 //!   policer, capacity schedule), the one queue model; [`qdisc`]: its queue disciplines
-//!   (drop-tail, CoDel, FQ-CoDel), drop and mark causes;
+//!   (drop-tail, CoDel, FQ-CoDel, RED, PIE, fq, DualPI2), drop and mark causes;
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms;
