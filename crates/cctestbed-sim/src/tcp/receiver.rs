@@ -571,6 +571,37 @@ mod tests {
         r.on_timer(at).map(|a| (at, a))
     }
 
+    fn marked(seq: u64, ecn: Ecn, cwr: bool) -> DataPacket {
+        DataPacket { ecn, cwr, ..data(seq) }
+    }
+
+    /// RFC 3168 section 6.1.3 (`__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE mark
+    /// every ACK carries ECE until a segment with CWR arrives.
+    #[test]
+    fn classic_echo_repeats_ece_until_cwr() {
+        let mut r = Receiver::new(0, DelayedAckConfig { enabled: false, ..cfg(16) }, 1448, None, 100 * MS).with_ecn(EcnEcho::Classic);
+        assert!(!r.on_data(0, &marked(0, Ecn::Ect0, false)).unwrap().ece);
+        assert!(r.on_data(MS, &marked(1, Ecn::Ce, false)).unwrap().ece);
+        assert!(r.on_data(2 * MS, &marked(2, Ecn::Ect0, false)).unwrap().ece, "still echoing");
+        assert!(!r.on_data(3 * MS, &marked(3, Ecn::Ect0, true)).unwrap().ece, "CWR ends the echo");
+        assert_eq!(r.ce_pkts, 1);
+    }
+
+    /// DCTCP's echo (`dctcp_ece_ack_update`): ECE follows each packet's CE state; when it
+    /// changes, a delayed ACK for the earlier data goes out first with the old state.
+    #[test]
+    fn per_packet_echo_flushes_the_delayed_ack_on_a_ce_change() {
+        let mut r = rx(0).with_ecn(EcnEcho::PerPacket);
+        // No quick ACKs: the first segment's ACK is delayed.
+        assert!(r.on_data(0, &marked(0, Ecn::Ect1, false)).is_none());
+        let a = r.on_data(MS, &marked(1, Ecn::Ce, false)).expect("a CE change is ACKed at once");
+        let flushed = r.take_extra_ack().expect("the delayed ACK for segment 0 goes first");
+        assert_eq!((flushed.ack, flushed.ece), (1, false));
+        assert_eq!((a.ack, a.ece), (2, true));
+        let b = r.on_data(2 * MS, &marked(2, Ecn::Ect1, false)).expect("and back");
+        assert_eq!((b.ack, b.ece), (3, false));
+    }
+
     #[test]
     fn quickack_count_at_start_is_rcv_wnd_over_two_mss_capped() {
         // 65160 / (2 * 1448) = 22, capped at TCP_MAX_QUICKACKS = 16.

@@ -1446,6 +1446,51 @@ mod tests {
         AckPacket { flow: 0, ack, sacks, n_sacks: n, delayed: false, tsecr: Some(tsecr), ece: false }
     }
 
+    /// RFC 3168 section 6.1.2 as Linux (`tcp_enter_cwr`, `tcp_ecn_send`): new data leaves
+    /// ECT(0), an ECE halves ssthresh once per window (CWR state, PRR, no retransmission),
+    /// further ECEs in that window do nothing, the next new segment carries CWR, and the
+    /// state ends once data beyond the window is ACKed.
+    #[test]
+    fn an_ecn_echo_reduces_the_window_once_per_window_and_sends_cwr() {
+        let mut cfg = FlowConfig::bulk("reno");
+        cfg.ecn = true;
+        let cc = crate::cc::build("reno", &Default::default()).unwrap();
+        let mut s = Sender::new(0, &cfg, 1448, 1500, cc);
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        s.start(0, &mut io);
+        assert!(io.out.iter().all(|p| p.ecn == Ecn::Ect0 && !p.cwr));
+        io.out.clear();
+        // Slow start: each ACK of one segment adds one to cwnd.
+        let mut t = 50_000_000;
+        s.on_ack(t, &ack(4, None, 0), &mut io);
+        io.out.clear();
+        let cwnd_before = s.w.cwnd;
+        let mut e = ack(5, None, 0);
+        e.ece = true;
+        t += 1_000_000;
+        s.on_ack(t, &e, &mut io);
+        assert_eq!(s.ca_state, CaState::Cwr);
+        assert_eq!(s.w.ssthresh, cwnd_before / 2, "Reno's ssthresh from the cwnd at the echo");
+        let high_seq = s.high_seq;
+        // A second echo in the same window changes nothing.
+        e.ack = 6;
+        t += 1_000_000;
+        s.on_ack(t, &e, &mut io);
+        assert_eq!(s.w.ssthresh, cwnd_before / 2);
+        assert_eq!(s.stats.retrans_segs, 0, "an echo is not a loss");
+        // The first new segment after the echo carries CWR, later ones do not.
+        let new: Vec<_> = io.out.iter().collect();
+        assert!(!new.is_empty() && new[0].cwr && new[1..].iter().all(|p| !p.cwr), "{new:?}");
+        // CWR ends once snd_una passes the window it began in.
+        t += 50_000_000;
+        s.on_ack(t, &ack(high_seq + 1, None, 0), &mut io);
+        assert_eq!(s.ca_state, CaState::Open);
+        // cwnd = ssthresh on leaving CWR (tcp_end_cwnd_reduction), then the same ACK's
+        // congestion avoidance adds its share.
+        assert!((s.w.ssthresh..=s.w.ssthresh + 2).contains(&s.w.cwnd), "cwnd {} ssthresh {}", s.w.cwnd, s.w.ssthresh);
+    }
+
     /// RFC 8985 TLP: with the tail of a window unacknowledged, the timer is a probe 2 srtt +
     /// 2 ms away (not the RTO); the probe sends one new segment past cwnd; its SACK lets RACK
     /// mark the tail lost and fast recovery repair it, with no timeout.
