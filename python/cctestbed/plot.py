@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from .summary import DROP_COLUMNS, TrialInfo
+from .summary import TrialInfo, drop_columns
 
 BIN_S = 0.5
 
@@ -94,7 +94,7 @@ def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
 
 def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
     """Per interval: mean and max queue (bytes), capacity, and the drop rate (drops / arrivals)."""
-    drops = sum(pl.col(c).cast(pl.Float64) for c in DROP_COLUMNS if c in router.columns)
+    drops = sum(pl.col(c).cast(pl.Float64).fill_null(0.0) for c in drop_columns(router))
     b = (
         router.with_columns(_bin_expr(width), drops.alias("drops"))
         .group_by("t")

@@ -13,7 +13,7 @@ use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
-use crate::tcp::receiver::Receiver;
+use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
 
@@ -26,6 +26,8 @@ pub struct FlowFinal {
     pub sent_pkts: u64,
     pub delivered_pkts: u64,
     pub dropped_pkts: u64,
+    /// Packets this router set CE on.
+    pub marked_pkts: u64,
     pub queued_pkts: u64,
     pub in_transit_pkts: u64,
     pub delivered_bytes: u64,
@@ -76,17 +78,29 @@ impl Simulation {
         for (i, f) in cfg.flows.iter().enumerate() {
             let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
+            let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
             // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
             // serialisation at the bottleneck.
             let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
             let handshake_rtt = cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns + f.extra_delay_ns + handshake_ser as Nanos;
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt));
+            let echo = match (f.ecn, wants_ce) {
+                (false, _) => EcnEcho::Off,
+                (true, false) => EcnEcho::Classic,
+                (true, true) => EcnEcho::PerPacket,
+            };
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt).with_ecn(echo));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
-        let bottleneck = Bottleneck::new(&cfg.link, n, SimRng::new(cfg.seed, stream::LINK_LOSS));
+        let bottleneck = Bottleneck::new(
+            &cfg.link,
+            n,
+            cfg.mtu,
+            SimRng::new(cfg.seed, stream::LINK_LOSS),
+            SimRng::new(cfg.seed, stream::QDISC),
+        );
         let telemetry = Telemetry::new(&senders, cfg.sample_interval_ns, cfg.duration_ns);
         let mut q = EventQueue::default();
         for (i, f) in cfg.flows.iter().enumerate() {
@@ -254,7 +268,7 @@ impl Simulation {
                 TimerPop::Stale => {}
             },
             Event::Sample => {
-                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &self.bottleneck);
+                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &mut self.bottleneck);
                 let next = now + self.cfg.sample_interval_ns;
                 if next <= self.cfg.duration_ns {
                     self.q.push(next, Event::Sample);
@@ -314,11 +328,12 @@ impl Simulation {
         for (i, f) in fin.iter_mut().enumerate() {
             let s = &self.senders[i];
             let r = &self.receivers[i];
-            let FlowRouterStats { drops, queued, .. } = self.bottleneck.per_flow[i];
+            let FlowRouterStats { drops, queued, marks, .. } = self.bottleneck.per_flow()[i];
             // Packets, handshake included, for conservation; segments below count data only.
             f.sent_pkts = s.stats.sent_pkts + s.stats.handshake_pkts;
             f.delivered_pkts = r.arrived_pkts + r.handshake_pkts;
             f.dropped_pkts = drops;
+            f.marked_pkts = marks;
             f.queued_pkts = queued;
             f.in_transit_pkts = self.access[i].len() as u64;
             f.delivered_bytes = r.delivered_bytes;
@@ -337,7 +352,7 @@ impl Simulation {
             router: self.telemetry.router,
             state_labels: self.telemetry.labels,
             flow_final: fin,
-            router_final: self.bottleneck.stats,
+            router_final: *self.bottleneck.stats(),
             router_queued_bytes: qb + in_service,
             events: self.q.processed,
         }

@@ -59,10 +59,15 @@
 //! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
 //! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
-//! reader consumes; no ECN (CE marks would enter quick-ack mode).
+//! reader consumes.
+//!
+//! ECN (for flows that negotiated it, see [`EcnEcho`]): the classic echo of RFC 3168 as
+//! `__tcp_ecn_check_ce` and `tcp_ecn_accept_cwr`, or DCTCP's per-packet echo as
+//! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
+//! algorithm as both hosts run the same one. No AccECN.
 
 use crate::config::{DelayedAckConfig, Nanos};
-use crate::packet::{AckPacket, DataPacket, MAX_SACK_BLOCKS};
+use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
 
 /// One jiffy at CONFIG_HZ=250.
@@ -142,6 +147,36 @@ pub struct Receiver {
     last_seg: Option<(u64, u32)>,
     /// `ts_recent`: the timestamp to echo.
     ts_recent: Option<Nanos>,
+    /// How CE marks are echoed; `Off` for a flow that did not negotiate ECN.
+    ecn: EcnEcho,
+    /// TCP_ECN_DEMAND_CWR: ECE is set on every ACK until a CWR arrives (classic), or while the
+    /// last data packet was CE (per-packet echo).
+    demand_cwr: bool,
+    /// TCP_ECN_SEEN: an ECN-capable data packet has arrived.
+    ecn_seen: bool,
+    /// Per-packet echo (`dctcp_ece_ack_update`): CE state of the last data packet and
+    /// `rcv_nxt` after it.
+    ce_state: bool,
+    prior_rcv_nxt: u64,
+    /// An ACK to send before the one `on_data` returns (the per-packet echo's flush).
+    extra_ack: Option<AckPacket>,
+    /// CE-marked data packets that arrived.
+    pub ce_pkts: u64,
+}
+
+/// How the receiver reports CE marks in ECE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcnEcho {
+    Off,
+    /// RFC 3168 section 6.1.3 (Linux `__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE
+    /// mark, ECE on every ACK until the sender's CWR arrives; a CE mark (first of an episode)
+    /// also enters quick-ack mode.
+    Classic,
+    /// DCTCP's (Linux `dctcp_ece_ack_update`, used when the algorithm wants CE events): ECE
+    /// reflects the CE state of the data each ACK covers; when the state changes, a delayed
+    /// ACK pending for earlier data is sent first with the old state, and the new data is
+    /// ACKed at once.
+    PerPacket,
 }
 
 impl Receiver {
@@ -180,6 +215,13 @@ impl Receiver {
             mss,
             last_seg: None,
             ts_recent: None,
+            ecn: EcnEcho::Off,
+            demand_cwr: false,
+            ecn_seen: false,
+            ce_state: false,
+            prior_rcv_nxt: 0,
+            extra_ack: None,
+            ce_pkts: 0,
             cfg,
         };
         r.set_handshake_rtt(handshake_rtt_ns);
@@ -209,6 +251,71 @@ impl Receiver {
         }
     }
 
+    /// Sets how CE marks are echoed (a flow that negotiated ECN).
+    pub fn with_ecn(mut self, mode: EcnEcho) -> Self {
+        self.ecn = mode;
+        self
+    }
+
+    /// `tcp_ecn_accept_cwr`: the sender's CWR ends the classic echo; a data segment carrying
+    /// it is ACKed at once.
+    fn ecn_accept_cwr(&mut self, p: &DataPacket) {
+        if self.ecn != EcnEcho::Off && p.cwr {
+            self.demand_cwr = false;
+            self.ack_now = true;
+        }
+    }
+
+    /// `__tcp_ecn_check_ce` for a new data segment, after rcv_nxt has moved past it.
+    fn ecn_check_ce(&mut self, p: &DataPacket) {
+        match self.ecn {
+            EcnEcho::Off => {}
+            EcnEcho::Classic => match p.ecn {
+                // A Not-ECT segment after ECT ones is probably a retransmission: ACK quickly.
+                Ecn::NotEct => {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                }
+                Ecn::Ce => {
+                    if !self.demand_cwr {
+                        // The sender may have a very small window: do not delay the echo.
+                        self.enter_quickack_mode_max(2);
+                        self.demand_cwr = true;
+                    }
+                    self.ecn_seen = true;
+                }
+                Ecn::Ect0 | Ecn::Ect1 => self.ecn_seen = true,
+            },
+            EcnEcho::PerPacket => {
+                if p.ecn == Ecn::NotEct {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                    return;
+                }
+                let ce = p.ecn == Ecn::Ce;
+                if ce != self.ce_state {
+                    // Flush a delayed ACK for the earlier data with its own CE state, then
+                    // ACK this data at once.
+                    if self.delack_j.is_some() {
+                        self.demand_cwr = self.ce_state;
+                        let mut a = self.make_ack(false);
+                        a.ack = self.prior_rcv_nxt;
+                        a.ece = self.demand_cwr;
+                        self.acks_sent += 1;
+                        self.extra_ack = Some(a);
+                    }
+                    self.ack_now = true;
+                }
+                self.prior_rcv_nxt = self.rcv_nxt;
+                self.ce_state = ce;
+                self.demand_cwr = ce;
+                self.ecn_seen = true;
+            }
+        }
+    }
+
     /// A data segment arrived; returns the ACKs to send now. Afterwards the caller (re)arms
     /// the receiver's timer for [`Receiver::timer_deadline`].
     pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> DataAcks {
@@ -221,6 +328,10 @@ impl Receiver {
         if p.payload < self.mss {
             self.last_seg = Some((seq, p.payload));
         }
+        if p.ecn == Ecn::Ce {
+            self.ce_pkts += 1;
+        }
+        self.ecn_accept_cwr(p);
         // Every path schedules an ACK (inet_csk_schedule_ack) before the SACK list changes.
         self.ack_sched = true;
         let mut flushed = None;
@@ -237,6 +348,7 @@ impl Receiver {
             self.sack_remove();
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
             self.event_data_recv(now);
+            self.ecn_check_ce(p);
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
@@ -244,6 +356,7 @@ impl Receiver {
                 self.ack_now = true;
             }
         } else {
+            self.ecn_check_ce(p);
             if self.ooo.contains(seq) {
                 // Already held (tcp_data_queue_ofo drops it and goes on to add_sack).
                 self.duplicate_pkts += 1;
@@ -257,7 +370,7 @@ impl Receiver {
         } else {
             self.ack_snd_check(now)
         };
-        DataAcks { flushed, ack }
+        DataAcks { ce_flushed: self.extra_ack.take(), flushed, ack }
     }
 
     /// `tcp_sack_new_ofo_skb`: the SACK list after an out-of-order arrival of `[s, e)`; returns
@@ -383,6 +496,19 @@ impl Receiver {
         self.ato = self.ato_min_j;
     }
 
+    /// `tcp_enter_quickack_mode(sk, max)`: at most `max` quick ACKs.
+    fn enter_quickack_mode_max(&mut self, max: u32) {
+        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        if q == 0 {
+            q = 2;
+        }
+        q = q.min(max).min(self.cfg.quickacks.max(1));
+        if q > self.quick {
+            self.quick = q;
+        }
+        self.ato = self.ato_min_j;
+    }
+
     fn ack_snd_check(&mut self, now: Nanos) -> Option<AckPacket> {
         if !self.ack_sched {
             return None;
@@ -471,21 +597,24 @@ impl Receiver {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let n = self.sacks.len().min(MAX_SACK_BLOCKS);
         sacks[..n].copy_from_slice(&self.sacks[..n]);
-        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent }
+        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr }
     }
 }
 
-/// The ACKs one data segment releases: a compressed SACK flushed before the SACK list changed
-/// (`tcp_sack_compress_send_ack`), then the ACK for the segment itself.
+/// The ACKs one data segment releases, in the order they leave: a delayed ACK flushed with the
+/// earlier CE state when the CE state changes (DCTCP's `dctcp_ece_ack_update`), a compressed SACK
+/// flushed before the SACK list changed (`tcp_sack_compress_send_ack`), then the ACK for the
+/// segment itself.
 #[derive(Debug, Default)]
 pub struct DataAcks {
+    pub ce_flushed: Option<AckPacket>,
     pub flushed: Option<AckPacket>,
     pub ack: Option<AckPacket>,
 }
 
 impl DataAcks {
     pub fn all(self) -> impl Iterator<Item = AckPacket> {
-        self.flushed.into_iter().chain(self.ack)
+        self.ce_flushed.into_iter().chain(self.flushed).chain(self.ack)
     }
 }
 
@@ -500,7 +629,7 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn data(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0 }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false }
     }
 
     fn cfg(quickacks: u32) -> DelayedAckConfig {
@@ -520,6 +649,38 @@ mod tests {
             return None;
         }
         r.on_timer(at).map(|a| (at, a))
+    }
+
+    fn marked(seq: u64, ecn: Ecn, cwr: bool) -> DataPacket {
+        DataPacket { ecn, cwr, ..data(seq) }
+    }
+
+    /// RFC 3168 section 6.1.3 (`__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE mark
+    /// every ACK carries ECE until a segment with CWR arrives.
+    #[test]
+    fn classic_echo_repeats_ece_until_cwr() {
+        let mut r = Receiver::new(0, DelayedAckConfig { enabled: false, ..cfg(16) }, 1448, None, 100 * MS).with_ecn(EcnEcho::Classic);
+        assert!(!r.on_data(0, &marked(0, Ecn::Ect0, false)).ack.unwrap().ece);
+        assert!(r.on_data(MS, &marked(1, Ecn::Ce, false)).ack.unwrap().ece);
+        assert!(r.on_data(2 * MS, &marked(2, Ecn::Ect0, false)).ack.unwrap().ece, "still echoing");
+        assert!(!r.on_data(3 * MS, &marked(3, Ecn::Ect0, true)).ack.unwrap().ece, "CWR ends the echo");
+        assert_eq!(r.ce_pkts, 1);
+    }
+
+    /// DCTCP's echo (`dctcp_ece_ack_update`): ECE follows each packet's CE state; when it
+    /// changes, a delayed ACK for the earlier data goes out first with the old state.
+    #[test]
+    fn per_packet_echo_flushes_the_delayed_ack_on_a_ce_change() {
+        let mut r = rx(0).with_ecn(EcnEcho::PerPacket);
+        // No quick ACKs: the first segment's ACK is delayed.
+        assert!(r.on_data(0, &marked(0, Ecn::Ect1, false)).ack.is_none());
+        let d = r.on_data(MS, &marked(1, Ecn::Ce, false));
+        let a = d.ack.expect("a CE change is ACKed at once");
+        let flushed = d.ce_flushed.expect("the delayed ACK for segment 0 goes first");
+        assert_eq!((flushed.ack, flushed.ece), (1, false));
+        assert_eq!((a.ack, a.ece), (2, true));
+        let b = r.on_data(2 * MS, &marked(2, Ecn::Ect1, false)).ack.expect("and back");
+        assert_eq!((b.ack, b.ece), (3, false));
     }
 
     #[test]
