@@ -1,7 +1,7 @@
 """The ``cctestbed`` command: run and validate trial files.
 
 Exit codes: 0 success; 1 the run failed; 2 the trial (or the command line) is invalid, in
-which case nothing is written.
+which case nothing is written; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -9,14 +9,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
+from . import interrupt
 from .config import ConfigError, load_trial
 from .units import human_rate, human_size, human_time
 
+
+class CommandGroup(TyperGroup):
+    """The commands: Ctrl-C while one runs ends it with one line and exit code 130."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            interrupt.command_started()
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+
+
 app = typer.Typer(
+    cls=CommandGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Congestion-control testbed: run trials on a deterministic packet-level dumbbell simulator.",
@@ -116,7 +133,7 @@ def run(
         _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large)
     except KeyboardInterrupt:
         # the core stops within a fraction of a second; a results directory is written atomically
-        err.print("interrupted: nothing was written", markup=False)
+        err.print(interrupt.MESSAGE, markup=False)
         raise typer.Exit(130)
 
 
