@@ -740,3 +740,42 @@ def test_large_sweeps_keep_keys_not_trials(monkeypatch):
     for a, b in zip(small.specs, large.specs):
         assert (a.key, a.seed, a.values) == (b.key, b.seed, b.values)
         assert sw.trial_key(b.trial) == b.key and b.trial == a.trial
+
+
+def test_sweep_driver_holds_only_the_trials_in_flight(tmp_path, monkeypatch):
+    """The sweep process keeps no per-trial objects beyond the trials handed to workers: its
+    memory does not grow with the sweep (the store on disk is the record of every trial)."""
+    import gc
+    import weakref
+
+    import cctestbed.execute as ex
+    import cctestbed.sweep as sw
+
+    raw = {"name": "s", "trials": 24, "base": doc(duration="200ms", sample_interval="50ms")}
+    sweep = sw.parse_sweep(raw)
+    live: set[int] = set()
+    made = 0
+    streamed = sw.Sweep.iter_specs
+
+    def tracked(self):
+        nonlocal made
+        for s in streamed(self):
+            made += 1
+            live.add(id(s))
+            weakref.finalize(s, live.discard, id(s))
+            yield s
+
+    monkeypatch.setattr(sw.Sweep, "iter_specs", tracked)
+    most = 0
+
+    def report(event, spec, outcome):
+        nonlocal most
+        del spec, outcome
+        gc.collect()
+        most = max(most, len(live))
+
+    run = ex.run_sweep(sweep, tmp_path / "out", workers=1, report=report)
+    assert run.done == 24 and made >= 2 * 24  # counted, then run: each trial built as it is needed
+    # handed over ahead (1 worker), plus the one being stored and the one the stream holds
+    assert most <= ex.JOBS_AHEAD + 2, most
+    assert sweep._specs is None

@@ -7,7 +7,7 @@ which case nothing is written; 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
 import typer
@@ -16,8 +16,10 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from . import interrupt
-from .config import ConfigError, load_trial
 from .units import human_rate, human_size, human_time
+
+if TYPE_CHECKING:
+    from .config import ConfigError
 
 
 class CommandGroup(TyperGroup):
@@ -147,6 +149,7 @@ def _run(
     capture: Optional[bool],
     allow_large: bool,
 ) -> None:
+    from .config import ConfigError, load_trial
     from .runner import run_trial
 
     try:
@@ -215,6 +218,8 @@ def validate(
     allow_large: bool = typer.Option(False, "--allow-large", help="Do not refuse a trial for its size."),
 ) -> None:
     """Check a trial file and report every problem at once (exit code 2 if any)."""
+    from .config import ConfigError, load_trial
+
     try:
         trial = load_trial(trial_file, allow_large=allow_large)
     except ConfigError as e:

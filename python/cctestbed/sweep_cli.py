@@ -14,15 +14,6 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from .units import human_size
@@ -211,6 +202,16 @@ def sweep_command(
                 client = connect(cluster)
             except RuntimeError as e:
                 _fail(f"{e}; nothing was written")
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(
         SpinnerColumn(),
