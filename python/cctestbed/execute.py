@@ -184,7 +184,7 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
                         res = fut.result()
                     except BrokenProcessPool:
                         broken = True
-                        break
+                        continue
                     del in_flight[fut]
                     started.discard(fut)
                     yield res

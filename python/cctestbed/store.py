@@ -233,7 +233,8 @@ class Store:
         """A trial's status, error, dir and (when finished) its metrics, as table cells."""
         if self.is_done(key):
             try:
-                return {"status": "done", "error": None, "dir": f"{TRIALS_DIR}/{key}", **trial_metrics(self.trial_dir(key))}
+                metrics = trial_metrics(self.trial_dir(key))
+                return {"status": "done", "error": None, "dir": f"{TRIALS_DIR}/{key}", **metrics}
             except DamagedFile as e:
                 damaged = f"stored results damaged: {e}; delete {self.trial_dir(key)} to run it again"
                 return {"status": "failed", "error": damaged, "dir": None}
@@ -262,14 +263,15 @@ class Store:
             if incremental and self._kinds is not None and path.is_file():
                 self._write_patched(sweep, path, Path(tmp))
             else:
-                self._write_full(sweep, Path(tmp), Path(tmp + ".rows"))
+                self._kinds = self._write_full(sweep, Path(tmp), Path(tmp + ".rows"))
             self._changed = set()
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _write_full(self, sweep: Sweep, dest: Path, spool: Path) -> None:
+    def _write_full(self, sweep: Sweep, dest: Path, spool: Path) -> dict[str, set[str]]:
+        """The whole table into ``dest``; returns the kinds of value seen per column."""
         kinds: dict[str, set[str]] = {c: set() for c in [*sweep.columns, *FIXED_COLUMNS]}
         try:
             with open(spool, "w", encoding="utf-8") as f:
@@ -288,7 +290,7 @@ class Store:
                     w.write_table(_arrow(schema, chunk))
         finally:
             spool.unlink(missing_ok=True)
-        self._kinds = kinds
+        return kinds
 
     def _write_patched(self, sweep: Sweep, old: Path, dest: Path) -> None:
         import pyarrow as pa

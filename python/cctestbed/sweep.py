@@ -627,8 +627,8 @@ def _check_points(sweep: Sweep, points: Iterable[int], source: Optional[str]) ->
         if other != point:
             raise SweepError(
                 [
-                    f"axes: point {point} ({_point_text(labels)}) is the same trial as point "
-                    f"{other} ({_point_text(sweep.point_doc(other)[0])}); the values differ only in how they are written"
+                    f"axes: point {point} ({_point_text(labels)}) is the same trial as point {other} "
+                    f"({_point_text(sweep.point_doc(other)[0])}); the values differ only in how they are written"
                 ],
                 source,
             )
