@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Optional
 
-#: The line every interrupted command ends with.
+#: What a command interrupted before it wrote anything prints (otherwise: "interrupted").
 MESSAGE = "interrupted: nothing was written"
 
 
