@@ -674,6 +674,46 @@ def test_incremental_table_equals_a_full_rebuild(finished, tmp_path):
         store.close()
 
 
+def test_incremental_table_follows_columns_that_change_type(finished, tmp_path):
+    """A metric first null everywhere then a list, another first a number then text: the
+    incremental write still equals a full rebuild."""
+    import shutil
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from cctestbed.store import Store, read_meta
+    from cctestbed.sweep import parse_sweep
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    sweep = parse_sweep(read_meta(d)["sweep"])
+    a, b = sorted((d / "trials").iterdir())[:2]
+    for t in (a, b):
+        extra = json.loads((t / "metrics.json").read_text())
+        extra["total"]["series"] = None
+        (t / "metrics.json").write_text(json.dumps(extra))
+    store = Store(d)
+    store.open(sweep)
+    try:
+        store.write_table(sweep)
+        assert pl.read_parquet(d / "trials.parquet")["total.series"].dtype == pl.Float64  # null so far
+        extra = json.loads((a / "metrics.json").read_text())
+        extra["total"]["series"] = [1.5, None, 2.0]
+        (a / "metrics.json").write_text(json.dumps(extra))
+        summary = json.loads((b / "summary.json").read_text())
+        summary["total"]["utilization"] = "n/a"
+        (b / "summary.json").write_text(json.dumps(summary))
+        store._changed |= {a.name, b.name}  # as committing them would
+        store.write_table(sweep, incremental=True)
+        on_disk = pl.read_parquet(d / "trials.parquet")
+        assert_frame_equal(on_disk, store.table(sweep))
+        assert on_disk["total.series"].dtype == pl.List(pl.Float64)
+        assert on_disk["total.utilization"].dtype == pl.String
+    finally:
+        store.close()
+
+
 def test_sweep_workers_end_when_the_sweep_is_killed(tmp_path):
     import signal
     import subprocess

@@ -256,13 +256,20 @@ class Store:
         """Write trials.parquet atomically, rebuilt from the trial directories; ``incremental``
         (after a first write) rebuilds only the rows of trials committed or failed since, so a
         write reads what changed, not every trial (the final write of a run rebuilds it all)."""
+        from pyarrow import ArrowException
+
         path = self.root / TABLE
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + TABLE + ".", dir=self.root)
         os.close(fd)
         try:
+            patched = False
             if incremental and self._kinds is not None and path.is_file():
-                self._write_patched(sweep, path, Path(tmp))
-            else:
+                try:
+                    self._write_patched(sweep, path, Path(tmp))
+                    patched = True
+                except ArrowException:  # a column's type changed beyond what a cast carries over
+                    pass
+            if not patched:
                 self._kinds = self._write_full(sweep, Path(tmp), Path(tmp + ".rows"))
             self._changed = set()
             os.replace(tmp, path)
@@ -399,7 +406,9 @@ def _conform(t: Any, schema: Any) -> Any:
             cols.append(pa.nulls(t.num_rows, f.type))
         else:
             c = t.column(f.name)
-            cols.append(c if c.type == f.type else c.cast(f.type))
+            if c.type != f.type:
+                c = pa.nulls(t.num_rows, f.type) if c.null_count == t.num_rows else c.cast(f.type)
+            cols.append(c)
     return pa.table(cols, schema=schema)
 
 
