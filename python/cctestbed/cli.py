@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 class CommandGroup(TyperGroup):
     """The commands: Ctrl-C while one runs ends it with one line and exit code 130."""
 
-    def invoke(self, ctx: click.Context) -> object:
+    def invoke(self, ctx: Any) -> Any:
         try:
             interrupt.command_started()
             return super().invoke(ctx)

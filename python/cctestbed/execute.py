@@ -105,8 +105,7 @@ def _error_text(e: BaseException) -> str:
 def _worker_init(parent: int) -> None:
     """Set up a worker process: Ctrl-C is the sweep's to handle, and the worker ends with its parent."""
     # Ctrl-C reaches the whole process group; the sweep process alone decides what to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # started blocked: see _sigint_held
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # already so when started by run_local
     _die_with_parent(parent)
 
 
@@ -164,13 +163,14 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
         job = take()
         if job is None:
             return
-        in_flight: dict[Any, dict[str, Any]] = {}  # future -> job, in the order handed over
-        with _sigint_held():  # the workers start (on the first submits) deaf to Ctrl-C
+        first = [job]
+        while len(first) < workers * JOBS_AHEAD and (job := take()) is not None:
+            first.append(job)
+        with _sigint_ignored():  # the workers start (on the first submits) deaf to Ctrl-C
             pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                        initargs=(os.getpid(),))
-            while job is not None:
-                in_flight[pool.submit(run_job, job)] = job
-                job = take() if len(in_flight) < workers * JOBS_AHEAD else None
+            # future -> job, in the order handed over
+            in_flight: dict[Any, dict[str, Any]] = {pool.submit(run_job, j): j for j in first}
         # Futures seen handed to a worker; when the pool breaks, these are the suspects (the
         # queued ones fail with it without having run).
         started: set[Any] = set()
@@ -213,15 +213,15 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
 
 
 @contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Ctrl-C held back while worker processes start: they inherit the blocked signal, so one
-    pressed while they load never reaches them (the sweep process alone decides what to stop),
-    and the sweep process receives it when this ends."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored while worker processes are started: they inherit the ignored signal (and
+    Python leaves it ignored), so one pressed while they load reaches none of them; the sweep
+    process alone decides what to stop. A Ctrl-C within these few milliseconds is lost."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, old)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
