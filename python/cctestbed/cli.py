@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from typer.core import TyperGroup
 
 from . import interrupt
 from .units import human_rate, human_size, human_time
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from .config import ConfigError
 
 
@@ -72,6 +73,8 @@ def _fmt(x: Optional[float], spec: str, scale: float = 1.0) -> str:
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     t = Table(title="per flow (steady window)", title_justify="left", show_edge=False, pad_edge=False)
     for c in ("flow", "group", "goodput", "retrans %", "RTT p50 ms"):
         t.add_column(c, justify="left" if c == "group" else "right")
@@ -87,6 +90,8 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 
 
 def _totals_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     tot, q, rtt = summary["total"], summary["queue"], summary["rtt"]
     t = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
     t.add_column(style="bold")

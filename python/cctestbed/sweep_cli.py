@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 from .units import human_size
 
@@ -49,6 +51,8 @@ LIST_TRIALS = 200
 
 
 def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
+    from rich.table import Table
+
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
     t.add_column("#", justify="right")
     for c in sweep.columns:
