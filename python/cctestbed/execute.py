@@ -166,16 +166,17 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
         first = [job]
         while len(first) < workers * JOBS_AHEAD and (job := take()) is not None:
             first.append(job)
-        with _sigint_ignored():  # the workers start (on the first submits) deaf to Ctrl-C
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                       initargs=(os.getpid(),))
-            # future -> job, in the order handed over
-            in_flight: dict[Any, dict[str, Any]] = {pool.submit(run_job, j): j for j in first}
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
+        in_flight: dict[Any, dict[str, Any]] = {}  # future -> job, in the order handed over
         # Futures seen handed to a worker; when the pool breaks, these are the suspects (the
         # queued ones fail with it without having run).
         started: set[Any] = set()
         broken = False
         try:
+            with _sigint_ignored():  # the workers start (on the first submits) deaf to Ctrl-C
+                for j in first:
+                    in_flight[pool.submit(run_job, j)] = j
             while in_flight:
                 done, _ = wait(in_flight, timeout=0.25, return_when=FIRST_COMPLETED)
                 started.update(f for f in in_flight if f.running())
@@ -214,9 +215,9 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
 
 @contextmanager
 def _sigint_ignored() -> Iterator[None]:
-    """Ctrl-C ignored while worker processes are started: they inherit the ignored signal (and
-    Python leaves it ignored), so one pressed while they load reaches none of them; the sweep
-    process alone decides what to stop. A Ctrl-C within these few milliseconds is lost."""
+    """SIGINT ignored while worker processes are started: they inherit the ignored signal (and
+    Python leaves it so), so a Ctrl-C while they load reaches none of them; the sweep process
+    alone decides what to stop. A Ctrl-C within these few milliseconds is dropped."""
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
