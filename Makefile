@@ -63,8 +63,11 @@ fidelity: build
 fidelity-check: build
 	$(VENV)/bin/cctestbed fidelity check fidelity/suite.toml --json results/fidelity-check.json
 
+# The simulator's speed, then the harness around it: validate, the overhead of run beyond the
+# simulation, the sweep driver's memory (bench/harness.py --sweep-trials 20000 for the README's figure).
 bench: build
 	cargo run --release -p cctestbed-sim --bin ccsim-bench
+	$(PY) bench/harness.py
 
 clean:
 	rm -rf $(VENV) results target

@@ -39,6 +39,7 @@ def _install():
     orig = core.simulate
     log = os.environ.get("CCTB_TEST_SIMLOG")
     fail = os.environ.get("CCTB_TEST_FAIL")  # "seed:capacity_bps"
+    kill = os.environ.get("CCTB_TEST_KILL")  # "seed:capacity_bps": the worker process is killed
     delay = float(os.environ.get("CCTB_TEST_DELAY", "0"))
 
     def simulate(cfg):
@@ -48,6 +49,8 @@ def _install():
                 f.write(hashlib.sha256(cfg.encode()).hexdigest() + "\\n")
         if fail and f"{c['seed']}:{c['link']['capacity_bps']}" == fail:
             raise RuntimeError("injected failure for this trial")
+        if kill and f"{c['seed']}:{c['link']['capacity_bps']}" == kill:
+            os.kill(os.getpid(), 9)
         time.sleep(delay)
         return orig(cfg)
 

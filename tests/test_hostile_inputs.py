@@ -402,6 +402,56 @@ def test_ctrl_c_during_run_exits_130_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.json"]
 
 
+@pytest.mark.parametrize("command", ["validate", "run", "sweep"])
+def test_ctrl_c_at_any_moment_of_start_up_prints_one_line_and_exits_130(tmp_path, command):
+    """Ctrl-C while the command's modules load (before it runs), as it starts running, and once
+    it runs: one line, exit 130, never a traceback (also none from a sweep's starting workers)."""
+    import signal
+    import subprocess
+    import time
+
+    long = _set(doc(duration="600s"), "link.capacity", "100Mbit")
+    (tmp_path / "long.json").write_text(json.dumps(long))
+    heavy = _set(doc(duration="600s"), "link.capacity", "1Gbit")  # no trial finishes in the test
+    heavy["flows"][0]["count"] = 4
+    args = {
+        "validate": ["validate", "long.json"],
+        "run": ["run", "long.json", "-o", "out"],
+        "sweep": ["sweep", str(_sweep_file(tmp_path, base=heavy, trials=4)), "-o", "out", "-j", "2"],
+    }[command]
+    # from the interpreter's first module on (before that, Python itself answers Ctrl-C) to
+    # well into the run
+    for delay in (0.15, 0.3, 0.5, 0.8, 1.2, 2.0):
+        proc = subprocess.Popen([str(CLI), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                # a Ctrl-C in the few milliseconds while a sweep starts its workers is dropped
+                # (SIGINT is ignored then, so that they start ignoring it): press it again
+                assert command == "sweep", (delay, "Ctrl-C ignored")
+                os.killpg(proc.pid, signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        if command == "validate" and proc.returncode == 0:  # it finished first
+            assert stdout.startswith("ok: t:") and stderr == "", (delay, stdout, stderr)
+            continue
+        assert proc.returncode == 130, (delay, proc.returncode, stderr)
+        assert "Traceback" not in stderr and "Error" not in stderr and "panicked" not in stderr, (delay, stderr)
+        if command == "sweep":
+            said = [ln for ln in stderr.splitlines() if "interrupted" in ln] + [
+                ln for ln in stdout.splitlines() if "(interrupted)" in ln]
+            assert len(said) == 1, (delay, stdout, stderr)
+            assert not list((tmp_path / "out").glob("trials/*/summary.json"))
+        else:
+            assert stderr.splitlines() in (["interrupted"], ["interrupted: nothing was written"]), (delay, stderr)
+            assert not (tmp_path / "out").exists()
+
+
 def test_output_path_through_a_file_is_refused_before_simulating(cli, tmp_path):
     (tmp_path / "afile").write_text("")
     p = tmp_path / "t.json"
@@ -622,14 +672,53 @@ def test_incremental_table_equals_a_full_rebuild(finished, tmp_path):
         store.write_table(sweep)  # two pending trials
         store.commit(a.name, files)
         store.record_failure(b.name, "RuntimeError: boom")
-        incremental = store.write_table(sweep, incremental=True)
-        assert_frame_equal(incremental, store.table(sweep))
+        store.write_table(sweep, incremental=True)
         import polars as pl
 
         on_disk = pl.read_parquet(d / "trials.parquet")
         assert_frame_equal(on_disk, store.table(sweep))
         assert on_disk.filter(pl.col("key") == b.name)["status"].to_list() == ["failed"]
         assert on_disk.filter(pl.col("key") == a.name)["status"].to_list() == ["done"]
+    finally:
+        store.close()
+
+
+def test_incremental_table_follows_columns_that_change_type(finished, tmp_path):
+    """A metric first null everywhere then a list, another first a number then text: the
+    incremental write still equals a full rebuild."""
+    import shutil
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from cctestbed.store import Store, read_meta
+    from cctestbed.sweep import parse_sweep
+
+    d = tmp_path / "d"
+    shutil.copytree(finished / "sweep", d)
+    sweep = parse_sweep(read_meta(d)["sweep"])
+    a, b = sorted((d / "trials").iterdir())[:2]
+    for t in (a, b):
+        extra = json.loads((t / "metrics.json").read_text())
+        extra["total"]["series"] = None
+        (t / "metrics.json").write_text(json.dumps(extra))
+    store = Store(d)
+    store.open(sweep)
+    try:
+        store.write_table(sweep)
+        assert pl.read_parquet(d / "trials.parquet")["total.series"].dtype == pl.Float64  # null so far
+        extra = json.loads((a / "metrics.json").read_text())
+        extra["total"]["series"] = [1.5, None, 2.0]
+        (a / "metrics.json").write_text(json.dumps(extra))
+        summary = json.loads((b / "summary.json").read_text())
+        summary["total"]["utilization"] = "n/a"
+        (b / "summary.json").write_text(json.dumps(summary))
+        store._changed |= {a.name, b.name}  # as committing them would
+        store.write_table(sweep, incremental=True)
+        on_disk = pl.read_parquet(d / "trials.parquet")
+        assert_frame_equal(on_disk, store.table(sweep))
+        assert on_disk["total.series"].dtype == pl.List(pl.Float64)
+        assert on_disk["total.utilization"].dtype == pl.String
     finally:
         store.close()
 
@@ -700,3 +789,42 @@ def test_large_sweeps_keep_keys_not_trials(monkeypatch):
     for a, b in zip(small.specs, large.specs):
         assert (a.key, a.seed, a.values) == (b.key, b.seed, b.values)
         assert sw.trial_key(b.trial) == b.key and b.trial == a.trial
+
+
+def test_sweep_driver_holds_only_the_trials_in_flight(tmp_path, monkeypatch):
+    """The sweep process keeps no per-trial objects beyond the trials handed to workers: its
+    memory does not grow with the sweep (the store on disk is the record of every trial)."""
+    import gc
+    import weakref
+
+    import cctestbed.execute as ex
+    import cctestbed.sweep as sw
+
+    raw = {"name": "s", "trials": 24, "base": doc(duration="200ms", sample_interval="50ms")}
+    sweep = sw.parse_sweep(raw)
+    live: set[int] = set()
+    made = 0
+    streamed = sw.Sweep.iter_specs
+
+    def tracked(self):
+        nonlocal made
+        for s in streamed(self):
+            made += 1
+            live.add(id(s))
+            weakref.finalize(s, live.discard, id(s))
+            yield s
+
+    monkeypatch.setattr(sw.Sweep, "iter_specs", tracked)
+    most = 0
+
+    def report(event, spec, outcome):
+        nonlocal most
+        del spec, outcome
+        gc.collect()
+        most = max(most, len(live))
+
+    run = ex.run_sweep(sweep, tmp_path / "out", workers=1, report=report)
+    assert run.done == 24 and made >= 2 * 24  # counted, then run: each trial built as it is needed
+    # handed over ahead (1 worker), plus the one being stored and the one the stream holds
+    assert most <= ex.JOBS_AHEAD + 2, most
+    assert sweep._specs is None

@@ -233,3 +233,15 @@ def test_cli_refuses_bad_sweep_files_with_exit_2_and_writes_nothing(case, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()
     r = cli("sweep", f, "-o", out, "--dry-run")
     assert r.exit_code == 2 and not out.exists()
+
+
+def test_two_points_that_are_the_same_trial_are_refused():
+    # the queue in bytes equals 1 BDP at 4 Mbit/s and 20 ms (10 KB) but not at 8 Mbit/s: only
+    # the points at 4 Mbit/s coincide, for every seed
+    d = sweep_dict(axes={"link.capacity": ["8Mbit", "4Mbit"], "link.queue": ["1bdp", "10KB"]}, trials=3)
+    with pytest.raises(SweepError) as e:
+        parse_sweep(d)
+    assert e.value.problems == [
+        "axes: point 3 (capacity='4Mbit', queue='10KB') is the same trial as point 2 "
+        "(capacity='4Mbit', queue='1bdp'); the values differ only in how they are written"
+    ]

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from cctestbed.metrics import counters_at, cov, interval_edges, quartiles, sweep_metrics
-from cctestbed.store import _series, flatten, merge
+from cctestbed.store import _column_type, _kind, flatten, merge
 from cctestbed.summary import TrialInfo
 
 # Capacity 12 kbit/s with mss = mtu: the payload capacity of a 0.5 s interval is 6000 bits = 750 B.
@@ -122,8 +122,16 @@ def test_flatten_and_merge_for_the_table():
 
 
 def test_table_columns_keep_one_type():
-    assert _series("x", [1, None, 2]).dtype == pl.Int64
-    assert _series("x", [1, 2.5, None]).dtype == pl.Float64
-    assert _series("x", [None, None]).dtype == pl.Float64
-    assert _series("x", [[0.5, None], None]).dtype == pl.List(pl.Float64)
-    assert _series("x", ["a", None]).dtype == pl.String
+    import pyarrow as pa
+
+    def column_type(values, name="x"):
+        return _column_type(name, {_kind(v) for v in values})
+
+    assert column_type([1, None, 2]) == pa.int64()
+    assert column_type([1, 2.5, None]) == pa.float64()
+    assert column_type([None, None]) == pa.float64()
+    assert column_type([None, None], name="error") == pa.string()
+    assert column_type([[0.5, None], None]) == pa.list_(pa.float64())
+    assert column_type([True, None]) == pa.bool_()
+    assert column_type(["a", None]) == pa.string()
+    assert column_type(["a", 1]) == pa.string()

@@ -121,6 +121,25 @@ def test_failing_trial_is_recorded_and_the_rest_finish(tmp_path):
     assert not list((out / "failed").iterdir())
 
 
+def test_trial_that_kills_its_worker_is_recorded_after_two_deaths_and_the_rest_run_once(tmp_path):
+    f = write_small_sweep(tmp_path)
+    out = tmp_path / "out"
+    log = tmp_path / "sims.log"
+    # seed 2 at 8 Mbit/s (two trials) kills the worker process; one worker, so no other trial is
+    # in the pool when it breaks
+    env = hooked_env(tmp_path, CCTB_TEST_KILL="2:8000000", CCTB_TEST_SIMLOG=str(log))
+    p = cli_process(["sweep", str(f), "-o", str(out), "--workers", "1"], env)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 1, stdout + stderr
+    df = pl.read_parquet(out / "trials.parquet")
+    failed = df.filter(pl.col("status") == "failed")
+    assert sorted(failed.select("capacity", "seed").rows()) == [("8Mbit", 2), ("8Mbit", 2)]
+    assert all("died 2 times" in e for e in failed["error"])
+    assert (df["status"] == "done").sum() == 6
+    runs = log.read_text().split()
+    assert sorted(runs.count(h) for h in set(runs)) == [1] * 6 + [2, 2]
+
+
 def test_kill_mid_run_then_resume_runs_each_trial_once(tmp_path):
     f = write_small_sweep(tmp_path)
     sweep = load_sweep(f)

@@ -8,20 +8,48 @@ Notebook use::
     r.flows, r.router                                   # polars DataFrames
     r.plot()                                            # matplotlib Figure
     r.save("results/default")
+
+The names below are loaded on first use, so importing the package (and starting the
+``cctestbed`` command) does not pay for pydantic, polars and NumPy until they are needed.
 """
 
 from __future__ import annotations
 
-from .config import ConfigError, Trial, algorithms, load_trial
-from .results import TrialResult
-from .runner import run_trial
+TYPE_CHECKING = False  # typing itself is not imported here: it slows the command's start
+if TYPE_CHECKING:
+    from typing import Any
 
-try:
-    from importlib.metadata import PackageNotFoundError, version
+    from .config import ConfigError, Trial, algorithms, load_trial
+    from .results import TrialResult
+    from .runner import run_trial
 
-    __version__ = version("cctestbed")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
+#: Public name -> the module that defines it.
+_LAZY = {
+    "ConfigError": "config",
+    "Trial": "config",
+    "algorithms": "config",
+    "load_trial": "config",
+    "TrialResult": "results",
+    "run_trial": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("cctestbed")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            value = "0+unknown"
+    elif name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def core_version() -> str:

@@ -1,22 +1,41 @@
 """The ``cctestbed`` command: run and validate trial files.
 
 Exit codes: 0 success; 1 the run failed; 2 the trial (or the command line) is invalid, in
-which case nothing is written.
+which case nothing is written; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from typer.core import TyperGroup
 
-from .config import ConfigError, load_trial
+from . import interrupt
 from .units import human_rate, human_size, human_time
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .config import ConfigError
+
+
+class CommandGroup(TyperGroup):
+    """The commands: Ctrl-C while one runs ends it with one line and exit code 130."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            interrupt.command_started()
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+
+
 app = typer.Typer(
+    cls=CommandGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Congestion-control testbed: run trials on a deterministic packet-level dumbbell simulator.",
@@ -54,6 +73,8 @@ def _fmt(x: Optional[float], spec: str, scale: float = 1.0) -> str:
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     t = Table(title="per flow (steady window)", title_justify="left", show_edge=False, pad_edge=False)
     for c in ("flow", "group", "goodput", "retrans %", "RTT p50 ms"):
         t.add_column(c, justify="left" if c == "group" else "right")
@@ -69,6 +90,8 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 
 
 def _totals_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     tot, q, rtt = summary["total"], summary["queue"], summary["rtt"]
     t = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
     t.add_column(style="bold")
@@ -116,7 +139,7 @@ def run(
         _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large)
     except KeyboardInterrupt:
         # the core stops within a fraction of a second; a results directory is written atomically
-        err.print("interrupted: nothing was written", markup=False)
+        err.print(interrupt.MESSAGE, markup=False)
         raise typer.Exit(130)
 
 
@@ -130,6 +153,7 @@ def _run(
     capture: Optional[bool],
     allow_large: bool,
 ) -> None:
+    from .config import ConfigError, load_trial
     from .runner import run_trial
 
     try:
@@ -198,6 +222,8 @@ def validate(
     allow_large: bool = typer.Option(False, "--allow-large", help="Do not refuse a trial for its size."),
 ) -> None:
     """Check a trial file and report every problem at once (exit code 2 if any)."""
+    from .config import ConfigError, load_trial
+
     try:
         trial = load_trial(trial_file, allow_large=allow_large)
     except ConfigError as e:

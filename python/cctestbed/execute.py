@@ -17,16 +17,21 @@ import signal
 import tempfile
 import time
 import traceback
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from .sweep import Sweep, TrialSpec
 
 #: A trial whose worker process dies this many times is recorded as failed.
 MAX_CRASHES = 2
+#: Trials handed to the executor ahead, per worker: enough to keep every worker busy.
+JOBS_AHEAD = 2
 #: How long to wait for a Dask scheduler to answer.
 DASK_CONNECT_TIMEOUT_S = 5
 #: Dask scheduler addresses: scheme://host:port.
@@ -100,7 +105,7 @@ def _error_text(e: BaseException) -> str:
 def _worker_init(parent: int) -> None:
     """Set up a worker process: Ctrl-C is the sweep's to handle, and the worker ends with its parent."""
     # Ctrl-C reaches the whole process group; the sweep process alone decides what to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # already so when started by run_local
     _die_with_parent(parent)
 
 
@@ -135,48 +140,69 @@ def make_job(spec: TrialSpec, trial_plot: bool = False) -> dict[str, Any]:
 # --- executors ---------------------------------------------------------------------------------
 
 
-def run_local(jobs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
     """Outcomes of ``jobs`` as they finish, from ``workers`` spawned processes.
 
-    A worker process that dies (killed, out of memory) breaks the pool: the trials it held are
-    tried again in a new pool, and recorded as failed after :data:`MAX_CRASHES` deaths.
+    Jobs are taken from ``jobs`` as workers come free (:data:`JOBS_AHEAD` per worker handed over
+    ahead) and each outcome is let go once yielded, so what this holds does not grow with the
+    number of jobs. A worker process that dies (killed, out of memory) breaks the pool: the
+    trials it held are tried again in a new pool, and recorded as failed after
+    :data:`MAX_CRASHES` deaths.
     """
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    pending = list(jobs)
+    jobs = iter(jobs)
+    retry: deque[dict[str, Any]] = deque()
     crashes: dict[str, int] = {}
-    while pending:
-        n = max(1, min(workers, len(pending)))
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init,
+
+    def take() -> Optional[dict[str, Any]]:
+        return retry.popleft() if retry else next(jobs, None)
+
+    while True:
+        job = take()
+        if job is None:
+            return
+        first = [job]
+        while len(first) < workers * JOBS_AHEAD and (job := take()) is not None:
+            first.append(job)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                    initargs=(os.getpid(),))
-        futures = {pool.submit(run_job, j): j for j in pending}
-        order = list(futures)
-        pending = []
-        broken: list[Any] = []
+        in_flight: dict[Any, dict[str, Any]] = {}  # future -> job, in the order handed over
         # Futures seen handed to a worker; when the pool breaks, these are the suspects (the
         # queued ones fail with it without having run).
         started: set[Any] = set()
+        broken = False
         try:
-            waiting = set(futures)
-            while waiting:
-                done, waiting = wait(waiting, timeout=0.25, return_when=FIRST_COMPLETED)
-                started.update(f for f in waiting if f.running())
-                for fut in sorted(done, key=order.index):
+            with _sigint_ignored():  # the workers start (on the first submits) deaf to Ctrl-C
+                for j in first:
+                    in_flight[pool.submit(run_job, j)] = j
+            while in_flight:
+                done, _ = wait(in_flight, timeout=0.25, return_when=FIRST_COMPLETED)
+                started.update(f for f in in_flight if f.running())
+                for fut in [f for f in in_flight if f in done]:
                     try:
                         res = fut.result()
                     except BrokenProcessPool:
-                        broken.append(fut)
+                        broken = True
                         continue
+                    del in_flight[fut]
+                    started.discard(fut)
                     yield res
+                if broken:
+                    break
+                while len(in_flight) < workers * JOBS_AHEAD and (job := take()) is not None:
+                    in_flight[pool.submit(run_job, job)] = job
         finally:
             if broken:
                 pool.shutdown(wait=False, cancel_futures=True)
             else:
                 _stop(pool)
-        suspects = [f for f in broken if f in started] or broken[:n]
-        for fut in broken:
-            job = futures[fut]
+        if not broken:
+            return
+        # every job still held fails with the pool: the ones that had started are the suspects
+        suspects = [f for f in in_flight if f in started] or list(in_flight)[:workers]
+        for fut, job in in_flight.items():
             if fut in suspects:
                 crashes[job["key"]] = crashes.get(job["key"], 0) + 1
             if crashes.get(job["key"], 0) >= MAX_CRASHES:
@@ -184,7 +210,19 @@ def run_local(jobs: list[dict[str, Any]], workers: int) -> Iterator[dict[str, An
                        "error": f"the worker process died {MAX_CRASHES} times while running this trial "
                                 "(killed, or out of memory)"}
             else:
-                pending.append(job)
+                retry.append(job)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while worker processes are started: they inherit the ignored signal (and
+    Python leaves it so), so a Ctrl-C while they load reaches none of them; the sweep process
+    alone decides what to stop. A Ctrl-C within these few milliseconds is dropped."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -243,10 +281,11 @@ def connect(cluster: Any, timeout: Optional[float] = None) -> Any:
     return client
 
 
-def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
+def run_dask(jobs: Iterable[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any]]:
     """Outcomes of ``jobs`` from a Dask distributed cluster: a connected ``Client`` (see
     :func:`connect`; left open), an address like ``tcp://host:8786``, or a cluster object such as
-    ``LocalCluster``. Workers need the same cctestbed installed."""
+    ``LocalCluster``. Workers need the same cctestbed installed. Jobs are submitted as others
+    finish (:data:`JOBS_AHEAD` per worker thread ahead), as :func:`run_local` does."""
     import uuid
 
     from distributed import Client, as_completed
@@ -255,16 +294,27 @@ def run_dask(jobs: list[dict[str, Any]], cluster: Any) -> Iterator[dict[str, Any
     client = connect(cluster) if own else cluster
     try:
         tag = uuid.uuid4().hex[:8]
-        futures = {
-            client.submit(run_job, j, key=f"cctestbed-{j['key']}-{tag}", pure=False): j for j in jobs
-        }
-        for fut in as_completed(list(futures), loop=client.loop):
-            job = futures[fut]
+        jobs = iter(jobs)
+        in_flight: dict[Any, dict[str, Any]] = {}
+        finished = as_completed(loop=client.loop)
+
+        def submit(job: dict[str, Any]) -> None:
+            fut = client.submit(run_job, job, key=f"cctestbed-{job['key']}-{tag}", pure=False)
+            in_flight[fut] = job
+            finished.add(fut)
+
+        for job in islice(jobs, max(1, sum(client.nthreads().values())) * JOBS_AHEAD):
+            submit(job)
+        for fut in finished:
+            job = in_flight.pop(fut)
             try:
                 res = fut.result()
             except Exception as e:  # KilledWorker, lost connection, ...
                 res = {"key": job["key"], "status": "failed", "error": f"on the cluster: {_error_text(e)}"}
             fut.release()
+            nxt = next(jobs, None)
+            if nxt is not None:
+                submit(nxt)
             yield res
     finally:
         if own:
@@ -283,7 +333,6 @@ class SweepRun:
     done: int = 0
     failed: int = 0
     elapsed_s: float = 0.0
-    failures: list[tuple[TrialSpec, str]] = field(default_factory=list)
     interrupted: bool = False
 
 
@@ -314,22 +363,33 @@ def run_sweep(
     store.open(sweep)
     t_start = time.perf_counter()
     try:
-        todo = [s for s in sweep.specs if not store.is_done(s.key)]
-        run = SweepRun(total=len(sweep.specs), skipped=len(sweep.specs) - len(todo))
+        # The trials are streamed from the sweep, never listed: what this process holds does not
+        # grow with the sweep (the store on disk is the record of every trial).
+        total = skipped = 0
+        for s in sweep.iter_specs():
+            total += 1
+            skipped += store.is_done(s.key)
+        run = SweepRun(total=total, skipped=skipped)
         store.write_table(sweep)
         if report:
-            report("start", None, {"todo": len(todo), "skipped": run.skipped})
-        by_key = {s.key: s for s in todo}
-        jobs = [make_job(s, trial_plots) for s in todo]
+            report("start", None, {"todo": total - skipped, "skipped": skipped})
+        running: dict[str, TrialSpec] = {}  # handed to the executor, not yet back
+
+        def jobs() -> Iterator[dict[str, Any]]:
+            for s in sweep.iter_specs():
+                if not store.is_done(s.key):
+                    running[s.key] = s
+                    yield make_job(s, trial_plots)
+
         if cluster is not None:
-            outcomes = run_dask(jobs, cluster)
+            outcomes = run_dask(jobs(), cluster)
         else:
-            outcomes = run_local(jobs, workers or os.cpu_count() or 1)
+            outcomes = run_local(jobs(), workers or os.cpu_count() or 1)
         last_table = time.perf_counter()
         table_s = 0.0
         try:
             for res in outcomes:
-                spec = by_key[res["key"]]
+                spec = running.pop(res["key"])
                 if res["status"] == "done":
                     store.commit(spec.key, res["files"])
                     run.done += 1
@@ -341,9 +401,9 @@ def run_sweep(
                          "seed": spec.seed},
                     )
                     run.failed += 1
-                    run.failures.append((spec, res["error"]))
                 if report:
                     report(res["status"], spec, res)
+                del res
                 # a large table takes a while to write: at most a tenth of the time goes to it
                 if time.perf_counter() - last_table >= max(table_every_s, 10 * table_s):
                     t0 = time.perf_counter()

@@ -55,6 +55,7 @@ def counters_at(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.
 def delivered_per_interval(flows: pl.DataFrame, edges: np.ndarray, by: Optional[str] = "group") -> dict[Any, np.ndarray]:
     """Payload bytes delivered in each interval, summed per ``by`` label (or under None for all flows)."""
     out: dict[Any, np.ndarray] = {}
+    flows = flows.select("flow", "time_s", "delivered_bytes", *([by] if by else []))
     for fid in flows["flow"].unique().sort().to_list():
         f = flows.filter(pl.col("flow") == fid).sort("time_s")
         label = f[by][0] if by else None

@@ -246,12 +246,16 @@ def plot_trial(
                                _L([], [], color="0.2", lw=1, ls=":", label="RTprop estimate")],
                       loc="lower right", fontsize=8, ncol=2)
 
-    # States as bands, one row per flow, at full sample resolution (PROBE_RTT lasts ~200 ms)
+    # States as bands, one row per flow, at full sample resolution (PROBE_RTT lasts ~200 ms);
+    # one set of bars per flow and state (a call per band costs a second on a long trial)
     seen: dict[str, None] = {}
     for row, f in enumerate(ids):
+        bands: dict[str, list[tuple[float, float]]] = {}
         for state, a, b in spans.get(f, []):
+            bands.setdefault(state, []).append((a, b - a))
+        for state, xranges in bands.items():
             seen.setdefault(state, None)
-            ax_state.broken_barh([(a, b - a)], (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
+            ax_state.broken_barh(xranges, (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
     ax_state.set_yticks(range(len(ids)), [str(f) for f in ids], fontsize=7)
     ax_state.set_ylim(len(ids) - 0.5, -0.5)
     ax_state.set_ylabel("state\n(flow)")

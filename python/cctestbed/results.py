@@ -147,7 +147,9 @@ def dump_summary(summary: dict[str, Any]) -> str:
 
 
 def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
-    """Deterministic parquet: plain string types, zstd level 3, one row group per 1M rows."""
+    """Deterministic parquet: plain string types, zstd level 3, one row group per 1M rows,
+    dictionary encoding for the text columns (on numbers it costs a third of the write time and
+    makes the file larger)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -166,7 +168,7 @@ def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
         compression_level=3,
         row_group_size=1 << 20,
         write_statistics=True,
-        use_dictionary=True,
+        use_dictionary=[f.name for f in fields if pa.types.is_string(f.type)],
     )
 
 

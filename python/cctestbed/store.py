@@ -24,12 +24,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import polars as pl
 
-from .results import DamagedFile, write_parquet
-from .sweep import Sweep, TrialSpec
+from .results import DamagedFile
+from .sweep import FIXED_COLUMNS, Sweep, TrialSpec
 
 TRIALS_DIR = "trials"
 FAILED_DIR = "failed"
@@ -111,9 +111,8 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._lock_fd: Optional[int] = None
-        #: The table last written, its row of each key, and the keys changed since.
-        self._table: Optional[pl.DataFrame] = None
-        self._row_of: dict[str, int] = {}
+        #: Kinds of value seen per column of the table last written, and the keys changed since.
+        self._kinds: Optional[dict[str, set[str]]] = None
         self._changed: set[str] = set()
 
     # --- paths ---------------------------------------------------------------------------------
@@ -223,107 +222,215 @@ class Store:
         self._changed.add(key)
 
     # --- the table -----------------------------------------------------------------------------
+    #
+    # trials.parquet is written in chunks of CHUNK_ROWS rows, so what the sweep process holds
+    # does not grow with the sweep: a full write spools the rows to a temporary file while it
+    # learns each column's type, then writes them chunk by chunk; an incremental write copies the
+    # last table chunk by chunk, replacing the rows of trials that changed since. The only state
+    # kept between writes is the kinds of value seen per column (as many entries as columns).
 
-    def _metrics_row(self, key: str) -> dict[str, Any]:
-        return trial_metrics(self.trial_dir(key))
+    def state(self, key: str) -> dict[str, Any]:
+        """A trial's status, error, dir and (when finished) its metrics, as table cells."""
+        if self.is_done(key):
+            try:
+                metrics = trial_metrics(self.trial_dir(key))
+                return {"status": "done", "error": None, "dir": f"{TRIALS_DIR}/{key}", **metrics}
+            except DamagedFile as e:
+                damaged = f"stored results damaged: {e}; delete {self.trial_dir(key)} to run it again"
+                return {"status": "failed", "error": damaged, "dir": None}
+        fail = self.failure(key)
+        return {"status": "failed" if fail else "pending", "error": fail.get("error") if fail else None, "dir": None}
 
-    def rows(self, specs: Iterable[TrialSpec]) -> list[dict[str, Any]]:
-        out = []
+    def rows(self, specs: Iterable[TrialSpec]) -> Iterator[dict[str, Any]]:
+        """The table's row of each spec, in order."""
         for s in specs:
-            row: dict[str, Any] = dict(s.values)
-            row["seed"] = s.seed
-            row["key"] = s.key
-            done, damaged = self.is_done(s.key), None
-            if done:
-                try:
-                    row.update(self._metrics_row(s.key))
-                except DamagedFile as e:
-                    damaged = f"stored results damaged: {e}; delete {self.trial_dir(s.key)} to run it again"
-            if done and damaged is None:
-                row.update(status="done", error=None, dir=f"{TRIALS_DIR}/{s.key}")
-            elif damaged is not None:
-                row.update(status="failed", error=damaged, dir=None)
-            else:
-                fail = self.failure(s.key)
-                row.update(
-                    status="failed" if fail else "pending",
-                    error=fail.get("error") if fail else None,
-                    dir=None,
-                )
-            out.append(row)
-        return out
+            yield {**s.values, "seed": s.seed, "key": s.key, **self.state(s.key)}
 
     def table(self, sweep: Sweep) -> pl.DataFrame:
         """trials.parquet as a frame: axis columns, seed, status, error, dir, key, then metrics."""
-        return self._frame(sweep, self.rows(sweep.specs))
+        with tempfile.TemporaryDirectory(prefix="cctestbed-table-") as tmp:
+            self._write_full(sweep, Path(tmp) / TABLE, Path(tmp) / "rows.jsonl")
+            return pl.read_parquet(Path(tmp) / TABLE)
 
-    def _frame(self, sweep: Sweep, rows: list[dict[str, Any]]) -> pl.DataFrame:
-        fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
-        metric_cols = sorted({c for r in rows for c in r if c not in fixed}, key=_metric_order)
-        cols: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in [*fixed, *metric_cols]}
-        return pl.DataFrame([_series(c, v) for c, v in cols.items()])
+    def write_table(self, sweep: Sweep, incremental: bool = False) -> None:
+        """Write trials.parquet atomically, rebuilt from the trial directories; ``incremental``
+        (after a first write) rebuilds only the rows of trials committed or failed since, so a
+        write reads what changed, not every trial (the final write of a run rebuilds it all)."""
+        from pyarrow import ArrowException
 
-    def write_table(self, sweep: Sweep, incremental: bool = False) -> pl.DataFrame:
-        """Write trials.parquet atomically. The whole table is rebuilt from the trial directories,
-        unless ``incremental`` and a table was built before: then only the rows of trials
-        committed or failed since are rebuilt, so a write costs what changed, not the sweep's size
-        (the final write of a run rebuilds it all)."""
-        if incremental and self._table is not None:
-            df = self._updated(sweep)
-        else:
-            df = self.table(sweep)
-            self._row_of = {k: i for i, k in enumerate(df["key"].to_list())}
-        self._table = df
-        self._changed = set()
+        path = self.root / TABLE
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + TABLE + ".", dir=self.root)
         os.close(fd)
         try:
-            write_parquet(df, tmp)
-            os.replace(tmp, self.root / TABLE)
+            patched = False
+            if incremental and self._kinds is not None and path.is_file():
+                try:
+                    self._write_patched(sweep, path, Path(tmp))
+                    patched = True
+                except ArrowException:  # a column's type changed beyond what a cast carries over
+                    pass
+            if not patched:
+                self._kinds = self._write_full(sweep, Path(tmp), Path(tmp + ".rows"))
+            self._changed = set()
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return df
 
-    def _updated(self, sweep: Sweep) -> pl.DataFrame:
-        """The last table with the rows of the changed trials rebuilt."""
-        assert self._table is not None
-        keys = sorted(k for k in self._changed if k in self._row_of)
-        if not keys:
-            return self._table
-        positions = [self._row_of[k] for k in keys]
-        by_pos = {p: sweep.specs[p] for p in positions}  # the table's rows follow sweep.specs
-        if any(by_pos[p].key != k for p, k in zip(positions, keys)):
-            return self.table(sweep)
-        new = self._frame(sweep, self.rows([by_pos[p] for p in positions]))
-        new = new.with_columns(pl.Series("_row", positions, dtype=pl.UInt32))
-        rest = self._table.with_row_index("_row").filter(~pl.col("_row").is_in(positions))
-        df = pl.concat([rest, new], how="diagonal_relaxed").sort("_row").drop("_row")
-        fixed = [*sweep.columns, "seed", "status", "error", "dir", "key"]
-        metric_cols = sorted((c for c in df.columns if c not in fixed), key=_metric_order)
-        return df.select([*fixed, *metric_cols])
+    def _write_full(self, sweep: Sweep, dest: Path, spool: Path) -> dict[str, set[str]]:
+        """The whole table into ``dest``; returns the kinds of value seen per column."""
+        kinds: dict[str, set[str]] = {c: set() for c in [*sweep.columns, *FIXED_COLUMNS]}
+        try:
+            with open(spool, "w", encoding="utf-8") as f:
+                for row in self.rows(sweep.iter_specs()):
+                    _note_kinds(kinds, row)
+                    f.write(json.dumps(row, separators=(",", ":")) + "\n")
+            schema = _schema(sweep, kinds)
+            with open(spool, encoding="utf-8") as f, _writer(dest, schema) as w:
+                chunk: list[dict[str, Any]] = []
+                for line in f:
+                    chunk.append(json.loads(line))
+                    if len(chunk) == CHUNK_ROWS:
+                        w.write_table(_arrow(schema, chunk))
+                        chunk = []
+                if chunk or not w.written:
+                    w.write_table(_arrow(schema, chunk))
+        finally:
+            spool.unlink(missing_ok=True)
+        return kinds
+
+    def _write_patched(self, sweep: Sweep, old: Path, dest: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self._kinds is not None
+        states = {k: self.state(k) for k in self._changed}
+        for st in states.values():
+            _note_kinds(self._kinds, st)
+        schema = _schema(sweep, self._kinds)
+        keep = [*sweep.columns, "seed", "key"]
+        with _writer(dest, schema) as w:
+            for batch in pq.ParquetFile(old).iter_batches(batch_size=CHUNK_ROWS):
+                t = _conform(pa.Table.from_batches([batch]), schema)
+                keys = t.column("key").to_pylist()
+                hits = [i for i, k in enumerate(keys) if k in states]
+                if hits:
+                    pieces, start = [], 0
+                    for i in hits:
+                        fixed = t.slice(i, 1).select(keep).to_pylist()[0]
+                        pieces += [t.slice(start, i - start), _arrow(schema, [{**fixed, **states[keys[i]]}])]
+                        start = i + 1
+                    t = pa.concat_tables([*pieces, t.slice(start)])
+                w.write_table(t)
 
 
-def _series(name: str, values: list[Any]) -> pl.Series:
-    """A column with a stable type whatever mix of None, ints and floats the rows hold."""
-    present = [v for v in values if v is not None]
-    if present and all(isinstance(v, bool) for v in present):
-        return pl.Series(name, values, dtype=pl.Boolean)
-    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        return pl.Series(name, values, dtype=pl.Int64)
-    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-        return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
-    if present and all(isinstance(v, list) for v in present):
-        if all(isinstance(x, (int, float)) or x is None for v in present for x in v):
-            return pl.Series(
-                name, [None if v is None else [None if x is None else float(x) for x in v] for v in values],
-                dtype=pl.List(pl.Float64),
-            )
-        return pl.Series(name, [None if v is None else json.dumps(v) for v in values], dtype=pl.String)
+#: Rows of trials.parquet built and written at a time (one Parquet row group each).
+CHUNK_ROWS = 1000
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, list):
+        return "numbers" if all(x is None or isinstance(x, (int, float)) for x in v) else "list"
+    return "str" if isinstance(v, str) else "other"
+
+
+def _note_kinds(kinds: dict[str, set[str]], row: dict[str, Any]) -> None:
+    for c, v in row.items():
+        kinds.setdefault(c, set()).add(_kind(v))
+
+
+def _column_type(name: str, kinds: set[str]) -> Any:
+    """A column's type, stable whatever mix of None, ints and floats its rows hold."""
+    import pyarrow as pa
+
+    present = kinds - {"none"}
     if not present:
-        return pl.Series(name, values, dtype=pl.String if name in ("error", "dir") else pl.Float64)
-    return pl.Series(name, [None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in values],
-                     dtype=pl.String)
+        return pa.string() if name in ("error", "dir") else pa.float64()
+    if present == {"bool"}:
+        return pa.bool_()
+    if present == {"int"}:
+        return pa.int64()
+    if present <= {"int", "float"}:
+        return pa.float64()
+    if present == {"numbers"}:
+        return pa.list_(pa.float64())
+    return pa.string()  # text, or values of mixed kinds as JSON
+
+
+def _schema(sweep: Sweep, kinds: dict[str, set[str]]) -> Any:
+    import pyarrow as pa
+
+    fixed = [*sweep.columns, *FIXED_COLUMNS]
+    metrics = sorted((c for c in kinds if c not in fixed), key=_metric_order)
+    return pa.schema([pa.field(c, _column_type(c, kinds.get(c, set()))) for c in [*fixed, *metrics]])
+
+
+def _cell(v: Any, kind: Any) -> Any:
+    import pyarrow as pa
+
+    if v is None:
+        return None
+    if kind == pa.float64():
+        return float(v)
+    if kind == pa.list_(pa.float64()):
+        return [None if x is None else float(x) for x in v]
+    if kind == pa.string() and not isinstance(v, str):
+        return json.dumps(v)
+    return v
+
+
+def _arrow(schema: Any, rows: list[dict[str, Any]]) -> Any:
+    """Rows as an Arrow table of ``schema`` (a missing cell is null)."""
+    import pyarrow as pa
+
+    return pa.table(
+        [pa.array([_cell(r.get(f.name), f.type) for r in rows], type=f.type) for f in schema], schema=schema
+    )
+
+
+def _conform(t: Any, schema: Any) -> Any:
+    """An Arrow table in the columns and types of ``schema``: columns added as nulls, types widened."""
+    import pyarrow as pa
+
+    cols = []
+    for f in schema:
+        if f.name not in t.column_names:
+            cols.append(pa.nulls(t.num_rows, f.type))
+        else:
+            c = t.column(f.name)
+            if c.type != f.type:
+                c = pa.nulls(t.num_rows, f.type) if c.null_count == t.num_rows else c.cast(f.type)
+            cols.append(c)
+    return pa.table(cols, schema=schema)
+
+
+class _writer:
+    """A Parquet file written a chunk (one row group) at a time, as :func:`~cctestbed.results.write_parquet` does."""
+
+    def __init__(self, path: Path, schema: Any):
+        import pyarrow.parquet as pq
+
+        self.written = False
+        self._w = pq.ParquetWriter(str(path), schema, compression="zstd", compression_level=3,
+                                   write_statistics=True, use_dictionary=True)
+
+    def write_table(self, t: Any) -> None:
+        self._w.write_table(t)
+        self.written = True
+
+    def __enter__(self) -> "_writer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._w.close()
 
 
 def read_meta(root: Path) -> dict[str, Any]:

@@ -119,7 +119,7 @@ def counter_deltas(
     keys = [by] if by else []
 
     def last_at(t: float) -> pl.DataFrame:
-        sub = df.filter(pl.col("time_s") <= t + EPS).sort([*keys, "time_s"])
+        sub = df.select(*keys, "time_s", *columns).filter(pl.col("time_s") <= t + EPS).sort([*keys, "time_s"])
         if by:
             return sub.group_by(by, maintain_order=True).agg([pl.col(c).last() for c in columns])
         return sub.select([pl.col(c).last() for c in columns]) if len(sub) else pl.DataFrame()

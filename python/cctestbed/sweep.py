@@ -34,7 +34,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
@@ -108,15 +108,21 @@ class TrialSpec:
         """The trial in trial-file form (what a worker validates and runs)."""
         return self.trial.model_dump(mode="json", exclude_none=True)
 
+    def without_trial(self, sweep: "Sweep") -> "TrialSpec":
+        """This spec keeping only its key; :attr:`trial` is rebuilt from ``sweep`` when asked for."""
+        return TrialSpec(self.index, self.point, self.values, self.seed, None, self.key, sweep)
+
 
 @dataclass
 class Sweep:
     """A validated sweep: its raw file contents, axes, seeds and base trial.
 
-    Expansion is lazy: :attr:`n_points` and :attr:`n_trials` are counted, not expanded, and
-    :meth:`point_trial` builds one point's trial. :attr:`specs` (every trial, in order) is
-    expanded and validated in full on first use; a sweep of up to :data:`FULL_CHECK_POINTS`
-    points is expanded by :func:`parse_sweep` already, a larger one only when it is run.
+    Expansion is lazy: :attr:`n_points` and :attr:`n_trials` are counted, not expanded;
+    :meth:`point_trial` builds one point's trial and :meth:`iter_specs` every trial in order, one
+    point at a time, keeping none (a run streams them, so what it holds does not grow with the
+    sweep). :attr:`specs` is the same trials as a list, for callers that want one. A sweep of up
+    to :data:`FULL_CHECK_POINTS` points has every point checked by :func:`parse_sweep` already,
+    a larger one when it is first expanded (:meth:`check`).
     """
 
     name: str
@@ -129,22 +135,38 @@ class Sweep:
     base: dict[str, Any] = field(default_factory=dict, repr=False)
     #: Refuse no trial for its size (``--allow-large``).
     allow_large: bool = False
+    #: Every point has been checked (see :meth:`check`).
+    checked: bool = False
     _specs: Optional[list[TrialSpec]] = field(default=None, repr=False)
 
     @property
     def specs(self) -> list[TrialSpec]:
-        """Every trial of the sweep (points x seeds), validated; expanded on first use."""
+        """Every trial of the sweep (points x seeds) as a list; expanded on first use."""
         if self._specs is None:
-            self._specs = _expand(self, range(self.n_points), self.source)
+            keep = self.n_trials <= KEEP_TRIALS
+            self._specs = [s if keep else s.without_trial(self) for s in self.iter_specs()]
         return self._specs
 
     @specs.setter
     def specs(self, value: list[TrialSpec]) -> None:
         self._specs = list(value)
 
-    @property
-    def expanded(self) -> bool:
-        return self._specs is not None
+    def iter_specs(self) -> Iterator[TrialSpec]:
+        """Every trial of the sweep in order (seeds innermost), built as it is asked for."""
+        if self._specs is not None:
+            yield from self._specs
+            return
+        self.check()
+        for point in range(self.n_points):
+            labels, trial = self.point_trial(point)
+            for j in range(len(self.seeds)):
+                yield self.spec(point, j, trial, labels)
+
+    def check(self) -> None:
+        """Check every point as a trial (once); raises :class:`SweepError` listing the problems."""
+        if not self.checked:
+            _check_points(self, range(self.n_points), self.source)
+            self.checked = True
 
     @property
     def columns(self) -> dict[str, str]:
@@ -190,14 +212,11 @@ class Sweep:
         labels, doc = self.point_doc(point)
         return labels, parse_trial(doc, allow_large=self.allow_large)
 
-    def spec(self, point: int, seed_index: int, trial: Trial, labels: dict[str, Any], keep: bool = True) -> TrialSpec:
-        """The trial of ``point`` with its ``seed_index``-th seed; ``keep=False`` keeps only its key."""
+    def spec(self, point: int, seed_index: int, trial: Trial, labels: dict[str, Any]) -> TrialSpec:
+        """The trial of ``point`` (``trial``, with the first seed) with its ``seed_index``-th seed."""
         seed = self.seeds[seed_index]
         t = trial if seed == trial.seed else trial.model_copy(update={"seed": seed})
-        index = point * len(self.seeds) + seed_index
-        if keep:
-            return TrialSpec(index, point, labels, seed, t, trial_key(t))
-        return TrialSpec(index, point, labels, seed, None, trial_key(t), self)
+        return TrialSpec(point * len(self.seeds) + seed_index, point, labels, seed, t, trial_key(t))
 
     def sample_points(self, limit: int = 500) -> list[int]:
         """Points to check and time a large sweep by: every value of every axis at least once, the
@@ -523,22 +542,20 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
     sweep = Sweep(name=name, raw=raw, axes=axes, seeds=seeds, steady=steady, source=source, description=description,
                   base=base, allow_large=allow_large)
     _check_steady(sweep, base, source)
-    if sweep.n_points <= FULL_CHECK_POINTS and sweep.n_trials <= MAX_SWEEP_TRIALS:
-        sweep.specs = _expand(sweep, range(sweep.n_points), source)
-    elif sweep.n_points <= FULL_CHECK_POINTS:  # every point checked; its many seeds expanded when run
-        _expand(sweep, range(sweep.n_points), source, seeds=False)
-    else:  # checked in full when it runs (Sweep.specs); here every axis value and a sample
-        _expand(sweep, sweep.sample_points(), source, seeds=False)
+    if sweep.n_points <= FULL_CHECK_POINTS:
+        sweep.check()
+    else:  # checked in full when it is expanded (to run); here every axis value and a sample
+        _check_points(sweep, sweep.sample_points(), source)
     return sweep
 
 
-#: Sweeps of up to this many points are expanded and checked in full when read; larger ones are
-#: checked on a sample when read (every axis value, a few hundred points) and in full when run.
+#: Sweeps of up to this many points are checked in full when read; larger ones are checked on a
+#: sample when read (every axis value, a few hundred points) and in full when expanded to run.
 FULL_CHECK_POINTS = 2000
 #: Sweeps of more trials than this are refused unless large sweeps are allowed (--allow-large).
 MAX_SWEEP_TRIALS = 100_000
-#: Sweeps of up to this many trials keep each validated trial in memory; larger ones rebuild a
-#: trial from the sweep when it is needed (about 4.6 KB a trial saved).
+#: :attr:`Sweep.specs` of up to this many trials keeps each validated trial; a larger list keeps
+#: only keys and rebuilds a trial from the sweep when it is needed (about 4.6 KB a trial saved).
 KEEP_TRIALS = 10_000
 
 
@@ -582,15 +599,14 @@ def _check_steady(sweep: Sweep, base: dict[str, Any], source: Optional[str]) -> 
         raise SweepError(problems, source)
 
 
-def _expand(sweep: Sweep, points: Iterable[int], source: Optional[str], seeds: bool = True) -> list[TrialSpec]:
-    """The trials of ``points`` (each with every seed), each validated as a trial; raises
-    :class:`SweepError` listing the problems (at most 20), each naming its point."""
+def _check_points(sweep: Sweep, points: Iterable[int], source: Optional[str]) -> None:
+    """Validate the trial of each of ``points``; raises :class:`SweepError` listing the problems
+    (at most 20), each naming its point, or naming two points that are the same trial. Holds one
+    key per point while it runs (two points are the same trial for every seed if for the first)."""
     problems: list[str] = []
     seen_problems: set[str] = set()
     n_bad = 0
-    specs: list[TrialSpec] = []
-    keys: dict[str, TrialSpec] = {}
-    keep = sweep.n_trials <= KEEP_TRIALS
+    point_of: dict[str, int] = {}
     for point in points:
         try:
             labels, trial = sweep.point_trial(point)
@@ -604,23 +620,19 @@ def _expand(sweep: Sweep, points: Iterable[int], source: Optional[str], seeds: b
                         at = f" (point {point}: {_point_text(labels)})" if labels else " (base)"
                         problems.append(p + at)
             continue
-        if problems or not seeds:
+        if problems:
             continue
-        for j in range(len(sweep.seeds)):
-            spec = sweep.spec(point, j, trial, labels, keep=keep)
-            other = keys.get(spec.key)
-            if other is not None:
-                raise SweepError(
-                    [
-                        f"axes: point {point} ({_point_text(labels)}) is the same trial as point "
-                        f"{other.point} ({_point_text(other.values)}); the values differ only in how they are written"
-                    ],
-                    source,
-                )
-            keys[spec.key] = spec
-            specs.append(spec)
+        key = trial_key(trial)
+        other = point_of.setdefault(key, point)
+        if other != point:
+            raise SweepError(
+                [
+                    f"axes: point {point} ({_point_text(labels)}) is the same trial as point {other} "
+                    f"({_point_text(sweep.point_doc(other)[0])}); the values differ only in how they are written"
+                ],
+                source,
+            )
     if problems:
         if n_bad > len(problems):
             problems.append(f"... and {n_bad - len(problems)} more")
         raise SweepError(problems, source)
-    return specs

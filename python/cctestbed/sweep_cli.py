@@ -10,20 +10,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 from .units import human_size
 
@@ -58,6 +51,8 @@ LIST_TRIALS = 200
 
 
 def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
+    from rich.table import Table
+
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
     t.add_column("#", justify="right")
     for c in sweep.columns:
@@ -155,7 +150,7 @@ def sweep_command(
         from .execute import estimate
 
         out.print(head)
-        if sweep.expanded:
+        if sweep.checked:
             todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
             listed = sweep.specs[:LIST_TRIALS]
             out.print(_trials_table(sweep, known, listed))
@@ -187,7 +182,7 @@ def sweep_command(
                " (divide by the cluster's worker count)")
             + f"; about {human_size(est.disk_bytes)} of telemetry in {dest}"
         )
-        if sweep.expanded and len(todo) < len(sweep.specs):
+        if sweep.checked and len(todo) < len(sweep.specs):
             out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
         if n_trials > MAX_SWEEP_TRIALS and not allow_large:
             out.print(f"note: {too_many}")
@@ -195,10 +190,10 @@ def sweep_command(
 
     if n_trials > MAX_SWEEP_TRIALS and not allow_large:
         _fail(f"{sweep.source or sweep.name}: {too_many}; nothing was written")
-    if not sweep.expanded:
+    if not sweep.checked:
         with err.status(f"checking every one of the {sweep.n_points:,} points ...", spinner="dots"):
             try:
-                sweep.specs
+                sweep.check()
             except SweepError as e:
                 _refuse(str(sweep_file or output), e.problems)
 
@@ -211,6 +206,16 @@ def sweep_command(
                 client = connect(cluster)
             except RuntimeError as e:
                 _fail(f"{e}; nothing was written")
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(
         SpinnerColumn(),
@@ -348,9 +353,7 @@ def report_command(
 
 
 def _uses_kernel(sweep: Any) -> bool:
-    """Whether any trial of the sweep runs on the kernel backend (without expanding a large sweep)."""
-    if sweep.expanded:
-        return any(getattr(s.trial, "backend", None) == "kernel" for s in sweep.specs)
+    """Whether any trial of the sweep runs on the kernel backend (read from its base and axes)."""
     if sweep.base.get("backend") == "kernel":
         return True
     return any(a.path == "backend" and "kernel" in a.values for a in sweep.axes)

@@ -1,8 +1,8 @@
 //! Python binding of the simulator (`cctestbed._core`). Thin by design: it parses the
 //! normalised JSON trial, runs the simulation with the GIL released, and hands the columnar
-//! time series over as NumPy arrays (no per-row Python objects). While it runs it checks for
-//! Python signals every [`CHECK_EVERY`] events, so Ctrl-C stops it within a fraction of a
-//! second with `KeyboardInterrupt`.
+//! time series over as NumPy arrays (no per-row Python objects; NumPy is loaded by the first
+//! run, not at import). While it runs it checks for Python signals every [`CHECK_EVERY`]
+//! events, so Ctrl-C stops it within a fraction of a second with `KeyboardInterrupt`.
 
 use ccsim::sim::SimOutput;
 use ccsim::{SimConfig, Simulation};
@@ -22,6 +22,7 @@ const CHECK_EVERY: u64 = 1 << 15;
 /// (Ctrl-C: `KeyboardInterrupt`) stops the run and its exception is raised here.
 #[pyfunction]
 fn simulate(py: Python<'_>, config_json: &str) -> PyResult<PyObject> {
+    load_numpy_api(py)?;
     let cfg = parse(config_json)?;
     let sim = Simulation::new(cfg).map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
     let mut interrupted: Option<PyErr> = None;
@@ -131,10 +132,11 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     Ok(res.into())
 }
 
-/// Loads NumPy's C API now: loading it later, while a Ctrl-C is pending, would fail inside the
-/// conversion of a finished run's columns with a panic. A Ctrl-C that interrupts the loading
-/// here is raised as `KeyboardInterrupt`; any other failure is left for the first conversion
-/// to report.
+/// Loads NumPy's C API (once; later calls find it loaded) before a run: loading it after the
+/// run, while a Ctrl-C is pending, would fail inside the conversion of the run's columns with a
+/// panic. A Ctrl-C that interrupts the loading here is raised as `KeyboardInterrupt`; any other
+/// failure is left for the first conversion to report. Not at import: `validate` and
+/// `algorithms` need no NumPy, and importing it costs a command a tenth of a second.
 fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
     py.check_signals()?;
     let hook = std::panic::take_hook();
@@ -163,6 +165,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    load_numpy_api(m.py())?;
     Ok(())
 }

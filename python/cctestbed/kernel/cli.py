@@ -9,12 +9,13 @@ the kernel backend refuses), nothing having been created; 1 when a started run f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 
-from ..config import Trial
+if TYPE_CHECKING:
+    from ..config import Trial
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
