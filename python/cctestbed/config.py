@@ -365,6 +365,34 @@ class FlowGroup(_Model):
         return self.group or self.cc
 
 
+CAPTURE_POINTS = ("senders", "receivers", "ingress", "egress")
+
+
+class Capture(_Model):
+    """Packet captures: which points record and how much of each frame (``capture = true``
+    is every sender and receiver host with the default snap length)."""
+
+    #: ``senders`` and ``receivers``: one file per host; ``ingress`` and ``egress``: the
+    #: bottleneck router's, before and after its queue (simulator only).
+    points: list[Literal["senders", "receivers", "ingress", "egress"]] = Field(
+        default_factory=lambda: ["senders", "receivers"], min_length=1
+    )
+    #: Bytes kept of each frame (tcpdump's ``-s``); every header the simulator writes fits in 94.
+    snaplen: Annotated[int, Strict(), AfterValidator(_int_range(94, 262144))] = 128
+
+    @field_validator("points")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        twice = sorted({p for p in v if v.count(p) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} given twice; name each point once")
+        return v
+
+
+def _capture_shorthand(v: Any) -> Any:
+    return Capture() if v is True else v
+
+
 class Trial(_Model):
     """One trial: a dumbbell with one bottleneck and groups of bulk (or sized) flows."""
 
@@ -379,8 +407,14 @@ class Trial(_Model):
     flows: list[FlowGroup] = Field(min_length=1)
     #: Where the trial runs: the simulator (default) or real Linux TCP (cctestbed.kernel).
     backend: Optional[Literal["sim", "kernel"]] = None
-    #: Kernel backend: keep tcpdump captures of every sender and receiver host.
-    capture: Optional[StrictBool] = None
+    #: Packet captures (pcap): ``true`` for every sender and receiver host, or a table
+    #: choosing the points and the snap length; ``false`` or absent for none.
+    capture: Annotated[Optional[Union[Capture, StrictBool]], BeforeValidator(_capture_shorthand)] = None
+
+    @property
+    def capture_config(self) -> Optional[Capture]:
+        """The captures to write, or None."""
+        return self.capture if isinstance(self.capture, Capture) else None
 
     @field_validator("steady")
     @classmethod
@@ -575,7 +609,13 @@ class Trial(_Model):
                 "jitter_ns": link.jitter,
             },
             "flows": flows,
+            **({"capture": self._capture_core()} if self.capture_config is not None else {}),
         }
+
+    def _capture_core(self) -> dict[str, Any]:
+        c = self.capture_config
+        assert c is not None
+        return {**{p: p in c.points for p in CAPTURE_POINTS}, "snaplen": c.snaplen}
 
     def with_seed(self, seed: int) -> "Trial":
         """The same trial with another seed (validated like any trial)."""

@@ -119,6 +119,11 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     fin.set_item("router", rd)?;
     fin.set_item("events", out.events)?;
     res.set_item("final", fin)?;
+    let caps = PyList::empty_bound(py);
+    for c in out.captures {
+        caps.append((c.name, pyo3::types::PyBytes::new_bound(py, &c.bytes)))?;
+    }
+    res.set_item("captures", caps)?;
     Ok(res.into())
 }
 
