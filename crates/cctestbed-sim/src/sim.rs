@@ -108,7 +108,7 @@ impl Simulation {
             q.push(c.at_ns, Event::DelayChange(i as u32));
         }
         q.push(cfg.sample_interval_ns, Event::Sample);
-        let capture = cfg.capture.as_ref().map(|c| Box::new(Recorder::new(c, &cfg.flows, cfg.mss)));
+        let capture = cfg.capture.as_ref().map(|c| Box::new(Recorder::new(c, &cfg.flows, cfg.mss, cfg.mtu)));
         Ok(Simulation {
             capture,
             in_service: None,

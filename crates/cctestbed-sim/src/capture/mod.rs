@@ -96,6 +96,8 @@ impl File {
 /// Per-flow wire state.
 struct FlowWire {
     mss: u64,
+    /// The MSS option of the SYNs: the payload per segment plus the timestamps option.
+    mss_option: u16,
     size: Option<u64>,
     isn_snd: u32,
     isn_rcv: u32,
@@ -131,7 +133,8 @@ fn data_ip_id(p: &DataPacket) -> u16 {
 }
 
 impl Recorder {
-    pub fn new(cfg: &CaptureConfig, flows: &[FlowConfig], mss: u32) -> Self {
+    pub fn new(cfg: &CaptureConfig, flows: &[FlowConfig], mss: u32, mtu: u32) -> Self {
+        let mss_option = (mss + if mtu - mss >= 52 { 12 } else { 0 }).min(65535) as u16;
         let n = flows.len();
         let files = |on: bool, prefix: &str| -> Vec<File> {
             if on {
@@ -151,6 +154,7 @@ impl Recorder {
                 .enumerate()
                 .map(|(i, f)| FlowWire {
                     mss: mss as u64,
+                    mss_option,
                     size: f.size_bytes,
                     isn_snd: isn(i as u32, 0),
                     isn_rcv: isn(i as u32, 1),
@@ -185,7 +189,7 @@ impl Recorder {
         let (s, r) = (Host::Sender(f), Host::Receiver(f));
         let (r0, r1) = (Host::Router(0), Host::Router(1));
         let w = &self.flows[f as usize];
-        let mss = w.mss.min(65535) as u16;
+        let mss = w.mss_option;
         let syn = Segment {
             seq: w.isn_snd,
             syn: true,
