@@ -94,7 +94,11 @@ def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
 
 def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
     """Per interval: mean and max queue (bytes), capacity, and the drop rate (drops / arrivals)."""
-    drops = sum(pl.col(c).cast(pl.Float64) for c in DROP_COLUMNS if c in router.columns)
+    # a drop column a backend cannot fill (null) counts nothing; all null stays null
+    present = [c for c in DROP_COLUMNS if c in router.columns]
+    drops = pl.when(pl.all_horizontal(pl.col(c).is_null() for c in present)).then(None).otherwise(
+        pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in present)
+    )
     b = (
         router.with_columns(_bin_expr(width), drops.alias("drops"))
         .group_by("t")
@@ -107,9 +111,13 @@ def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
         )
         .sort("t")
     )
-    d_drops = b["drops_cum"].diff().fill_null(b["drops_cum"][0] if len(b) else 0.0)
-    d_arr = b["arrivals_cum"].diff().fill_null(b["arrivals_cum"][0] if len(b) else 0.0)
-    loss = np.where(d_arr.to_numpy() > 0, 100.0 * d_drops.to_numpy() / np.maximum(d_arr.to_numpy(), 1), np.nan)
+    def steps(col: str) -> np.ndarray:
+        x = b[col].cast(pl.Float64).to_numpy()
+        return np.diff(x, prepend=0.0) if len(x) else x
+
+    d_drops, d_arr = steps("drops_cum"), steps("arrivals_cum")
+    with np.errstate(invalid="ignore"):
+        loss = np.where(d_arr > 0, 100.0 * d_drops / np.maximum(d_arr, 1), np.nan)
     return b.with_columns(pl.Series("loss_pct", loss))
 
 
