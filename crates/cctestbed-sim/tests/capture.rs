@@ -1,0 +1,215 @@
+//! Packet captures: what the simulator writes is what it simulated, on real headers, and the
+//! analysis of those files gives back the simulator's own counters.
+
+mod common;
+use ccsim::capture::analyze::{analyze, Point};
+use ccsim::capture::CaptureConfig;
+use ccsim::config::*;
+use common::*;
+use etherparse::{LaxSlicedPacket, TcpOptionElement, TransportSlice};
+use pcap_file::pcap::PcapReader;
+
+fn all_points(snaplen: u32) -> CaptureConfig {
+    CaptureConfig { senders: true, receivers: true, ingress: true, egress: true, snaplen }
+}
+
+/// Two CUBIC flows through a shallow queue with random loss: drops of both kinds, SACKs,
+/// retransmissions.
+fn lossy(capture: Option<CaptureConfig>) -> SimConfig {
+    let mut c = with_flows(dumbbell(20_000_000, 30 * MS, 0.5), vec![flow("cubic"), flow("bbr")]);
+    c.flows[1].start_ns = 100 * MS;
+    c.link.loss = LossConfig::Bernoulli { p: 0.005 };
+    c.duration_ns = 4 * S;
+    c.capture = capture;
+    c
+}
+
+fn frames(bytes: &[u8]) -> Vec<(i64, u32, Vec<u8>)> {
+    let mut r = PcapReader::new(bytes).expect("pcap header");
+    let mut out = vec![];
+    while let Some(p) = r.next_raw_packet() {
+        let p = p.expect("record");
+        out.push((p.ts_sec as i64 * 1_000_000_000 + p.ts_frac as i64, p.orig_len, p.data.to_vec()));
+    }
+    out
+}
+
+/// The one's-complement sum over a TCP segment with its pseudo-header; 0xffff when valid.
+fn tcp_checksum_ok(frame: &[u8], wire_len: u32) -> bool {
+    let ip = &frame[14..34];
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let tcp_len = total - 20;
+    let mut seg = frame[34..].to_vec();
+    seg.resize(tcp_len, 0); // the payload the snap length cut is zeros
+    assert_eq!(wire_len as usize, 14 + total);
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for c in b.chunks(2) {
+            sum += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
+        }
+    };
+    add(&ip[12..20]);
+    add(&[0, 6]);
+    add(&(tcp_len as u16).to_be_bytes());
+    add(&seg);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+#[test]
+fn capturing_changes_nothing_the_simulator_computes() {
+    let plain = run(lossy(None));
+    let captured = run(lossy(Some(all_points(128))));
+    assert_eq!(plain.events, captured.events);
+    assert_eq!(plain.flows.delivered_bytes, captured.flows.delivered_bytes);
+    assert_eq!(plain.flows.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+               captured.flows.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    assert!(plain.captures.is_empty());
+    let again = run(lossy(Some(all_points(128))));
+    for (a, b) in captured.captures.iter().zip(&again.captures) {
+        assert_eq!(a.name, b.name);
+        assert!(a.bytes == b.bytes, "{} differs between two runs of the same trial", a.name);
+    }
+}
+
+#[test]
+fn every_point_holds_the_packets_that_passed_it() {
+    let out = run(lossy(Some(all_points(128))));
+    let names: Vec<&str> = out.captures.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["snd0.pcap", "snd1.pcap", "rcv0.pcap", "rcv1.pcap", "rtr-in.pcap", "rtr-out.pcap"]);
+    let file = |n: &str| frames(&out.captures.iter().find(|c| c.name == n).unwrap().bytes);
+    let data = |fs: &[(i64, u32, Vec<u8>)], dst_last: u8| {
+        fs.iter().filter(|(_, len, d)| *len > 100 && d[33] == dst_last && d[30] == 10 && d[31] == 2).count() as u64
+    };
+    let r = out.router_final;
+    let ing = file("rtr-in.pcap");
+    let egr = file("rtr-out.pcap");
+    assert_eq!(ing.len() as u64, r.arrivals_pkts, "ingress: every arrival, dropped ones too");
+    let in_service = (out.router_queued_bytes > 0) as u64;
+    let queued: u64 = out.flow_final.iter().map(|f| f.queued_pkts).sum();
+    // egress is written as a packet starts on the link: the departed ones and the one in service
+    assert!(egr.len() as u64 >= r.departures_pkts && egr.len() as u64 <= r.departures_pkts + in_service.min(queued));
+    for (i, f) in out.flow_final.iter().enumerate() {
+        let host = i as u8 + 1;
+        assert_eq!(data(&file(&format!("snd{i}.pcap")), host), f.sent_pkts, "flow {i}: sent");
+        assert_eq!(data(&file(&format!("rcv{i}.pcap")), host), f.delivered_pkts, "flow {i}: arrived");
+    }
+}
+
+#[test]
+fn headers_are_real_tcp_with_byte_sequence_numbers_sacks_and_checksums() {
+    let mut cfg = lossy(Some(all_points(96)));
+    cfg.flows.truncate(1);
+    let out = run(cfg);
+    let snd = frames(&out.captures[0].bytes);
+    let (mut data_seqs, mut sacks, mut syn) = (vec![], 0, false);
+    let mut isn = 0u32;
+    for (_, wire_len, d) in &snd {
+        assert!(d.len() <= 96);
+        assert!(tcp_checksum_ok(d, *wire_len), "bad checksum");
+        // the snap length cut the payload: the lax parser reads the headers that are there
+        let p = LaxSlicedPacket::from_ethernet(d).expect("Ethernet");
+        assert!(p.stop_err.is_none(), "headers complete within the snap length");
+        let Some(TransportSlice::Tcp(t)) = p.transport else { panic!("not TCP") };
+        if t.syn() && !t.ack() {
+            syn = true;
+            isn = t.sequence_number();
+            let opts: Vec<_> = t.options_iterator().map(|o| o.unwrap()).collect();
+            assert!(opts.contains(&TcpOptionElement::MaximumSegmentSize(1460)), "MSS option: {opts:?}");
+            assert!(opts.contains(&TcpOptionElement::SelectiveAcknowledgementPermitted));
+        }
+        let mut has_ts = false;
+        for o in t.options_iterator() {
+            match o.unwrap() {
+                TcpOptionElement::Timestamp(..) => has_ts = true,
+                TcpOptionElement::SelectiveAcknowledgement(first, rest) => {
+                    sacks += 1;
+                    for (l, r) in std::iter::once(first).chain(rest.into_iter().flatten()) {
+                        assert_eq!(l.wrapping_sub(isn.wrapping_add(1)) % 1448, 0, "SACK edges on segment boundaries");
+                        assert_eq!(r.wrapping_sub(isn.wrapping_add(1)) % 1448, 0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(has_ts, "every segment carries timestamps");
+        if *wire_len == 1514 {
+            data_seqs.push(t.sequence_number().wrapping_sub(isn.wrapping_add(1)));
+        }
+    }
+    assert!(syn, "the connection opens with a SYN");
+    assert!(sacks > 10, "ACKs under loss carry SACK blocks ({sacks})");
+    assert!(data_seqs.iter().all(|s| s % 1448 == 0), "sequence numbers count bytes");
+    assert_eq!(*data_seqs.iter().max().unwrap() as u64 / 1448 + 1, out.flow_final[0].sent_pkts - out.flow_final[0].retrans_segs);
+}
+
+#[test]
+fn analysis_of_the_captures_gives_back_the_simulators_counters() {
+    let out = run(lossy(Some(all_points(128))));
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut inputs = vec![];
+    for c in &out.captures {
+        let p = dir.join(&c.name);
+        std::fs::write(&p, &c.bytes).unwrap();
+        let point = match c.name.as_str() {
+            "rtr-in.pcap" => Point::Ingress,
+            "rtr-out.pcap" => Point::Egress,
+            _ => Point::Host,
+        };
+        inputs.push((p.to_string_lossy().into_owned(), point));
+    }
+    let a = analyze(&inputs, 10 * MS, Some(0)).expect("analysable");
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(a.connections.len(), 2);
+    for (i, c) in a.connections.iter().enumerate() {
+        assert_eq!(c.sender.0, format!("10.1.0.{}", i + 1));
+        assert_eq!(c.mss, 1448);
+        assert_eq!(c.sender_file, Some(i), "flow {i}: sender capture told by TTL");
+        assert_eq!(c.receiver_file, Some(2 + i), "flow {i}: receiver capture");
+    }
+    let n = a.flows.time_s.len();
+    let last = |f: u32, col: &[f64]| (0..n).rev().find(|&k| a.flows.flow[k] == f).map(|k| col[k]).unwrap();
+    let sim_last = |f: u32, col: &[u64]| {
+        (0..out.flows.flow.len()).rev().find(|&k| out.flows.flow[k] == f).map(|k| col[k] as f64).unwrap()
+    };
+    for f in 0..2 {
+        assert_eq!(last(f, &a.flows.delivered_bytes), sim_last(f, &out.flows.delivered_bytes), "flow {f}: delivered");
+        assert_eq!(last(f, &a.flows.retrans_segs), sim_last(f, &out.flows.retrans_segs), "flow {f}: retransmissions");
+        assert_eq!(last(f, &a.flows.sent_segs), sim_last(f, &out.flows.sent_segs), "flow {f}: segments sent");
+    }
+    let r = a.router.expect("ingress and egress given");
+    assert_eq!(r.unmatched, 0);
+    let drops = out.router_final.drops_overflow + out.router_final.drops_random;
+    let seen = *r.drops.last().unwrap() as u64;
+    assert!(seen <= drops && seen + 2 >= drops, "drops {seen} of {drops}");
+    let worst = (0..r.queue_pkts.len()).map(|k| (r.queue_pkts[k] - out.router.queue_pkts[k] as f64).abs()).fold(0.0, f64::max);
+    assert!(worst <= 1.0, "queue off by {worst} packets");
+}
+
+#[test]
+fn bad_inputs_are_named_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not a capture\n").unwrap();
+    let err = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 10 * MS, None).unwrap_err().0;
+    assert!(err(&dir.join("absent.pcap")).ends_with("absent.pcap: missing"));
+    assert!(err(&text).contains("notes.txt: not a pcap or pcapng capture"));
+    // a valid pcap of one ARP frame: no TCP
+    let mut arp = vec![];
+    {
+        let header = pcap_file::pcap::PcapHeader { datalink: pcap_file::DataLink::ETHERNET, ..Default::default() };
+        let mut w = pcap_file::pcap::PcapWriter::with_header(&mut arp, header).unwrap();
+        let mut frame = vec![0xffu8; 6];
+        frame.extend([2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+        frame.extend([0u8; 28]);
+        w.write_packet(&pcap_file::pcap::PcapPacket::new(std::time::Duration::ZERO, 42, &frame)).unwrap();
+    }
+    let no_tcp = dir.join("arp.pcap");
+    std::fs::write(&no_tcp, &arp).unwrap();
+    assert!(err(&no_tcp).contains("arp.pcap: no TCP packets in it (1 frames)"));
+    std::fs::remove_dir_all(&dir).ok();
+}
