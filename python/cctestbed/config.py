@@ -390,7 +390,10 @@ class Capture(_Model):
 
 
 def _capture_shorthand(v: Any) -> Any:
-    return Capture() if v is True else v
+    # ``capture = true``: the defaults; ``false``: none
+    if v is True:
+        return Capture()
+    return None if v is False else v
 
 
 class Trial(_Model):
@@ -409,12 +412,12 @@ class Trial(_Model):
     backend: Optional[Literal["sim", "kernel"]] = None
     #: Packet captures (pcap): ``true`` for every sender and receiver host, or a table
     #: choosing the points and the snap length; ``false`` or absent for none.
-    capture: Annotated[Optional[Union[Capture, StrictBool]], BeforeValidator(_capture_shorthand)] = None
+    capture: Annotated[Optional[Capture], BeforeValidator(_capture_shorthand)] = None
 
     @property
     def capture_config(self) -> Optional[Capture]:
         """The captures to write, or None."""
-        return self.capture if isinstance(self.capture, Capture) else None
+        return self.capture
 
     @field_validator("steady")
     @classmethod

@@ -1,0 +1,205 @@
+"""Packet captures: the simulator writes them, tshark reads them as we do, and analysing them
+gives back the simulator's own summary (the round trip of issue 12)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import struct
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cctestbed import run_trial
+from cctestbed.captures import analyze_captures
+from cctestbed.config import ConfigError, load_trial
+
+#: Two flows of different algorithms through a shallow queue with random loss: overflow and
+#: random drops, SACK recovery, retransmissions, a standing queue.
+TRIAL: dict[str, Any] = {
+    "name": "cap",
+    "duration": "20s",
+    "steady": ["5s", "20s"],
+    "link": {"capacity": "20Mbit", "rtt": "30ms", "queue": "0.5bdp", "loss": "0.3%"},
+    "flows": [{"cc": "cubic"}, {"cc": "bbr", "start": "0.2s"}],
+    "capture": {"points": ["senders", "receivers", "ingress", "egress"]},
+}
+HOSTS = ["snd0.pcap", "rcv0.pcap", "snd1.pcap", "rcv1.pcap"]
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("cap") / "run"
+    run_trial(TRIAL).save(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def analysed(captured: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ana") / "analysed"
+    a = analyze_captures([captured / h for h in HOSTS], captured / "rtr-in.pcap", captured / "rtr-out.pcap",
+                         trial=load_trial(captured / "trial.toml"))
+    a.save(out)
+    return out
+
+
+def _within(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+def test_round_trip_gives_the_simulators_summary(captured: Path, analysed: Path) -> None:
+    sim = json.loads((captured / "summary.json").read_text())
+    cap = json.loads((analysed / "summary.json").read_text())
+    assert cap["trial"]["backend"] == "capture"
+    assert sim["total"]["retrans_pct"] > 0.1, "the trial must retransmit for the check to mean anything"
+    for key in ("goodput_bps", "retrans_pct", "utilization"):
+        assert _within(cap["total"][key], sim["total"][key], 0.01), key
+    assert _within(cap["rtt"]["p50_ms"], sim["rtt"]["p50_ms"], 0.01)
+    for fc, fs in zip(cap["flows"], sim["flows"]):
+        assert fc["cc"] == fs["cc"]
+        for key in ("goodput_bps", "retrans_pct", "rtt_p50_ms"):
+            assert _within(fc[key], fs[key], 0.01), (fc["id"], key, fc[key], fs[key])
+
+
+def test_round_trip_router_queue_within_one_packet(captured: Path, analysed: Path) -> None:
+    sim = pl.read_parquet(captured / "router.parquet")
+    cap = pl.read_parquet(analysed / "router.parquet")
+    assert cap.schema == sim.schema, "one results schema for every backend"
+    assert cap["time_s"].to_list() == sim["time_s"].to_list()
+    diff = (cap["queue_pkts"].cast(pl.Int64) - sim["queue_pkts"].cast(pl.Int64)).abs()
+    assert diff.max() <= 1
+    assert sim["queue_pkts"].max() > 5, "a queue must build for the check to mean anything"
+    sim_drops = sim["drops_overflow"][-1] + sim["drops_random"][-1]
+    assert sim_drops > 10 and abs(cap["drops_overflow"][-1] - sim_drops) <= 2
+    assert cap["drops_random"].null_count() == len(cap), "a capture cannot tell why a packet was dropped"
+
+
+def test_analysed_flows_keep_the_schema_with_nulls_where_a_capture_is_blind(captured: Path, analysed: Path) -> None:
+    sim = pl.read_parquet(captured / "flows.parquet")
+    cap = pl.read_parquet(analysed / "flows.parquet")
+    common = [c for c in sim.columns if not c.startswith("cc.")]
+    assert cap.columns == common
+    assert {c: cap.schema[c] for c in common} == {c: sim.schema[c] for c in common}
+    for c in ("cwnd_pkts", "srtt_ms", "pacing_rate_bps", "lost_segs", "rto_count", "state"):
+        assert cap[c].null_count() == len(cap), c
+    report = json.loads((analysed / "capture.json").read_text())
+    assert [c["sender"] for c in report["connections"]] == ["10.1.0.1:40000", "10.1.0.2:40001"]
+    assert report["connections"][1]["sender_capture"].endswith("snd1.pcap")
+    assert report["connections"][1]["receiver_capture"].endswith("rcv1.pcap")
+    assert (analysed / "trial.png").stat().st_size > 10_000
+
+
+def test_no_capture_no_files(tmp_path: Path) -> None:
+    r = run_trial({**TRIAL, "duration": "1s", "steady": ["0s", "1s"], "capture": False})
+    assert r.files == {}
+    r = run_trial({**TRIAL, "duration": "1s", "steady": ["0s", "1s"], "capture": True})
+    assert sorted(r.files) == sorted(HOSTS)
+
+
+def test_capture_settings_are_checked() -> None:
+    for bad, field in (({"points": ["senders", "router"]}, "capture.points"), ({"snaplen": 64}, "capture.snaplen"),
+                       ({"points": ["egress", "egress"]}, "capture.points"), ({"points": []}, "capture.points")):
+        with pytest.raises(ConfigError) as e:
+            load_trial({**TRIAL, "capture": bad})
+        assert any(p.startswith(field) for p in e.value.problems), e.value.problems
+
+
+def _tshark(args: list[str]) -> str:
+    p = subprocess.run(["tshark", *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_tshark_reads_every_capture_without_malformed_packets_and_counts_as_we_do(
+    captured: Path, analysed: Path
+) -> None:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed (make tshark installs Debian's package as root)")
+    report = json.loads((analysed / "capture.json").read_text())
+    for name in HOSTS + ["rtr-in.pcap", "rtr-out.pcap"]:
+        f = captured / name
+        assert _tshark(["-r", str(f), "-Y", "_ws.malformed || _ws.expert.severity == error", "-T", "fields",
+                        "-e", "frame.number"]).strip() == "", f"{name}: malformed packets"
+        counts: dict[frozenset[str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        rows = _tshark(["-r", str(f), "-T", "fields", "-E", "separator=,", "-e", "ip.src", "-e", "tcp.srcport",
+                        "-e", "ip.dst", "-e", "tcp.dstport", "-e", "frame.len", "-e", "tcp.len"])
+        for line in rows.splitlines():
+            src, sport, dst, dport, flen, tlen = line.split(",")
+            c = counts[frozenset((f"{src}:{sport}", f"{dst}:{dport}"))]
+            c[0] += 1
+            c[1] += int(flen)
+            c[2] += int(tlen)
+        ours = {}
+        for c in report["connections"]:
+            for path, v in c["per_capture"].items():
+                if Path(path).name == name:
+                    ours[frozenset((c["sender"], c["receiver"]))] = [v["packets"], v["bytes"], v["payload_bytes"]]
+        assert dict(counts) == ours, name
+
+
+def test_pcapng_reads_as_pcap(captured: Path, tmp_path: Path) -> None:
+    if shutil.which("editcap") is None:
+        pytest.skip("editcap is not installed (it comes with tshark: make tshark)")
+    ng = []
+    for h in HOSTS[:2]:
+        dst = tmp_path / h.replace(".pcap", ".pcapng")
+        subprocess.run(["editcap", "-F", "pcapng", str(captured / h), str(dst)], check=True)
+        ng.append(dst)
+    a = analyze_captures([captured / h for h in HOSTS[:2]])
+    b = analyze_captures(ng)
+    assert a.flows.equals(b.flows)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def _pcap_without_tcp(path: Path) -> None:
+    """A valid pcap holding one ARP frame."""
+    frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x06" + bytes(28)
+    path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+                     + struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame)
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "absent.pcap: missing"),
+        ("text", "notes.txt: not a pcap or pcapng capture"),
+        ("no_tcp", "arp.pcap: no TCP packets in it"),
+        ("ingress_alone", "--ingress and --egress go together"),
+        ("truncated_header", "short.pcap: not a pcap or pcapng capture"),
+    ],
+)
+def test_bad_captures_exit_2_naming_file_and_reason(cli, tmp_path: Path, captured: Path, case: str, message: str) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    _pcap_without_tcp(tmp_path / "arp.pcap")
+    (tmp_path / "short.pcap").write_bytes((captured / "snd0.pcap").read_bytes()[:10])
+    args = {
+        "missing": [tmp_path / "absent.pcap"],
+        "text": [tmp_path / "notes.txt"],
+        "no_tcp": [captured / "snd0.pcap", tmp_path / "arp.pcap"],
+        "ingress_alone": [captured / "snd0.pcap", "--ingress", captured / "rtr-in.pcap"],
+        "truncated_header": [tmp_path / "short.pcap"],
+    }[case]
+    out = tmp_path / "out"
+    r = cli("analyze", *args, "-o", out)
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.output
+    assert not out.exists()
+    assert not any(p.name.startswith(".out.") for p in tmp_path.iterdir()), "nothing half-written"
+
+
+def test_cli_analyze_writes_the_results_directory(cli, tmp_path: Path, captured: Path) -> None:
+    out = tmp_path / "a"
+    r = cli("analyze", captured / "snd0.pcap", captured / "rcv0.pcap", "-o", out, "--steady", "5s", "20s")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["capture.json", "flows.parquet", "summary.json", "trial.png"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["trial"]["steady_s"] == [5.0, 20.0] and len(s["flows"]) == 1
+    assert s["total"]["utilization"] is None, "no capacity without a trial"
+    assert cli("analyze", captured / "snd0.pcap", "-o", out).exit_code == 2, "an existing directory needs --force"
