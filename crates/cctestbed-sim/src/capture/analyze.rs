@@ -116,6 +116,7 @@ enum LinkKind {
 struct Decoder {
     conns: HashMap<ConnKey, u32>,
     keys: Vec<ConnKey>,
+    last: Option<(ConnKey, u32)>,
 }
 
 impl Decoder {
@@ -165,11 +166,19 @@ impl Decoder {
         let a: Endpoint = (src, tcp.source_port());
         let b: Endpoint = (dst, tcp.destination_port());
         let (key, up) = if a <= b { ((a, b), true) } else { ((b, a), false) };
-        let next = self.keys.len() as u32;
-        let conn = *self.conns.entry(key).or_insert(next);
-        if conn == next {
-            self.keys.push(key);
-        }
+        // consecutive packets mostly belong to one connection: skip the hash lookup then
+        let conn = match self.last {
+            Some((k, c)) if k == key => c,
+            _ => {
+                let next = self.keys.len() as u32;
+                let conn = *self.conns.entry(key).or_insert(next);
+                if conn == next {
+                    self.keys.push(key);
+                }
+                self.last = Some((key, conn));
+                conn
+            }
+        };
         let mut p = Packet {
             t,
             conn,
@@ -454,9 +463,12 @@ impl SenderView {
         let mut last = None::<i64>;
         if a > self.una {
             self.split(a);
-            let covered: Vec<i64> = self.ranges.range(..a).map(|(&s, _)| s).collect();
-            for s in covered {
-                let r = self.ranges.remove(&s).expect("listed");
+            // every range starts at or above una: those below a are the first ones
+            while let Some(entry) = self.ranges.first_entry() {
+                if *entry.key() >= a {
+                    break;
+                }
+                let (s, r) = entry.remove_entry();
                 if r.sacked {
                     self.sacked -= r.end - s;
                 } else if !r.retrans {
@@ -551,7 +563,7 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
     if interval <= 0 {
         return Err(AnalyzeError(format!("interval: {interval} ns: must be > 0")));
     }
-    let mut dec = Decoder { conns: HashMap::new(), keys: vec![] };
+    let mut dec = Decoder { conns: HashMap::new(), keys: vec![], last: None };
     let mut files = Vec::with_capacity(inputs.len());
     for (path, _) in inputs {
         files.push(read_file(path, &mut dec)?);
@@ -563,6 +575,16 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
     let mut span = vec![(i64::MAX, i64::MIN); n_conn];
     let mut sizes: Vec<HashMap<u32, u64>> = vec![HashMap::new(); n_conn];
     let mut per_file = vec![vec![(0u64, 0u64, 0u64); files.len()]; n_conn];
+    // Per file, per connection: its packets' indices (each pass below walks only its own).
+    let mut index: Vec<HashMap<u32, Vec<u32>>> = vec![HashMap::new(); files.len()];
+    for (fi, f) in files.iter().enumerate() {
+        for (i, p) in f.tcp.iter().enumerate() {
+            index[fi].entry(p.conn).or_default().push(i as u32);
+        }
+    }
+    let packets_of = |fi: usize, c: usize| -> Vec<&Packet> {
+        index[fi].get(&(c as u32)).map_or_else(Vec::new, |ix| ix.iter().map(|&i| &files[fi].tcp[i as usize]).collect())
+    };
     for (fi, f) in files.iter().enumerate() {
         for p in &f.tcp {
             let c = p.conn as usize;
@@ -612,12 +634,12 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
         let mut sender_file = None;
         let mut receiver_file = None;
         let mut unknown = vec![];
-        for (fi, f) in files.iter().enumerate() {
+        for fi in 0..files.len() {
             if inputs[fi].1 != Point::Host || per_file[c][fi].0 == 0 {
                 continue;
             }
             let mut ttl = [0u8; 2]; // max TTL of data, of ACKs
-            for p in f.tcp.iter().filter(|p| p.conn as usize == c) {
+            for p in packets_of(fi, c) {
                 let k = if p.up == up { 0 } else { 1 };
                 ttl[k] = ttl[k].max(p.ttl);
             }
@@ -670,7 +692,7 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
         let (mut sent_b, mut sent_s, mut retr, mut rtt, mut minr, mut infl, mut acked) =
             (nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone());
         if let Some(fi) = conn.sender_file {
-            let pk: Vec<&Packet> = files[fi].tcp.iter().filter(|p| p.conn as usize == c).collect();
+            let pk = packets_of(fi, c);
             let base = syns[c].isn[d].map(|x| x.wrapping_add(1)).or_else(|| {
                 pk.iter().find(|p| p.up == up && p.payload > 0).map(|p| p.seq)
             });
@@ -735,14 +757,15 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
         // Receiver view: in-order delivery; else the sender's cumulative ACKs.
         let mut delivered = acked.clone();
         if let Some(fi) = conn.receiver_file {
-            let base = syns[c].isn[d].map(|x| x.wrapping_add(1)).or_else(|| {
-                files[fi].tcp.iter().find(|p| p.conn as usize == c && p.up == up && p.payload > 0).map(|p| p.seq)
-            });
+            let pk = packets_of(fi, c);
+            let base = syns[c].isn[d]
+                .map(|x| x.wrapping_add(1))
+                .or_else(|| pk.iter().find(|p| p.up == up && p.payload > 0).map(|p| p.seq));
             if let Some(base) = base {
                 let mut seq = Unwrap::new(base);
                 let mut v = ReceiverView::default();
                 let mut k = 0usize;
-                for p in files[fi].tcp.iter().filter(|p| p.conn as usize == c) {
+                for p in pk {
                     while k < n_samples && grid(k) <= p.t {
                         delivered[k] = v.nxt.max(0) as f64;
                         k += 1;
