@@ -5,7 +5,7 @@ from typing import Any, Optional, TypedDict, type_check_only
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["simulate", "validate", "algorithms", "analyze", "__version__"]
+__all__ = ["simulate", "validate", "algorithms", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -61,3 +61,7 @@ def analyze(inputs: list[tuple[str, str]], interval_ns: int, time_zero_ns: Optio
 
     Raises ValueError naming the file and the reason (missing, not a capture, no TCP in it).
     """
+
+def tseq(inputs: list[tuple[str, str]], flow: int, time_zero_ns: Optional[int] = None) -> dict[str, Any]:
+    """One flow's packets at its sender for a time-sequence plot (numpy arrays: data_*, ack_*,
+    sack_*, drop_*; ``drops_known``); releases the GIL. Raises ValueError as :func:`analyze`."""

@@ -134,17 +134,8 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
 #[pyfunction]
 #[pyo3(signature = (inputs, interval_ns, time_zero_ns=None))]
 fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
-    use ccsim::capture::analyze::{analyze as run, Point};
-    let mut parsed = Vec::with_capacity(inputs.len());
-    for (path, point) in inputs {
-        let p = match point.as_str() {
-            "host" => Point::Host,
-            "ingress" => Point::Ingress,
-            "egress" => Point::Egress,
-            other => return Err(PyValueError::new_err(format!("{path}: unknown capture point {other:?}"))),
-        };
-        parsed.push((path, p));
-    }
+    use ccsim::capture::analyze::analyze as run;
+    let parsed = parse_inputs(inputs)?;
     let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns)).map_err(|e| PyValueError::new_err(e.0))?;
     let res = PyDict::new_bound(py);
     let files = PyList::empty_bound(py);
@@ -200,6 +191,41 @@ fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time
     Ok(res.into())
 }
 
+fn parse_inputs(inputs: Vec<(String, String)>) -> PyResult<Vec<(String, ccsim::capture::analyze::Point)>> {
+    use ccsim::capture::analyze::Point;
+    inputs
+        .into_iter()
+        .map(|(path, point)| {
+            let p = match point.as_str() {
+                "host" => Point::Host,
+                "ingress" => Point::Ingress,
+                "egress" => Point::Egress,
+                other => return Err(PyValueError::new_err(format!("{path}: unknown capture point {other:?}"))),
+            };
+            Ok((path, p))
+        })
+        .collect()
+}
+
+/// One flow's packets at its sender for a time-sequence plot: data segments (retransmissions
+/// marked), ACKs, SACK blocks, and segments never seen at the receiver. Times in ns from time
+/// zero, sequence numbers as byte offsets.
+#[pyfunction]
+#[pyo3(signature = (inputs, flow, time_zero_ns=None))]
+fn tseq(py: Python<'_>, inputs: Vec<(String, String)>, flow: u32, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
+    let parsed = parse_inputs(inputs)?;
+    let t = py
+        .allow_threads(|| ccsim::capture::analyze::trace(&parsed, flow, time_zero_ns))
+        .map_err(|e| PyValueError::new_err(e.0))?;
+    let d = PyDict::new_bound(py);
+    d.set_item("drops_known", t.drops_known)?;
+    columns!(py, d, t, [
+        data_t, data_start, data_end, data_retrans, ack_t, ack, sack_t, sack_start, sack_end, drop_t,
+        drop_start, drop_end,
+    ]);
+    Ok(d.into())
+}
+
 /// Loads NumPy's C API now: loading it later, while a Ctrl-C is pending, would fail inside the
 /// conversion of a finished run's columns with a panic. A Ctrl-C that interrupts the loading
 /// here is raised as `KeyboardInterrupt`; any other failure is left for the first conversion
@@ -232,6 +258,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(tseq, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     load_numpy_api(m.py())?;
     Ok(())

@@ -336,6 +336,11 @@ impl Unwrap {
 #[derive(Debug, Clone)]
 pub struct Connection {
     pub flow: u32,
+    /// The connection's index among every connection read, its data direction (from the
+    /// lower endpoint) and the data's first sequence number (ISN + 1) when a SYN was seen.
+    pub conn: u32,
+    pub data_up: bool,
+    pub data_base: Option<u32>,
     pub sender: (String, u16),
     pub receiver: (String, u16),
     /// Payload bytes per segment (from the SYNs' MSS options, else the commonest size).
@@ -661,6 +666,9 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
         }
         conns.push(Connection {
             flow: i as u32,
+            conn: c as u32,
+            data_up: up,
+            data_base: s.isn[d].map(|x| x.wrapping_add(1)),
             sender: (ip_text(&snd.0), snd.1),
             receiver: (ip_text(&rcv.0), rcv.1),
             mss: mss.max(1),
@@ -893,4 +901,87 @@ fn router_series(ing: &FileData, egr: &FileData, n: usize, grid: &dyn Fn(usize) 
         r.queue_bytes.push(arr_b.saturating_sub(drop_b + dep_b) as f64);
     }
     r
+}
+
+/// One flow's packets as its sender saw them, for a time-sequence plot; sequence numbers are
+/// byte offsets from the flow's first data byte, times nanoseconds from time zero.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Data segments sent: time, first byte, end, whether data below the highest sent.
+    pub data_t: Vec<i64>,
+    pub data_start: Vec<i64>,
+    pub data_end: Vec<i64>,
+    pub data_retrans: Vec<bool>,
+    /// ACKs arriving: time and cumulative ACK.
+    pub ack_t: Vec<i64>,
+    pub ack: Vec<i64>,
+    /// SACK blocks the ACKs carried: time, left and right edge.
+    pub sack_t: Vec<i64>,
+    pub sack_start: Vec<i64>,
+    pub sack_end: Vec<i64>,
+    /// Segments sent and never seen at the receiver (needs its capture): time sent, range.
+    pub drop_t: Vec<i64>,
+    pub drop_start: Vec<i64>,
+    pub drop_end: Vec<i64>,
+    /// Whether a receiver capture was there to find drops.
+    pub drops_known: bool,
+}
+
+/// The trace of flow `flow` (numbered as [`analyze`] numbers them) from its sender capture.
+pub fn trace(inputs: &[(String, Point)], flow: u32, time_zero: Option<i64>) -> Result<Trace, AnalyzeError> {
+    let a = analyze(inputs, 1_000_000_000, time_zero)?;
+    let n = a.connections.len();
+    let c = a.connections.get(flow as usize).ok_or_else(|| {
+        AnalyzeError(format!("no flow {flow} in the captures: they hold {n} flow(s), 0 to {}", n.saturating_sub(1)))
+    })?;
+    let sf = c.sender_file.ok_or_else(|| AnalyzeError(format!("flow {flow}: no capture on its sender's side")))?;
+    let mine = |fi: usize| a.files[fi].tcp.iter().filter(move |p| p.conn == c.conn);
+    let base = c
+        .data_base
+        .or_else(|| mine(sf).find(|p| p.up == c.data_up && p.payload > 0).map(|p| p.seq))
+        .unwrap_or(0);
+    let mut received: HashMap<(u32, u16, u32), u32> = HashMap::new();
+    if let Some(rf) = c.receiver_file {
+        for p in mine(rf).filter(|p| p.up == c.data_up && p.payload > 0) {
+            *received.entry((p.seq, p.ip_id, p.payload)).or_default() += 1;
+        }
+    }
+    let mut t = Trace { drops_known: c.receiver_file.is_some(), ..Default::default() };
+    let (mut seq, mut ackn) = (Unwrap::new(base), Unwrap::new(base));
+    let mut high = 0i64;
+    for p in mine(sf) {
+        let at = p.t - a.time_zero;
+        if p.syn {
+            continue;
+        }
+        if p.up == c.data_up && p.payload > 0 {
+            let s = seq.rel(p.seq);
+            let e = s + p.payload as i64;
+            t.data_t.push(at);
+            t.data_start.push(s);
+            t.data_end.push(e);
+            t.data_retrans.push(s < high);
+            high = high.max(e);
+            if t.drops_known {
+                match received.get_mut(&(p.seq, p.ip_id, p.payload)) {
+                    Some(k) if *k > 0 => *k -= 1,
+                    _ => {
+                        t.drop_t.push(at);
+                        t.drop_start.push(s);
+                        t.drop_end.push(e);
+                    }
+                }
+            }
+        } else if p.up != c.data_up && p.has_ack && high > 0 {
+            let a = ackn.rel(p.ack);
+            t.ack_t.push(at);
+            t.ack.push(a);
+            for &(l, r) in &p.sacks[..p.n_sacks as usize] {
+                t.sack_t.push(at);
+                t.sack_start.push(a + (l.wrapping_sub(p.ack) as i32 as i64));
+                t.sack_end.push(a + (r.wrapping_sub(p.ack) as i32 as i64));
+            }
+        }
+    }
+    Ok(t)
 }
