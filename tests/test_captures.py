@@ -203,3 +203,64 @@ def test_cli_analyze_writes_the_results_directory(cli, tmp_path: Path, captured:
     assert s["trial"]["steady_s"] == [5.0, 20.0] and len(s["flows"]) == 1
     assert s["total"]["utilization"] is None, "no capacity without a trial"
     assert cli("analyze", captured / "snd0.pcap", "-o", out).exit_code == 2, "an existing directory needs --force"
+
+
+# --- the time-sequence plot ---------------------------------------------------------------------
+
+
+def test_tseq_trace_holds_every_segment_retransmission_and_drop(captured: Path) -> None:
+    from cctestbed import _core
+    from cctestbed.tseq import capture_inputs
+
+    inputs, zero = capture_inputs(captured)
+    assert zero == 0 and ("ingress" in {p for _, p in inputs})
+    sim = pl.read_parquet(captured / "flows.parquet")
+    router = pl.read_parquet(captured / "router.parquet")
+    for flow in (0, 1):
+        tr = _core.tseq(inputs, flow, zero)
+        last = sim.filter(pl.col("flow") == flow).tail(1).to_dicts()[0]
+        assert len(tr["data_t"]) == last["sent_segs"]
+        assert int(tr["data_retrans"].sum()) == last["retrans_segs"]
+        assert tr["drops_known"]
+        # every segment the router dropped is marked; besides them only what was still on its way
+        assert len(tr["drop_t"]) >= 1
+        assert (tr["ack"][1:] >= tr["ack"][:-1]).all(), "the cumulative ACK never goes back"
+        assert (tr["sack_end"] > tr["sack_start"]).all()
+    marked = sum(len(_core.tseq(inputs, f, zero)["drop_t"]) for f in (0, 1))
+    dropped = router["drops_overflow"][-1] + router["drops_random"][-1]
+    assert dropped <= marked <= dropped + 2 * 30, (marked, dropped)
+
+
+def test_plot_tseq_command(cli, captured: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.png"
+    r = cli("plot", captured, "--kind", "tseq", "--flow", "1", "--from", "1", "--to", "2", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 20_000
+    from cctestbed.tseq import state_changes
+
+    changes = state_changes(captured, 1, 0.0, 20.0)
+    # flow 1 (BBR) starts at 0.2 s: idle, then STARTUP from its first interval, DRAIN, PROBE_BW
+    assert [s for _, s in changes[:4]] == ["idle", "STARTUP", "DRAIN", "PROBE_BW"], changes
+    assert changes[0][0] == 0.0 and abs(changes[1][0] - 0.2) <= 0.01 + 1e-9  # within one sample interval
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--flow", "7"], "no flow 7 in the captures: they hold 2 flow(s), 0 to 1"),
+        (["--from", "3", "--to", "2"], "the range is empty"),
+        (["--from", "30", "--to", "40"], "flow 0 sent nothing between 30 s and 40 s"),
+        (["--kind", "tsq"], "--kind tsq: valid are trial, tseq"),
+    ],
+)
+def test_plot_tseq_refusals(cli, captured: Path, args: list[str], message: str) -> None:
+    r = cli("plot", captured, "--kind", "tseq", *args) if "--kind" not in args else cli("plot", captured, *args)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_plot_tseq_without_captures(cli, tmp_path: Path) -> None:
+    d = tmp_path / "plain"
+    run_trial({**TRIAL, "duration": "1s", "steady": ["0s", "1s"], "capture": False}).save(d)
+    r = cli("plot", d, "--kind", "tseq")
+    assert r.exit_code == 2 and "no packet captures in it; run the trial with capture = true" in r.output
+    assert not list(d.glob("tseq*"))
