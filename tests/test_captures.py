@@ -264,3 +264,13 @@ def test_plot_tseq_without_captures(cli, tmp_path: Path) -> None:
     r = cli("plot", d, "--kind", "tseq")
     assert r.exit_code == 2 and "no packet captures in it; run the trial with capture = true" in r.output
     assert not list(d.glob("tseq*"))
+
+
+def test_captures_too_large_for_memory_are_refused_before_running(cli, write_trial, tmp_path: Path) -> None:
+    big = {**TRIAL, "duration": "60s", "steady": ["0s", "60s"], "link": {**TRIAL["link"], "capacity": "10Gbit"}}
+    path = write_trial(big)
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "capture: about" in r.output and "capture fewer points" in r.output, r.output
+    assert not (tmp_path / "out").exists()
+    small = {**big, "capture": {"points": ["senders"], "snaplen": 96}, "duration": "1s", "steady": ["0s", "1s"]}
+    assert load_trial(small) is not None, "a short capture of one point fits"

@@ -780,6 +780,8 @@ MAX_ROWS = 5_000_000
 ROW_BYTES = 450
 #: Packets through the bottleneck (the core processes a few million a second).
 MAX_PACKETS = 10**9
+#: Bytes of packet captures (held in memory until the results directory is written).
+MAX_CAPTURE_BYTES = 4 * 10**9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -801,6 +803,9 @@ class Resources:
     def memory_bytes(self) -> int:
         return self.rows * ROW_BYTES
 
+    #: Bytes of the packet captures the trial asks for (0 without ``capture``).
+    capture_bytes: int = 0
+
 
 def resources(trial: "Trial") -> Resources:
     """The cost of ``trial``, computed from its settings (nothing is expanded or allocated)."""
@@ -813,7 +818,15 @@ def resources(trial: "Trial") -> Resources:
         g.count * min(g.initial_cwnd, -(-g.size // trial.mss) if g.size is not None else g.initial_cwnd)
         for g in trial.flows
     )
-    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst)
+    capture = 0
+    c = trial.capture
+    if c is not None:
+        # each data packet once per point; an ACK (about one per two segments) at each host point
+        frame = 16 + min(c.snaplen, trial.mtu + 14)
+        ack = 16 + min(c.snaplen, 94)
+        packets = bottleneck + burst
+        capture = packets * len(c.points) * frame + packets // 2 * len(set(c.points) & {"senders", "receivers"}) * ack
+    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst, capture)
 
 
 def _n(x: int) -> str:
@@ -834,6 +847,13 @@ def resource_problems(trial: "Trial") -> list[str]:
             f"{units.human_size(r.memory_bytes)} of memory; "
             f"the limit is {_n(MAX_ROWS)} rows (about {units.human_size(MAX_ROWS * ROW_BYTES)}): give a longer "
             f"sample_interval, a shorter duration or fewer flows{hint}"
+        )
+    if r.capture_bytes > MAX_CAPTURE_BYTES:
+        out.append(
+            f"capture: about {units.human_size(r.capture_bytes)} of packet captures ({_n(r.packets)} packets at "
+            f"{len(trial.capture.points) if trial.capture else 0} point(s)); the limit is "
+            f"{units.human_size(MAX_CAPTURE_BYTES)}: capture fewer points, a smaller snaplen or a shorter "
+            f"duration{hint}"
         )
     if r.packets > MAX_PACKETS and r.burst_packets > r.bottleneck_packets:
         out.append(
