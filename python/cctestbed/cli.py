@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, load_trial
+from .config import ConfigError, load_trial, parse_trial
 from .units import human_rate, human_size, human_time
 
 app = typer.Typer(
@@ -106,7 +106,9 @@ def run(
     link_emulator: Optional[str] = typer.Option(
         None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
     ),
-    capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Kernel backend: keep pcaps."),
+    capture: Optional[bool] = typer.Option(
+        None, "--capture/--no-capture", help="Write packet captures of every sender and receiver (or none)."
+    ),
     allow_large: bool = typer.Option(
         False, "--allow-large", help="Run a trial past the resource limits (flows, telemetry rows, packets)."
     ),
@@ -138,6 +140,9 @@ def _run(
             trial = trial.with_seed(seed)
         if backend is not None:
             trial = trial.with_backend(backend)
+        if capture is not None and bool(trial.capture) != capture:
+            trial = parse_trial({**trial.model_dump(mode="json", exclude_none=True), "capture": capture},
+                                allow_large=allow_large)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)
