@@ -340,8 +340,11 @@ def run_kernel_trial(
                 for role, ns in (("snd", names.snd(k)), ("rcv", names.rcv(k))):
                     if {"snd": "senders", "rcv": "receivers"}[role] not in points:
                         continue
+                    # --immediate-mode: packets reach tcpdump one by one; in blocks, the last
+                    # block (up to a second of the trial's tail) is lost when tcpdump is stopped
                     run.spawn(f"tcpdump-{role}{k}", ns, ["tcpdump", "-i", names.host_if(k), "-n", "-s", snaplen,
-                                                          "-U", "-w", str(workdir / f"{role}{k}.pcap")])
+                                                          "--immediate-mode", "-U",
+                                                          "-w", str(workdir / f"{role}{k}.pcap")])
         run.wait_ready(procs)
         if capture:
             time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface

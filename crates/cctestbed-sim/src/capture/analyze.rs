@@ -12,7 +12,8 @@
 //!    router on the path lowers it, so a capture where the data leaves with an initial TTL
 //!    and the ACKs arrive with a lower one is the sender's, and the reverse the receiver's.
 //!    Where the TTLs do not tell (no router between the hosts), the first such capture of a
-//!    connection is taken as the sender's and a second as the receiver's.
+//!    connection is taken as the sender's and a second as the receiver's. A capture that holds
+//!    one direction only is from the path, not a host, and is neither.
 //! 3. At the sender (Linux's `tcp_clean_rtx_queue` and `tcp_sacktag_write_queue` replayed on
 //!    byte ranges): bytes and segments sent, retransmissions (data below the highest sequence
 //!    sent), one RTT sample per ACK that newly covers never-retransmitted data, from the
@@ -653,9 +654,10 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
                 sender_file = Some(fi);
             } else if init(ttl[1]) && ttl[0] > 0 && !init(ttl[0]) && receiver_file.is_none() {
                 receiver_file = Some(fi);
-            } else {
+            } else if ttl[0] > 0 && ttl[1] > 0 {
                 unknown.push(fi);
             }
+            // a capture with one direction only is from the path (a router), not a host
         }
         for fi in unknown {
             if sender_file.is_none() {
