@@ -274,3 +274,13 @@ def test_captures_too_large_for_memory_are_refused_before_running(cli, write_tri
     assert not (tmp_path / "out").exists()
     small = {**big, "capture": {"points": ["senders"], "snaplen": 96}, "duration": "1s", "steady": ["0s", "1s"]}
     assert load_trial(small) is not None, "a short capture of one point fits"
+
+
+def test_tseq_of_an_analysed_directory_from_anywhere(cli, captured: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(captured)
+    out = tmp_path / "ana"
+    assert cli("analyze", "snd1.pcap", "rcv1.pcap", "-o", out).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    r = cli("plot", out, "--kind", "tseq", "--from", "2", "--to", "3")
+    assert r.exit_code == 0, r.output
+    assert (out / "tseq-flow0.png").stat().st_size > 20_000

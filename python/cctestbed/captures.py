@@ -194,7 +194,8 @@ def analyze_captures(
         raise CaptureError(f"--steady {t0:g} {t1:g}: the window must start at or after 0 and before it ends")
     summary = summarize(flows, router if router is not None else _empty_router(flows), info)
 
-    files = raw["files"]
+    files = [{**f, "path": str(Path(f["path"]).absolute())} for f in raw["files"]]
+    where = [str(Path(p).absolute()) for p, _ in inputs]
     report = {
         "files": [
             {**f, "point": point, "connections": sum(1 for c in conns if c["per_file"][i][0] > 0)}
@@ -211,10 +212,10 @@ def analyze_captures(
                 "syn_seen": c["syn_seen"],
                 "first_s": (c["first_ns"] - raw["time_zero_ns"]) / 1e9,
                 "last_s": (c["last_ns"] - raw["time_zero_ns"]) / 1e9,
-                "sender_capture": None if c["sender_file"] is None else inputs[c["sender_file"]][0],
-                "receiver_capture": None if c["receiver_file"] is None else inputs[c["receiver_file"]][0],
+                "sender_capture": None if c["sender_file"] is None else where[c["sender_file"]],
+                "receiver_capture": None if c["receiver_file"] is None else where[c["receiver_file"]],
                 "per_capture": {
-                    inputs[i][0]: {"packets": p, "bytes": b, "payload_bytes": pl_}
+                    where[i]: {"packets": p, "bytes": b, "payload_bytes": pl_}
                     for i, (p, b, pl_) in enumerate(c["per_file"]) if p > 0
                 },
             }
