@@ -213,3 +213,63 @@ fn bad_inputs_are_named_with_the_reason() {
     assert!(err(&no_tcp).contains("arp.pcap: no TCP packets in it (1 frames)"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The same frames as Linux cooked (SLL, `tcpdump -i any`) and as raw IP: other testbeds' link
+/// types read to the same series.
+#[test]
+fn cooked_and_raw_ip_captures_read_as_ethernet() {
+    let mut cfg = lossy(Some(CaptureConfig { senders: true, receivers: true, ingress: false, egress: false, snaplen: 128 }));
+    cfg.flows.truncate(1);
+    let out = run(cfg);
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-link-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, dl: pcap_file::DataLink, strip: usize, prefix: &dyn Fn(&[u8]) -> Vec<u8>, src: &[u8]| {
+        let mut bytes = vec![];
+        {
+            let header = pcap_file::pcap::PcapHeader {
+                datalink: dl,
+                ts_resolution: pcap_file::TsResolution::NanoSecond,
+                snaplen: 65535,
+                ..Default::default()
+            };
+            let mut w = pcap_file::pcap::PcapWriter::with_header(&mut bytes, header).unwrap();
+            for (t, len, d) in frames(src) {
+                let mut f = prefix(&d);
+                f.extend_from_slice(&d[strip..]);
+                let orig = len - strip as u32 + (f.len() - (d.len() - strip)) as u32;
+                w.write_packet(&pcap_file::pcap::PcapPacket::new(std::time::Duration::from_nanos(t as u64), orig, &f)).unwrap();
+            }
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        (p.to_string_lossy().into_owned(), Point::Host)
+    };
+    let sll = |d: &[u8]| {
+        // packet type, ARPHRD_ETHER, address length, the source MAC padded to 8, protocol
+        let mut h = vec![0, 4, 0, 1, 0, 6];
+        h.extend_from_slice(&d[6..12]);
+        h.extend_from_slice(&[0, 0, 0x08, 0x00]);
+        h
+    };
+    let none = |_: &[u8]| Vec::new();
+    let (snd, rcv) = (&out.captures[0].bytes, &out.captures[1].bytes);
+    let mut results = vec![];
+    for (tag, dl, strip, prefix) in [
+        ("eth", pcap_file::DataLink::ETHERNET, 0usize, &none as &dyn Fn(&[u8]) -> Vec<u8>),
+        ("sll", pcap_file::DataLink::LINUX_SLL, 14, &sll),
+        ("raw", pcap_file::DataLink::RAW, 14, &none),
+    ] {
+        let inputs = [write(&format!("{tag}-snd.pcap"), dl, strip, prefix, snd), write(&format!("{tag}-rcv.pcap"), dl, strip, prefix, rcv)];
+        results.push(analyze(&inputs, 10 * MS, Some(0)).expect(tag));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    let eth = &results[0].flows;
+    assert!(*eth.retrans_segs.last().unwrap() > 0.0);
+    for r in &results[1..] {
+        assert_eq!(r.flows.delivered_bytes, eth.delivered_bytes);
+        assert_eq!(r.flows.retrans_segs, eth.retrans_segs);
+        assert_eq!(r.flows.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                   eth.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(r.connections[0].sender_file, Some(0));
+    }
+}

@@ -987,3 +987,67 @@ pub fn trace(inputs: &[(String, Point)], flow: u32, time_zero: Option<i64>) -> R
     }
     Ok(t)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_unwrap_across_2_32() {
+        let mut u = Unwrap::new(u32::MAX - 1000);
+        assert_eq!(u.rel(u32::MAX - 1000), 0);
+        assert_eq!(u.rel(u32::MAX), 1000);
+        assert_eq!(u.rel(499), 1500); // wrapped
+        assert_eq!(u.rel(u32::MAX), 1000, "an old segment stays below");
+        let mut v = Unwrap::new(7);
+        let mut x = 7u32;
+        for k in 1..=5u64 {
+            x = x.wrapping_add(1_000_000_000);
+            assert_eq!(v.rel(x), k as i64 * 1_000_000_000);
+        }
+    }
+
+    #[test]
+    fn rtt_samples_follow_karn_and_linux_seq_rtt() {
+        let mut v = SenderView::default();
+        v.data(0, 0, 1000, 1000);
+        v.data(10, 1000, 2000, 1000);
+        v.data(20, 2000, 3000, 1000);
+        v.data(50, 0, 1000, 1000); // retransmission of the first
+        assert_eq!(v.retrans_segs, 1);
+        // cumulative ACK of the retransmitted segment alone: no sample (Karn)
+        assert_eq!(v.ack(100, 1000, &[]), None);
+        // SACK of the third: a sample from its send time
+        assert_eq!(v.ack(110, 1000, &[(2000, 3000)]), Some(90));
+        assert_eq!(v.sacked, 1000);
+        // cumulative ACK over the second (never retransmitted) and the SACKed third: the
+        // oldest newly ACKed that was neither retransmitted nor SACKed gives the sample
+        assert_eq!(v.ack(120, 3000, &[]), Some(110));
+        assert_eq!((v.sacked, v.una, v.nxt), (0, 3000, 3000));
+        assert_eq!(v.min_rtt, 90);
+    }
+
+    #[test]
+    fn partial_acks_split_ranges() {
+        let mut v = SenderView::default();
+        v.data(0, 0, 3000, 1000); // a 3-segment super-packet (TSO as captured)
+        assert_eq!(v.sent_segs, 3);
+        assert_eq!(v.ack(40, 1000, &[]), Some(40));
+        assert_eq!(v.ranges.len(), 1);
+        assert_eq!(v.ranges.keys().next(), Some(&1000));
+        assert_eq!(v.ack(45, 3000, &[]), Some(45));
+        assert!(v.ranges.is_empty());
+    }
+
+    #[test]
+    fn receiver_counts_in_order_bytes_only() {
+        let mut r = ReceiverView::default();
+        r.data(0, 1000);
+        r.data(2000, 3000); // a hole at 1000..2000
+        assert_eq!(r.nxt, 1000);
+        r.data(1000, 2000);
+        assert_eq!(r.nxt, 3000);
+        r.data(500, 1500); // a duplicate
+        assert_eq!(r.nxt, 3000);
+    }
+}
