@@ -14,6 +14,7 @@ capacity and why a packet was dropped (every drop the captures show counts in
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import polars as pl
 
 from .config import Trial
 from .results import dump_summary, write_dir, write_parquet
-from .runner import FLOW_COLUMNS, ROUTER_COLUMNS
+from .runner import FLOW_COLUMNS
 from .summary import TrialInfo, summarize
 
 if TYPE_CHECKING:
@@ -32,17 +33,19 @@ if TYPE_CHECKING:
 
 BACKEND = "capture"
 
-#: The simulator's column types (flows.parquet and router.parquet), which analysed captures keep.
-FLOW_TYPES: dict[str, pl.DataType] = {
-    "time_s": pl.Float64(), "flow": pl.UInt32(), "cc": pl.String(), "group": pl.String(),
-    "goodput_bps": pl.Float64(), "delivered_bytes": pl.UInt64(), "send_rate_bps": pl.Float64(),
-    "sent_bytes": pl.UInt64(), "rtt_ms": pl.Float64(), "srtt_ms": pl.Float64(), "min_rtt_ms": pl.Float64(),
-    "cwnd_pkts": pl.UInt32(), "cwnd_bytes": pl.UInt64(), "inflight_pkts": pl.UInt32(),
-    "inflight_bytes": pl.UInt64(), "pacing_rate_bps": pl.Float64(), "sent_segs": pl.UInt64(),
-    "retrans_segs": pl.UInt64(), "lost_segs": pl.UInt64(), "rto_count": pl.UInt64(), "state": pl.String(),
-    "ca_state": pl.String(),
-}
-ROUTER_TYPES: dict[str, pl.DataType] = {"time_s": pl.Float64(), **{c: pl.UInt64() for c in ROUTER_COLUMNS[1:]}}
+@functools.lru_cache(maxsize=1)
+def sim_types() -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
+    """The simulator's column types of flows.parquet and router.parquet (without the algorithms'
+    ``cc.*`` columns and ``backend``), read off a two-sample run: analysed captures keep them."""
+    from .config import parse_trial
+    from .kernel.backend import sim_schema
+
+    tiny = parse_trial({"name": "schema", "duration": "20ms", "link": {"capacity": "10Mbit", "rtt": "10ms",
+                        "queue": "1bdp"}, "flows": [{"cc": "reno"}]})
+    flows, router = sim_schema(tiny)
+    keep = lambda d: {c: t for c, t in d.items() if not c.startswith("cc.") and c != "backend"}  # noqa: E731
+    return keep(flows), keep(router)
+
 
 #: Which capture gives which column (the README's table is written from this).
 SOURCES = {
@@ -100,7 +103,7 @@ def _column(values: Any, dtype: pl.DataType, name: str) -> pl.Series:
 
 def _empty_router(flows: pl.DataFrame) -> pl.DataFrame:
     times = flows["time_s"].unique().sort()
-    cols = [times.alias("time_s")] + [pl.Series(c, [None] * len(times), dtype=t) for c, t in ROUTER_TYPES.items()
+    cols = [times.alias("time_s")] + [pl.Series(c, [None] * len(times), dtype=t) for c, t in sim_types()[1].items()
                                        if c != "time_s"]
     return pl.DataFrame(cols)
 
@@ -136,11 +139,12 @@ def analyze_captures(
     except ValueError as e:
         raise CaptureError(str(e)) from None
 
+    flow_types, router_types = sim_types()
     conns = raw["connections"]
     n = len(raw["flows"]["time_s"])
     cols: dict[str, pl.Series] = {}
     for c in FLOW_COLUMNS:
-        t = FLOW_TYPES[c]
+        t = flow_types[c]
         if c in raw["flows"]:
             cols[c] = _column(raw["flows"][c], t, c) if c != "flow" else pl.Series(c, raw["flows"][c], dtype=t)
         else:
@@ -160,7 +164,7 @@ def analyze_captures(
         r = raw["router"]
         m = len(r["time_s"])
         rc: dict[str, pl.Series] = {}
-        for c, t in ROUTER_TYPES.items():
+        for c, t in router_types.items():
             src = {"drops_overflow": "drops"}.get(c, c)
             if src in r:
                 rc[c] = _column(r[src], t, c)
