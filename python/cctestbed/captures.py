@@ -189,10 +189,10 @@ def analyze_captures(
     else:
         mss = int(conns[0]["mss"]) if conns else 1448
         t0, t1 = steady_s if steady_s is not None else (0.0, span_s)
+        rtprop = float(min_rtt.min()) if len(min_rtt) else 0.0  # type: ignore[arg-type]
         info = TrialInfo(
             name=name or "capture", seed=0, duration_s=span_s, steady_s=(t0, t1), capacity_bps=0,
-            rtprop_ms=float(min_rtt.min()) if len(min_rtt) else 0.0, bdp_bytes=0.0, mss=mss, mtu=mss + 52,
-            backend=BACKEND,
+            rtprop_ms=rtprop, bdp_bytes=0.0, mss=mss, mtu=mss + 52, backend=BACKEND,
         )
     if not (0 <= t0 < t1):
         raise CaptureError(f"--steady {t0:g} {t1:g}: the window must start at or after 0 and before it ends")

@@ -109,8 +109,8 @@ def plot_tseq(directory: Union[str, Path], flow: int = 0, t_from: Optional[float
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     ax = fig.subplots()
 
-    def segments(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.stack([np.stack([t, a / scale], axis=1), np.stack([t, b / scale], axis=1)], axis=1)
+    def segments(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+        return list(np.stack([np.stack([t, a / scale], axis=1), np.stack([t, b / scale], axis=1)], axis=1))
 
     t_data = ts["data"][keep["data"]]
     retrans = np.asarray(tr["data_retrans"], dtype=bool)[keep["data"]]
