@@ -102,7 +102,8 @@ def test_no_capture_no_files(tmp_path: Path) -> None:
 
 def test_capture_settings_are_checked() -> None:
     for bad, field in (({"points": ["senders", "router"]}, "capture.points"), ({"snaplen": 64}, "capture.snaplen"),
-                       ({"points": ["egress", "egress"]}, "capture.points"), ({"points": []}, "capture.points")):
+                       ({"points": ["egress", "egress"]}, "capture.points"), ({"points": []}, "capture.points"),
+                       ({"format": "erf"}, "capture.format")):
         with pytest.raises(ConfigError) as e:
             load_trial({**TRIAL, "capture": bad})
         assert any(p.startswith(field) for p in e.value.problems), e.value.problems
@@ -139,6 +140,28 @@ def test_tshark_reads_every_capture_without_malformed_packets_and_counts_as_we_d
                 if Path(path).name == name:
                     ours[frozenset((c["sender"], c["receiver"]))] = [v["packets"], v["bytes"], v["payload_bytes"]]
         assert dict(counts) == ours, name
+
+
+def test_pcapng_output_reads_as_pcap(tmp_path: Path) -> None:
+    short = {**TRIAL, "duration": "3s", "steady": ["1s", "3s"]}
+    ng = run_trial({**short, "capture": {**TRIAL["capture"], "format": "pcapng"}})
+    pc = run_trial(short)
+    assert sorted(ng.files) == sorted(n.replace(".pcap", ".pcapng") for n in pc.files)
+    for r, d in ((ng, tmp_path / "ng"), (pc, tmp_path / "pc")):
+        r.save(d)
+    ext = lambda d, e: [d / h.replace(".pcap", e) for h in HOSTS]  # noqa: E731
+    a = analyze_captures(ext(tmp_path / "pc", ".pcap"), tmp_path / "pc/rtr-in.pcap", tmp_path / "pc/rtr-out.pcap")
+    b = analyze_captures(ext(tmp_path / "ng", ".pcapng"), tmp_path / "ng/rtr-in.pcapng", tmp_path / "ng/rtr-out.pcapng")
+    assert a.flows.equals(b.flows) and a.router is not None and b.router is not None and a.router.equals(b.router)
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed (make tshark installs Debian's package as root)")
+    for f in sorted((tmp_path / "ng").glob("*.pcapng")):
+        assert _tshark(["-r", str(f), "-Y", "_ws.malformed || _ws.expert.severity == error", "-T", "fields",
+                        "-e", "frame.number"]).strip() == "", f"{f.name}: malformed packets"
+        # nanosecond timestamps as in the pcap files
+        times = [_tshark(["-r", str(x), "-T", "fields", "-e", "frame.time_epoch"]).split()
+                 for x in (f, tmp_path / "pc" / f.name.replace(".pcapng", ".pcap"))]
+        assert times[0] == times[1] and len(times[0]) > 100
 
 
 def test_pcapng_reads_as_pcap(captured: Path, tmp_path: Path) -> None:

@@ -379,6 +379,8 @@ class Capture(_Model):
     )
     #: Bytes kept of each frame (tcpdump's ``-s``); every header the simulator writes fits in 94.
     snaplen: Annotated[int, Strict(), AfterValidator(_int_range(94, 262144))] = 128
+    #: ``pcap`` (nanosecond timestamps) or ``pcapng``.
+    format: Literal["pcap", "pcapng"] = "pcap"
 
     @field_validator("points")
     @classmethod
@@ -618,7 +620,7 @@ class Trial(_Model):
     def _capture_core(self) -> dict[str, Any]:
         c = self.capture_config
         assert c is not None
-        return {**{p: p in c.points for p in CAPTURE_POINTS}, "snaplen": c.snaplen}
+        return {**{p: p in c.points for p in CAPTURE_POINTS}, "snaplen": c.snaplen, "format": c.format}
 
     def with_seed(self, seed: int) -> "Trial":
         """The same trial with another seed (validated like any trial)."""

@@ -10,7 +10,7 @@ use etherparse::{LaxSlicedPacket, TcpOptionElement, TransportSlice};
 use pcap_file::pcap::PcapReader;
 
 fn all_points(snaplen: u32) -> CaptureConfig {
-    CaptureConfig { senders: true, receivers: true, ingress: true, egress: true, snaplen }
+    CaptureConfig { senders: true, receivers: true, ingress: true, egress: true, snaplen, format: Default::default() }
 }
 
 /// Two CUBIC flows through a shallow queue with random loss: drops of both kinds, SACKs,
@@ -218,7 +218,7 @@ fn bad_inputs_are_named_with_the_reason() {
 /// types read to the same series.
 #[test]
 fn cooked_and_raw_ip_captures_read_as_ethernet() {
-    let mut cfg = lossy(Some(CaptureConfig { senders: true, receivers: true, ingress: false, egress: false, snaplen: 128 }));
+    let mut cfg = lossy(Some(CaptureConfig { senders: true, receivers: true, ingress: false, egress: false, snaplen: 128, format: Default::default() }));
     cfg.flows.truncate(1);
     let out = run(cfg);
     let dir = std::env::temp_dir().join(format!("ccsim-capture-link-{}", std::process::id()));
@@ -272,4 +272,38 @@ fn cooked_and_raw_ip_captures_read_as_ethernet() {
                    eth.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
         assert_eq!(r.connections[0].sender_file, Some(0));
     }
+}
+
+#[test]
+fn pcapng_holds_the_same_packets() {
+    use ccsim::capture::Format;
+    let mut ng = all_points(128);
+    ng.format = Format::Pcapng;
+    let a = run(lossy(Some(all_points(128))));
+    let b = run(lossy(Some(ng)));
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-ng-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut series = vec![];
+    for out in [&a, &b] {
+        let mut inputs = vec![];
+        for c in &out.captures {
+            let p = dir.join(&c.name);
+            std::fs::write(&p, &c.bytes).unwrap();
+            let point = if c.name.starts_with("rtr-in") {
+                Point::Ingress
+            } else if c.name.starts_with("rtr-out") {
+                Point::Egress
+            } else {
+                Point::Host
+            };
+            inputs.push((p.to_string_lossy().into_owned(), point));
+        }
+        series.push(analyze(&inputs, 10 * MS, Some(0)).unwrap());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(b.captures.iter().all(|c| c.name.ends_with(".pcapng") && c.bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a]));
+    assert_eq!(series[0].flows.delivered_bytes, series[1].flows.delivered_bytes);
+    assert_eq!(series[0].flows.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+               series[1].flows.rtt_ms.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    assert_eq!(series[0].router.as_ref().unwrap().queue_pkts, series[1].router.as_ref().unwrap().queue_pkts);
 }

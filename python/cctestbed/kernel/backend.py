@@ -151,6 +151,8 @@ def trial_problems(trial: Trial) -> list[str]:
     if cap is not None and set(cap.points) - {"senders", "receivers"}:
         extra = sorted(set(cap.points) - {"senders", "receivers"})
         problems.append(f"capture.points: {', '.join(extra)}: the kernel backend captures senders and receivers only")
+    if cap is not None and cap.format != "pcap":
+        problems.append(f"capture.format: {cap.format!r}: the kernel backend's tcpdump writes pcap")
     link = trial.link
     for name in ("shaper", "policer", "access_rate"):
         if getattr(link, name) is not None:

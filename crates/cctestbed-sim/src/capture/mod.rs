@@ -1,7 +1,7 @@
 //! Packet captures in and out.
 //!
 //! - Out ([`Recorder`]): the simulator's traffic written as pcap files with nanosecond
-//!   timestamps, one file per capture point: each sender host (`snd<i>.pcap`, flow `i`'s data
+//!   timestamps (or pcapng), one file per capture point: each sender host (`snd<i>.pcap`, flow `i`'s data
 //!   as it leaves and its ACKs as they arrive), each receiver host (`rcv<i>.pcap`), and the
 //!   bottleneck router's ingress (`rtr-in.pcap`, every data packet arriving, dropped ones
 //!   included) and egress (`rtr-out.pcap`, each packet as it starts on the link, i.e. as it
@@ -21,6 +21,9 @@ pub mod wire;
 use crate::config::{FlowConfig, Nanos};
 use crate::packet::{AckPacket, DataPacket};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
+use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -46,6 +49,17 @@ pub struct CaptureConfig {
     /// Bytes kept of each frame (tcpdump's `-s`); headers need at most 94.
     #[serde(default = "default_snaplen")]
     pub snaplen: u32,
+    /// File format: pcap with nanosecond timestamps, or pcapng (nanosecond `if_tsresol`).
+    #[serde(default)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Pcap,
+    Pcapng,
 }
 
 fn default_snaplen() -> u32 {
@@ -72,24 +86,73 @@ pub struct CaptureFile {
     pub bytes: Vec<u8>,
 }
 
+enum Writer {
+    Pcap(PcapWriter<Vec<u8>>),
+    Pcapng(PcapNgWriter<Vec<u8>>),
+}
+
 struct File {
     name: String,
-    w: PcapWriter<Vec<u8>>,
+    w: Writer,
 }
 
 impl File {
-    fn new(name: String, snaplen: u32) -> Self {
-        let header = PcapHeader {
-            version_major: 2,
-            version_minor: 4,
-            ts_correction: 0,
-            ts_accuracy: 0,
-            snaplen,
-            datalink: DataLink::ETHERNET,
-            ts_resolution: TsResolution::NanoSecond,
-            endianness: Endianness::Little,
+    fn new(stem: String, cfg: &CaptureConfig) -> Self {
+        let w = match cfg.format {
+            Format::Pcap => {
+                let header = PcapHeader {
+                    version_major: 2,
+                    version_minor: 4,
+                    ts_correction: 0,
+                    ts_accuracy: 0,
+                    snaplen: cfg.snaplen,
+                    datalink: DataLink::ETHERNET,
+                    ts_resolution: TsResolution::NanoSecond,
+                    endianness: Endianness::Little,
+                };
+                Writer::Pcap(PcapWriter::with_header(Vec::new(), header).expect("header into a Vec"))
+            }
+            Format::Pcapng => {
+                let mut w = PcapNgWriter::with_endianness(Vec::new(), Endianness::Little).expect("section into a Vec");
+                // if_tsresol 9: timestamps count nanoseconds
+                let idb = InterfaceDescriptionBlock {
+                    linktype: DataLink::ETHERNET,
+                    snaplen: cfg.snaplen,
+                    options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+                };
+                w.write_pcapng_block(idb).expect("interface into a Vec");
+                Writer::Pcapng(w)
+            }
         };
-        File { name, w: PcapWriter::with_header(Vec::new(), header).expect("header into a Vec") }
+        let ext = match cfg.format {
+            Format::Pcap => "pcap",
+            Format::Pcapng => "pcapng",
+        };
+        File { name: format!("{stem}.{ext}"), w }
+    }
+
+    fn write(&mut self, t: Nanos, data: &[u8], wire_len: u32) {
+        let ts = Duration::from_nanos(t.max(0) as u64);
+        match &mut self.w {
+            Writer::Pcap(w) => w.write_packet(&PcapPacket::new(ts, wire_len, data)).map(|_| ()),
+            Writer::Pcapng(w) => w
+                .write_pcapng_block(EnhancedPacketBlock {
+                    interface_id: 0,
+                    timestamp: ts,
+                    original_len: wire_len,
+                    data: std::borrow::Cow::Borrowed(data),
+                    options: vec![],
+                })
+                .map(|_| ()),
+        }
+        .expect("writing to a Vec");
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        match self.w {
+            Writer::Pcap(w) => w.into_writer(),
+            Writer::Pcapng(w) => w.into_inner(),
+        }
     }
 }
 
@@ -138,7 +201,7 @@ impl Recorder {
         let n = flows.len();
         let files = |on: bool, prefix: &str| -> Vec<File> {
             if on {
-                (0..n).map(|i| File::new(format!("{prefix}{i}.pcap"), cfg.snaplen)).collect()
+                (0..n).map(|i| File::new(format!("{prefix}{i}"), cfg)).collect()
             } else {
                 vec![]
             }
@@ -147,8 +210,8 @@ impl Recorder {
             snaplen: cfg.snaplen,
             senders: files(cfg.senders, "snd"),
             receivers: files(cfg.receivers, "rcv"),
-            ingress: cfg.ingress.then(|| File::new("rtr-in.pcap".into(), cfg.snaplen)),
-            egress: cfg.egress.then(|| File::new("rtr-out.pcap".into(), cfg.snaplen)),
+            ingress: cfg.ingress.then(|| File::new("rtr-in".into(), cfg)),
+            egress: cfg.egress.then(|| File::new("rtr-out".into(), cfg)),
             flows: flows
                 .iter()
                 .enumerate()
@@ -180,8 +243,7 @@ impl Recorder {
 
     fn write(snaplen: u32, file: &mut File, now: Nanos, frame: &[u8], wire_len: u32) {
         let keep = (snaplen as usize).min(frame.len());
-        let pkt = PcapPacket::new(Duration::from_nanos(now.max(0) as u64), wire_len, &frame[..keep]);
-        file.w.write_packet(&pkt).expect("writing to a Vec");
+        file.write(now, &frame[..keep], wire_len);
     }
 
     /// The flow opens: SYN and SYN-ACK at both hosts, stamped `now`.
@@ -324,7 +386,7 @@ impl Recorder {
             .chain(self.receivers)
             .chain(self.ingress)
             .chain(self.egress)
-            .map(|f| CaptureFile { name: f.name, bytes: f.w.into_writer() })
+            .map(|f| CaptureFile { name: f.name.clone(), bytes: f.into_bytes() })
             .collect()
     }
 }
