@@ -226,6 +226,9 @@ def test_cli_analyze_writes_the_results_directory(cli, tmp_path: Path, captured:
     assert s["trial"]["steady_s"] == [5.0, 20.0] and len(s["flows"]) == 1
     assert s["total"]["utilization"] is None, "no capacity without a trial"
     assert cli("analyze", captured / "snd0.pcap", "-o", out).exit_code == 2, "an existing directory needs --force"
+    r = cli("analyze", captured / "snd1.pcap", "-o", out, "--force")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "capture.json").read_text())["connections"][0]["sender"] == "10.1.0.2:40001"
 
 
 # --- the time-sequence plot ---------------------------------------------------------------------

@@ -186,14 +186,15 @@ def plot_trial(
         ax_cwnd.plot(d["t"], d["cwnd_pkts"], color=colors[i], lw=1.3)
         ax_cwnd.plot(d["t"], d["inflight_pkts"], color=colors[i], lw=0.9, ls=":")
     bdp_pkts = info.bdp_bytes / info.mtu
-    ax_cwnd.axhline(bdp_pkts, color="0.3", lw=1, ls="--")
+    if bdp_pkts > 0:  # unknown (0) for captures analysed without their trial
+        ax_cwnd.axhline(bdp_pkts, color="0.3", lw=1, ls="--")
     from matplotlib.lines import Line2D
 
     ax_cwnd.legend(
         handles=[
             Line2D([], [], color="0.2", lw=1.3, label="cwnd"),
             Line2D([], [], color="0.2", lw=0.9, ls=":", label="inflight"),
-            Line2D([], [], color="0.3", lw=1, ls="--", label=f"BDP {bdp_pkts:.0f} pkts"),
+            *([Line2D([], [], color="0.3", lw=1, ls="--", label=f"BDP {bdp_pkts:.0f} pkts")] if bdp_pkts > 0 else []),
         ],
         loc="upper right",
         fontsize=8,
@@ -258,6 +259,8 @@ def plot_trial(
     seen: dict[str, None] = {}
     for row, f in enumerate(ids):
         for state, a, b in spans.get(f, []):
+            if state is None:  # a backend that cannot see the state (captures)
+                continue
             seen.setdefault(state, None)
             ax_state.broken_barh([(a, b - a)], (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
     ax_state.set_yticks(range(len(ids)), [str(f) for f in ids], fontsize=7)

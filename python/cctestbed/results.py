@@ -181,6 +181,8 @@ class ReplaceRefused(ValueError):
 
 #: A directory holding all of these was written by :func:`write_dir` (a trial's results).
 MARKER_FILES = ("trial.toml", "summary.json")
+#: ... or these: captures analysed without their trial (``cctestbed analyze``).
+ANALYSIS_MARKER_FILES = ("capture.json", "summary.json")
 
 
 def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], ...] = ()) -> None:
@@ -206,7 +208,8 @@ def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], .
         if pr == real or real in pr.parents:
             raise ReplaceRefused(f"{dest} holds {p}, the file being run; choose another output directory")
     missing = [f for f in MARKER_FILES if not (dest / f).is_file()]
-    if missing:
+    analysed = all((dest / f).is_file() for f in ANALYSIS_MARKER_FILES)
+    if missing and not analysed:
         raise ReplaceRefused(
             f"{dest} is not a cctestbed results directory (no {', '.join(missing)}); "
             "--force replaces only a results directory written by cctestbed"
