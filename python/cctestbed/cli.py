@@ -243,11 +243,16 @@ def analyze(
         err.print(f"{msg}; nothing was written", markup=False)
         raise typer.Exit(2)
 
+    interval_ns: Optional[int] = None
+    window: Optional[tuple[float, float]] = None
     try:
         interval_ns = units.parse_time(interval) if interval is not None else None
+    except ValueError as e:
+        fail(f"--interval {interval}: {e}")
+    try:
         window = (units.parse_time(steady[0]) / 1e9, units.parse_time(steady[1]) / 1e9) if steady else None
     except ValueError as e:
-        fail(f"{e}")
+        fail(f"--steady {' '.join(steady or ())}: {e}")
     if interval_ns is not None and interval_ns <= 0:
         fail(f"--interval {interval}: must be > 0")
     trial = None

@@ -341,6 +341,9 @@ def plot_command(
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
+        if (directory / "capture.json").is_file() and not (directory / "trial.toml").is_file():
+            _fail(f"{directory} holds captures analysed without their trial: its trial.png was drawn by analyze; "
+                  "--kind tseq plots a flow's packets")
         try:
             result = TrialResult.load(directory)
         except DamagedFile as e:
