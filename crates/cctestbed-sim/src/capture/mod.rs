@@ -271,15 +271,15 @@ impl Recorder {
         };
         let (sp, snap) = (sender_port(f), self.snaplen);
         if let Some(file) = self.senders.get_mut(f as usize) {
-            let n = encode(&mut self.buf, s, r, sp, RCV_PORT, (s, r0), TTL_HOST, &syn);
+            let n = encode(&mut self.buf, s, r, (sp, RCV_PORT), (s, r0), TTL_HOST, &syn);
             Self::write(snap, file, now, &self.buf, n);
-            let n = encode(&mut self.buf, r, s, RCV_PORT, sp, (r0, s), TTL_HOST - 1, &synack);
+            let n = encode(&mut self.buf, r, s, (RCV_PORT, sp), (r0, s), TTL_HOST - 1, &synack);
             Self::write(snap, file, now, &self.buf, n);
         }
         if let Some(file) = self.receivers.get_mut(f as usize) {
-            let n = encode(&mut self.buf, s, r, sp, RCV_PORT, (r1, r), TTL_HOST - 1, &syn);
+            let n = encode(&mut self.buf, s, r, (sp, RCV_PORT), (r1, r), TTL_HOST - 1, &syn);
             Self::write(snap, file, now, &self.buf, n);
-            let n = encode(&mut self.buf, r, s, RCV_PORT, sp, (r, r1), TTL_HOST, &synack);
+            let n = encode(&mut self.buf, r, s, (RCV_PORT, sp), (r, r1), TTL_HOST, &synack);
             Self::write(snap, file, now, &self.buf, n);
         }
     }
@@ -314,7 +314,7 @@ impl Recorder {
                 ..Default::default()
             }
         };
-        let n = encode(&mut self.buf, s, r, sender_port(f), RCV_PORT, l2, ttl, &seg);
+        let n = encode(&mut self.buf, s, r, (sender_port(f), RCV_PORT), l2, ttl, &seg);
         Self::write(self.snaplen, file, now, &self.buf, n);
     }
 
@@ -363,7 +363,7 @@ impl Recorder {
         }
         let seg = self.ack_segment(a, now, id);
         let (s, r) = (Host::Sender(a.flow), Host::Receiver(a.flow));
-        let n = encode(&mut self.buf, r, s, RCV_PORT, sender_port(a.flow), (r, Host::Router(1)), TTL_HOST, &seg);
+        let n = encode(&mut self.buf, r, s, (RCV_PORT, sender_port(a.flow)), (r, Host::Router(1)), TTL_HOST, &seg);
         Self::write(self.snaplen, &mut self.receivers[a.flow as usize], now, &self.buf, n);
     }
 
@@ -375,7 +375,7 @@ impl Recorder {
         }
         let seg = self.ack_segment(a, sent, id);
         let (s, r) = (Host::Sender(a.flow), Host::Receiver(a.flow));
-        let n = encode(&mut self.buf, r, s, RCV_PORT, sender_port(a.flow), (Host::Router(0), s), TTL_HOST - 1, &seg);
+        let n = encode(&mut self.buf, r, s, (RCV_PORT, sender_port(a.flow)), (Host::Router(0), s), TTL_HOST - 1, &seg);
         Self::write(self.snaplen, &mut self.senders[a.flow as usize], now, &self.buf, n);
     }
 

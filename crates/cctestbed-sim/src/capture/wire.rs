@@ -104,9 +104,9 @@ pub fn ts_ms(t: Nanos) -> u32 {
 }
 
 /// Encodes one frame from `src` to `dst` (the hosts whose addresses the IP and TCP headers
-/// carry) sent on the link between `l2_src` and `l2_dst`, into `out` (cleared first). Returns the
+/// carry), source and destination ports, sent on the link between `l2_src` and `l2_dst`, into `out` (cleared first). Returns the
 /// frame's full length on the wire (before any snap length).
-pub fn encode(out: &mut Vec<u8>, src: Host, dst: Host, sport: u16, dport: u16, l2: (Host, Host), ttl: u8, s: &Segment) -> u32 {
+pub fn encode(out: &mut Vec<u8>, src: Host, dst: Host, (sport, dport): (u16, u16), l2: (Host, Host), ttl: u8, s: &Segment) -> u32 {
     out.clear();
     let mut tcp = TcpHeader::new(sport, dport, s.seq, s.window);
     tcp.syn = s.syn;
