@@ -310,3 +310,25 @@ def test_tseq_of_an_analysed_directory_from_anywhere(cli, captured: Path, tmp_pa
     r = cli("plot", out, "--kind", "tseq", "--from", "2", "--to", "3")
     assert r.exit_code == 0, r.output
     assert (out / "tseq-flow0.png").stat().st_size > 20_000
+
+
+def test_late_flows_keep_the_simulators_time_axis(tmp_path: Path) -> None:
+    """Flows that start after 0: with its trial, a simulator capture is read from the trial's
+    time 0, so the series line up sample by sample."""
+    late = {**TRIAL, "duration": "4s", "steady": ["1s", "4s"], "flows": [{"cc": "cubic", "start": "0.5s"}],
+            "capture": True}
+    r = run_trial(late)
+    r.save(tmp_path / "late")
+    a = analyze_captures([tmp_path / "late/snd0.pcap", tmp_path / "late/rcv0.pcap"], trial=r.trial)
+    assert a.report["time_zero_ns"] == 0
+    sim = r.flows.select("time_s", "delivered_bytes")
+    assert a.flows.select("time_s", "delivered_bytes").equals(sim)
+    b = analyze_captures([tmp_path / "late/snd0.pcap", tmp_path / "late/rcv0.pcap"])
+    assert b.report["time_zero_ns"] == 500_000_000, "without the trial, the first packet"
+
+
+def test_a_grid_too_fine_for_memory_is_refused(captured: Path) -> None:
+    from cctestbed.captures import CaptureError
+
+    with pytest.raises(CaptureError, match=r"the captures end 20 s after time zero: .* samples of 0.00001 ms per flow; give a longer interval"):
+        analyze_captures([captured / "snd0.pcap"], interval_ns=10)

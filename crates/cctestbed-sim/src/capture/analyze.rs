@@ -97,6 +97,8 @@ impl std::fmt::Display for AnalyzeError {
 }
 
 const INITIAL_TTLS: [u8; 4] = [32, 64, 128, 255];
+/// Most samples per flow (the series are held in memory: 10^7 is about a day at 10 ms).
+const MAX_SAMPLES: i64 = 10_000_000;
 
 fn link_offset(dl: DataLink) -> Option<LinkKind> {
     match dl {
@@ -685,6 +687,13 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
 
     // The sample grid.
     let n_samples = ((t_last - time_zero).max(0) + interval - 1) / interval;
+    if n_samples > MAX_SAMPLES {
+        return Err(AnalyzeError(format!(
+            "the captures end {:.0} s after time zero: {n_samples} samples of {} ms per flow; give a longer interval",
+            (t_last - time_zero) as f64 / 1e9,
+            interval as f64 / 1e6
+        )));
+    }
     let n_samples = n_samples.max(1) as usize;
     let grid = |k: usize| time_zero + (k as i64 + 1) * interval;
 
