@@ -8,10 +8,13 @@ Notebook use::
     r.flows, r.router                                   # polars DataFrames
     r.plot()                                            # matplotlib Figure
     r.save("results/default")
+    a = cctestbed.analyze_captures(["snd0.pcap", "rcv0.pcap"])   # packet captures, same frames
+    a.summary, a.flows
 """
 
 from __future__ import annotations
 
+from .captures import analyze_captures
 from .config import ConfigError, Trial, algorithms, load_trial
 from .results import TrialResult
 from .runner import run_trial
@@ -36,6 +39,7 @@ __all__ = [
     "Trial",
     "TrialResult",
     "algorithms",
+    "analyze_captures",
     "core_version",
     "load_trial",
     "run_trial",
