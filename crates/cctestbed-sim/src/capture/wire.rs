@@ -94,7 +94,12 @@ pub struct Segment {
     pub sacks: Vec<(u32, u32)>,
     /// On a SYN: MSS, window scale, SACK permitted.
     pub syn_mss: Option<u16>,
+    /// ECN codepoint of the IP header (not-ECT until the simulator marks packets).
     pub ecn: Ecn,
+    /// TCP's ECN flags (RFC 3168): ECE on ACKs echoing a CE mark, CWR on the data segment after
+    /// the sender reduced its window. Never set until the simulator models ECN.
+    pub ece: bool,
+    pub cwr: bool,
     pub ip_id: u16,
 }
 
@@ -115,6 +120,8 @@ pub fn encode(out: &mut Vec<u8>, src: Host, dst: Host, (sport, dport): (u16, u16
         tcp.acknowledgment_number = a;
     }
     tcp.psh = s.payload > 0;
+    tcp.ece = s.ece;
+    tcp.cwr = s.cwr;
     let mut opts: [TcpOptionElement; 8] = std::array::from_fn(|_| TcpOptionElement::Noop);
     let mut n = 0;
     let mut push = |o: TcpOptionElement, n: &mut usize| {
