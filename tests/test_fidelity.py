@@ -177,6 +177,24 @@ def test_run_skips_what_the_reference_holds(tmp_path):
     assert run_backend(suite2, "sim", tmp_path / "b", reference=ref, workers=2) == (2, 0)
 
 
+def test_remeasure_runs_again_what_the_reference_holds_and_replaces_it(tmp_path):
+    """After a change to the kernel backend, --remeasure measures held reps again, rep by rep
+    into the reference, and a resume into the same store keeps what finished."""
+    from cctestbed.fidelity.cli import run_backend
+
+    suite = parse_suite(MINI, source=str(tmp_path / "suite.toml"))
+    ref = Reference(tmp_path / "ref.parquet")
+    assert run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2) == (4, 0)
+    before = {k: r["date"] for k, r in Reference(tmp_path / "ref.parquet").rows.items()}
+    for r in ref.rows.values():
+        r["date"] = "2000-01-01T00:00:00Z"  # as if measured long ago
+    ref.save()
+    assert run_backend(suite, "sim", tmp_path / "b", reference=ref, workers=2, remeasure=True) == (4, 0)
+    after = Reference(tmp_path / "ref.parquet").rows
+    assert after.keys() == before.keys() and all(r["date"] != "2000-01-01T00:00:00Z" for r in after.values())
+    assert run_backend(suite, "sim", tmp_path / "b", reference=ref, workers=2, remeasure=True) == (0, 0)
+
+
 def _reference_from_simulator(suite, path: Path) -> Reference:
     """A reference holding the simulator's own reps under the kernel's keys."""
     from cctestbed.fidelity.cli import _sim_job

@@ -12,6 +12,7 @@ class FlowFinal(TypedDict):
     sent_pkts: int
     delivered_pkts: int
     dropped_pkts: int
+    marked_pkts: int
     queued_pkts: int
     in_transit_pkts: int
     delivered_bytes: int
@@ -23,6 +24,7 @@ class FlowFinal(TypedDict):
 @type_check_only
 class Final(TypedDict):
     flows: list[FlowFinal]
+    #: counters, with one ``drops_<cause>`` and ``marks_<cause>`` per cause the core declares
     router: dict[str, int]
     events: int
 

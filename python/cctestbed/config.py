@@ -47,7 +47,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on older interpreters only
     import tomli as tomllib
 
-__all__ = ["ConfigError", "Trial", "Link", "FlowGroup", "Loss", "load_trial", "parse_trial", "algorithms"]
+__all__ = ["ConfigError", "Trial", "Link", "FlowGroup", "Loss", "Aqm", "load_trial", "parse_trial", "algorithms"]
 
 
 class ConfigError(ValueError):
@@ -207,6 +207,127 @@ class Loss(_Model):
         return f"Gilbert-Elliott loss p={units.format_percent(self.p or 0)} r={units.format_percent(self.r or 0)}"
 
 
+#: Queue disciplines the simulator offers besides drop-tail, each with the ``tc`` parameters it
+#: takes (Linux's names; absent ones take Linux's defaults, see the README).
+AQM_PARAMS: dict[str, tuple[str, ...]] = {
+    "codel": ("target", "interval", "ecn", "ce_threshold"),
+    "fq_codel": ("target", "interval", "ecn", "ce_threshold", "flows", "quantum", "drop_batch", "memory_limit"),
+    "red": ("min", "max", "probability", "avpkt", "burst", "bandwidth", "ecn", "harddrop", "adaptive"),
+    "pie": ("target", "tupdate", "alpha", "beta", "ecn", "bytemode"),
+    "fq": ("flow_limit", "quantum", "initial_quantum", "refill_delay", "ce_threshold"),
+    "dualpi2": ("target", "tupdate", "alpha", "beta", "step_thresh", "min_qlen_step", "coupling_factor",
+                "drop_overload", "c_protection"),
+}
+
+
+def _aqm_shorthand(v: Any) -> Any:
+    """``aqm = "fq_codel"`` is the discipline with Linux's defaults, ``aqm = "none"`` drop-tail
+    (so that a sweep can put drop-tail beside the AQMs); tables pass through."""
+    if v == "none":
+        return None
+    return {"kind": v} if isinstance(v, str) else v
+
+
+class Aqm(_Model):
+    """Active queue management at the bottleneck (``link.aqm``); ``link.queue`` stays the hard limit."""
+
+    kind: str
+    target: Optional[PositiveTime] = None
+    interval: Optional[PositiveTime] = None
+    ecn: Optional[StrictBool] = None
+    ce_threshold: Optional[NonNegativeTime] = None
+    flows: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, 65536))]] = None
+    quantum: Optional[Annotated[Size, AfterValidator(_int_range(256, U32_MAX))]] = None
+    drop_batch: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, U32_MAX))]] = None
+    memory_limit: Optional[Annotated[Size, AfterValidator(_int_range(1, 2**31))]] = None
+    min: Optional[PositiveSize] = None
+    max: Optional[PositiveSize] = None
+    probability: Optional[Probability] = None
+    avpkt: Optional[PositiveSize] = None
+    burst: Optional[PositiveU32] = None
+    bandwidth: Optional[PositiveRate] = None
+    harddrop: Optional[StrictBool] = None
+    adaptive: Optional[StrictBool] = None
+    tupdate: Optional[PositiveTime] = None
+    #: pie: whole sixteenths 0-32 (tc-pie's integers); dualpi2: Hz (tc-dualpi2's 0.16, 3.2).
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
+    bytemode: Optional[StrictBool] = None
+    flow_limit: Optional[PositiveU32] = None
+    initial_quantum: Optional[Annotated[Size, AfterValidator(_int_range(1, U32_MAX))]] = None
+    refill_delay: Optional[NonNegativeTime] = None
+    step_thresh: Optional[PositiveTime] = None
+    min_qlen_step: Optional[U32] = None
+    coupling_factor: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, 255))]] = None
+    drop_overload: Optional[StrictBool] = None
+    c_protection: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 100))]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_limit(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "limit" in v:
+            raise _field_error(
+                "limit", v["limit"], "the hard limit of every discipline is link.queue; give it there"
+            )
+        return v
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in AQM_PARAMS:
+            raise ValueError(
+                f"unknown queue discipline; valid are {', '.join(AQM_PARAMS)} (leave aqm out for drop-tail)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> "Aqm":
+        if self.kind not in AQM_PARAMS:
+            return self
+        allowed = AQM_PARAMS[self.kind]
+        given = [k for k in type(self).model_fields if k != "kind" and getattr(self, k) is not None]
+        wrong = [k for k in given if k not in allowed]
+        if wrong:
+            raise _field_errors(
+                [(k, None, f"not a parameter of {self.kind}; it takes {', '.join(allowed)}") for k in wrong]
+            )
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if self.kind == "pie" and not (float(v).is_integer() and 0 <= v <= 32):
+                raise _field_error(name, v, "must be a whole number from 0 to 32 (sixteenths, as tc-pie)")
+            if self.kind == "dualpi2" and not (math.isfinite(v) and v > 0):
+                raise _field_error(name, v, "must be > 0 (Hz, as tc-dualpi2)")
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            raise _field_error("min", units.format_size(self.min), f"must be below max ({units.format_size(self.max)})")
+        return self
+
+    def to_core(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns"),
+                           ("tupdate", "tupdate_ns"), ("refill_delay", "flow_refill_delay_ns"),
+                           ("step_thresh", "step_thresh_ns")):
+            if getattr(self, name) is not None:
+                out[core] = getattr(self, name)
+        if self.bandwidth is not None:
+            out["bandwidth_bps"] = self.bandwidth
+        for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit", "min", "max", "probability", "avpkt",
+                     "burst", "harddrop", "adaptive", "bytemode", "flow_limit", "initial_quantum", "min_qlen_step",
+                     "coupling_factor", "drop_overload", "c_protection"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = int(v) if self.kind == "pie" else float(v)
+        return out
+
+    def describe(self) -> str:
+        extra = [f"{k} {units.format_time(getattr(self, k))}" for k in ("target", "interval") if getattr(self, k)]
+        return self.kind + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _canonical_queue(v: Any) -> str:
     kind, amount = units.parse_queue(v)
     if amount <= 0:
@@ -282,6 +403,7 @@ class Link(_Delays):
     delay_schedule: list[DelayChange] = Field(default_factory=list)
     access_rate: Optional[PositiveRate] = None
     jitter: NonNegativeTime = 0
+    aqm: Annotated[Optional[Aqm], BeforeValidator(_aqm_shorthand)] = None
 
     @property
     def rtprop_ns(self) -> int:
@@ -331,6 +453,9 @@ class FlowGroup(_Model):
     initial_cwnd: PositiveU32 = 10
     delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
     group: Optional[str] = None
+    #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed;
+    #: ``"l4s"`` also negotiates it but sends ECT(1), the L4S identifier (RFC 9331).
+    ecn: Optional[Union[StrictBool, Literal["l4s"]]] = None
 
     @field_validator("cc")
     @classmethod
@@ -587,6 +712,8 @@ class Trial(_Model):
                         "quickacks": g.delayed_ack.quickacks,
                     },
                     "group": g.label,
+                    **({"ecn": True} if g.ecn else {}),
+                    **({"ect1": True} if g.ecn == "l4s" else {}),
                 }
             )
         return {
@@ -612,6 +739,7 @@ class Trial(_Model):
                 ],
                 "access_rate_bps": link.access_rate,
                 "jitter_ns": link.jitter,
+                **({"aqm": link.aqm.to_core()} if link.aqm is not None else {}),
             },
             "flows": flows,
             **({"capture": self._capture_core()} if self.capture_config is not None else {}),
@@ -649,6 +777,8 @@ class Trial(_Model):
             f"RTprop {units.human_time(self.link.rtprop_ns)}",
             f"queue {q}",
         ]
+        if self.link.aqm is not None:
+            parts.append(self.link.aqm.describe())
         if self.link.loss.model != "none":
             parts.append(self.link.loss.describe())
         if self.link.schedule:

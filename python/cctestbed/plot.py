@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from .summary import DROP_COLUMNS, TrialInfo
+from .summary import TrialInfo, drop_columns
 
 BIN_S = 0.5
 
@@ -95,10 +95,13 @@ def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
 def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
     """Per interval: mean and max queue (bytes), capacity, and the drop rate (drops / arrivals)."""
     # a drop column a backend cannot fill (null) counts nothing; all null stays null
-    present = [c for c in DROP_COLUMNS if c in router.columns]
-    drops = pl.when(pl.all_horizontal(pl.col(c).is_null() for c in present)).then(None).otherwise(
-        pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in present)
-    )
+    present = drop_columns(router)
+    if present:
+        drops = pl.when(pl.all_horizontal(pl.col(c).is_null() for c in present)).then(None).otherwise(
+            pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in present)
+        )
+    else:
+        drops = pl.lit(0.0)
     b = (
         router.with_columns(_bin_expr(width), drops.alias("drops"))
         .group_by("t")

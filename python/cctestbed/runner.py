@@ -40,21 +40,6 @@ FLOW_COLUMNS = (
     "ca_state",
 )
 
-#: Column order of router.parquet, then ``backend``.
-ROUTER_COLUMNS = (
-    "time_s",
-    "queue_bytes",
-    "queue_pkts",
-    "capacity_bps",
-    "arrivals_pkts",
-    "arrival_bytes",
-    "departures_pkts",
-    "departed_bytes",
-    "departed_payload_bytes",
-    "drops_overflow",
-    "drops_random",
-    "drops_policer",
-)
 
 
 def _ordered(columns: dict[str, Any], first: tuple[str, ...]) -> list[str]:
@@ -84,10 +69,11 @@ def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl
 
 
 def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
-    """router.parquet from the core's ``router`` columns."""
+    """router.parquet from the core's ``router`` columns, in the core's order (the drop and
+    mark columns, ``drops_<cause>`` and ``marks_<cause>``, come from the core's list of causes)."""
     cols = {k: np.asarray(v) for k, v in raw["router"].items()}
     n = len(cols["time_s"])
-    series = [pl.Series(name, cols[name]) for name in _ordered(cols, ROUTER_COLUMNS)]
+    series = [pl.Series(name, v) for name, v in cols.items()]
     series.append(pl.Series("backend", [backend] * n, dtype=pl.String))
     return pl.DataFrame(series)
 

@@ -8,8 +8,11 @@ same code serves single trials and sweeps. Conventions (see the README's summary
   sample at or before ``t1`` and the last one at or before ``t0`` (zero before the first sample).
 - Utilization is delivered payload over the payload capacity, capacity x mss / mtu, integrated
   over the window with the capacity schedule.
-- Loss is router drops (overflow, random and policer) over packets arriving at the router;
+- Loss is router drops (every cause: overflow, random, policer, aqm) over packets arriving at
+  the router; the mark rate is CE marks set by the router over the same arrivals;
   retransmission rate is retransmitted segments over segments sent. Both in percent.
+- Sojourn percentiles are over the per-interval mean sojourn (``sojourn_mean_ms``), as RTT
+  percentiles are over per-interval mean RTTs; the maximum is the largest single packet's.
 - Percentiles interpolate linearly between samples (numpy's default).
 - Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
 """
@@ -25,7 +28,20 @@ import polars as pl
 #: Time comparisons tolerate this much float error (sample times are multiples of the interval).
 EPS = 1e-9
 
-DROP_COLUMNS = ("drops_overflow", "drops_random", "drops_policer")
+#: Router counters are named ``drops_<cause>`` and ``marks_<cause>``; the causes are the core's
+#: (``cctestbed-sim`` ``qdisc::DropCause`` and ``MarkCause``), so the columns are found by prefix.
+DROP_PREFIX = "drops_"
+MARK_PREFIX = "marks_"
+
+
+def drop_columns(router: pl.DataFrame) -> list[str]:
+    """The router's drop counters, one per cause."""
+    return [c for c in router.columns if c.startswith(DROP_PREFIX)]
+
+
+def mark_columns(router: pl.DataFrame) -> list[str]:
+    """The router's CE-mark counters, one per cause."""
+    return [c for c in router.columns if c.startswith(MARK_PREFIX)]
 
 
 @dataclass(frozen=True)
@@ -208,10 +224,15 @@ def per_flow(flows: pl.DataFrame, t0: float, t1: float) -> pl.DataFrame:
 
 
 def router_metrics(router: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str, Any]:
-    """Loss over the window and queue occupancy statistics, in bytes and in BDP."""
-    d = counter_deltas(router, ["arrivals_pkts", *DROP_COLUMNS], t0, t1)
-    drops = sum(float(d[c][0]) for c in DROP_COLUMNS)
+    """Loss and CE marks over the window, queue occupancy statistics in bytes and in BDP, and
+    the sojourn time through the queue."""
+    drop_cols, mark_cols = drop_columns(router), mark_columns(router)
+    d = counter_deltas(router, ["arrivals_pkts", *drop_cols, *mark_cols], t0, t1)
+    drops = sum(float(d[c][0]) for c in drop_cols)
     arrivals = float(d["arrivals_pkts"][0])
+    # Marks exist only where the backend reports them (the simulator); None elsewhere.
+    has_marks = bool(mark_cols) and router[mark_cols[0]].null_count() < len(router)
+    marks = sum(float(d[c][0]) for c in mark_cols) if has_marks else None
     q = window(router, t0, t1)["queue_bytes"].cast(pl.Float64)
     mean_b = _num(q.mean()) if len(q) else None
     p95_b = percentile(q, 0.95)
@@ -219,9 +240,18 @@ def router_metrics(router: pl.DataFrame, info: TrialInfo, t0: float, t1: float) 
     def bdp(x: Optional[float]) -> Optional[float]:
         return None if x is None or info.bdp_bytes <= 0 else x / info.bdp_bytes
 
+    inside = window(router, t0, t1)
+    soj = inside["sojourn_mean_ms"] if "sojourn_mean_ms" in inside.columns else pl.Series([], dtype=pl.Float64)
+    soj_max = inside["sojourn_max_ms"].cast(pl.Float64).fill_nan(None) if "sojourn_max_ms" in inside.columns else None
     return {
         "loss_pct": _pct(drops, arrivals),
+        "mark_pct": None if marks is None else _pct(marks, arrivals),
         "queue": {"mean_bdp": bdp(mean_b), "p95_bdp": bdp(p95_b), "mean_bytes": mean_b, "p95_bytes": p95_b},
+        "sojourn": {
+            "p50_ms": percentile(soj, 0.5),
+            "p95_ms": percentile(soj, 0.95),
+            "max_ms": _num(soj_max.max()) if soj_max is not None and soj_max.drop_nulls().len() else None,
+        },
     }
 
 
@@ -275,10 +305,12 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "utilization": delivered_bits / cap_bits if cap_bits > 0 else None,
             "goodput_bps": delivered_bits / span if span > 0 else None,
             "loss_pct": rm["loss_pct"],
+            "mark_pct": rm["mark_pct"],
             "retrans_pct": _pct(retrans, sent),
             "jain": jain(pf["goodput_bps"].fill_null(0.0)),
         },
         "queue": rm["queue"],
+        "sojourn": rm["sojourn"],
         "rtt": rtt_metrics(flows, t0, t1),
         "groups": groups,
         "flows": [

@@ -21,6 +21,15 @@
 //! Random loss applies to IPv4 frames when they leave the forward delay line, i.e. just
 //! before the bottleneck queue, as in the simulator (loss before the queue, netem-style).
 //!
+//! The bottleneck qdisc (HTB) releases a packet as soon as it may start sending it, and the
+//! veth delivers it at once, so a receiver would get each packet one transmission time earlier
+//! than from a real link, which delivers its last bit at the end of that time. With
+//! `--serialization-bps` (the trial's capacity) the forward delay of each frame grows by its
+//! transmission time at that rate (its IP bytes, as the simulator counts them): a constant
+//! shift for frames of one size, so the queue sees the same arrivals, one transmission time
+//! later, and every frame reaches the receiver when it would over a real link. The rate is
+//! the trial's initial capacity; after a capacity change the shift is that of the initial rate.
+//!
 //! Counters are kept in a small memory-mapped file (`--stats`, little-endian `u64` slots,
 //! see [`Slot`]) that the router sampler reads every sample interval; at exit a JSON report
 //! (`--report`) gives the counters and the distribution of the emulator's timing error: for
@@ -101,6 +110,15 @@ fn err<T>(what: &str) -> Result<T, String> {
     Err(format!("{what}: {}", io::Error::last_os_error()))
 }
 
+/// Time to transmit a frame's IP packet (the frame less its 14-byte Ethernet header) at
+/// `rate_bps`; 0 without a rate.
+fn transmission_ns(frame_len: usize, rate_bps: u64) -> Nanos {
+    if rate_bps == 0 {
+        return 0;
+    }
+    (frame_len.saturating_sub(14) as u128 * 8 * 1_000_000_000 / rate_bps as u128) as Nanos
+}
+
 struct Args {
     left: String,
     right: String,
@@ -111,6 +129,8 @@ struct Args {
     stats: Option<String>,
     report: Option<String>,
     rt_priority: i32,
+    /// Bottleneck rate whose transmission time each forward frame is delayed by (0: none).
+    serialization_bps: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -124,6 +144,7 @@ fn parse_args() -> Result<Args, String> {
         stats: None,
         report: None,
         rt_priority: 50,
+        serialization_bps: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -132,7 +153,8 @@ fn parse_args() -> Result<Args, String> {
         if key == "-h" || key == "--help" {
             println!(
                 "usage: cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N \
-                 [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)]"
+                 [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)] \
+                 [--serialization-bps RATE]"
             );
             std::process::exit(0);
         }
@@ -148,6 +170,7 @@ fn parse_args() -> Result<Args, String> {
             "--stats" => a.stats = Some(val),
             "--report" => a.report = Some(val),
             "--rt-priority" => a.rt_priority = num(&val)? as i32,
+            "--serialization-bps" => a.serialization_bps = val.parse().map_err(|e| format!("--serialization-bps: {e}"))?,
             _ => return Err(format!("unknown option {key}")),
         }
         i += 2;
@@ -478,8 +501,11 @@ fn run(a: Args) -> Result<(), String> {
                         stats.add(rx_p, 1);
                         stats.add(rx_b, len as u64);
                         let idx = slab.put(frame);
-                        let due = at + if d == 0 { a.delay_fwd } else { a.delay_rev };
-                        dirs[d].line.push(at, (idx, due), len as u32);
+                        // Forward frames enter the line one transmission time late (see the
+                        // module docs); the line keeps them in order.
+                        let shift = if d == 0 { transmission_ns(len, a.serialization_bps) } else { 0 };
+                        let due = at + shift + if d == 0 { a.delay_fwd } else { a.delay_rev };
+                        dirs[d].line.push(at + shift, (idx, due), len as u32);
                     }
                     Err(e) => {
                         fatal = Some(format!("recv: {e}"));
@@ -592,6 +618,7 @@ fn run(a: Args) -> Result<(), String> {
         "right": a.right,
         "delay_fwd_ns": a.delay_fwd,
         "delay_rev_ns": a.delay_rev,
+        "serialization_bps": a.serialization_bps,
         "realtime": rt.is_ok(),
         "realtime_error": rt.err(),
         "runtime_s": (mono() - started) as f64 / 1e9,
@@ -641,6 +668,15 @@ mod tests {
         assert_eq!(h.max, 99_500);
         h.add(1_000_000_000); // beyond the last bucket: counted there
         assert_eq!(h.n, 101);
+    }
+
+    #[test]
+    fn forward_shift_is_the_ip_packets_transmission_time() {
+        // A full frame (1514 bytes, a 1500-byte IP packet) takes 12 ms at 1 Mbit/s, as the
+        // simulator's bottleneck serialises it; a handshake ACK (66-byte frame) 416 us.
+        assert_eq!(transmission_ns(1514, 1_000_000), 12_000_000);
+        assert_eq!(transmission_ns(66, 1_000_000), 416_000);
+        assert_eq!(transmission_ns(1514, 0), 0);
     }
 
     #[test]

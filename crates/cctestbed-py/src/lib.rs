@@ -92,9 +92,12 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let r = out.router;
     columns!(py, router, r, [
         time_s, queue_bytes, queue_pkts, capacity_bps, arrivals_pkts, arrival_bytes,
-        departures_pkts, departed_bytes, departed_payload_bytes, drops_overflow, drops_random,
-        drops_policer,
+        departures_pkts, departed_bytes, departed_payload_bytes,
     ]);
+    for (name, col) in r.drops.into_iter().chain(r.marks) {
+        router.set_item(name, col.into_pyarray_bound(py))?;
+    }
+    columns!(py, router, r, [sojourn_mean_ms, sojourn_max_ms]);
     res.set_item("router", router)?;
     res.set_item("state_labels", PyList::new_bound(py, out.state_labels))?;
 
@@ -103,7 +106,7 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     for ff in &out.flow_final {
         let d = PyDict::new_bound(py);
         fields!(d, ff, [
-            sent_pkts, delivered_pkts, dropped_pkts, queued_pkts, in_transit_pkts, delivered_bytes,
+            sent_pkts, delivered_pkts, dropped_pkts, marked_pkts, queued_pkts, in_transit_pkts, delivered_bytes,
             retrans_segs, sent_segs, lost_segs, rto_count,
         ]);
         flows_fin.append(d)?;
@@ -113,8 +116,14 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let rd = PyDict::new_bound(py);
     fields!(rd, rf, [
         arrivals_pkts, arrival_bytes, departures_pkts, departed_bytes, departed_payload_bytes,
-        drops_overflow, drops_random, drops_policer, dropped_bytes,
+        dropped_bytes,
     ]);
+    for &c in ccsim::qdisc::DropCause::ALL {
+        rd.set_item(format!("drops_{}", c.name()), rf.drops[c])?;
+    }
+    for &c in ccsim::qdisc::MarkCause::ALL {
+        rd.set_item(format!("marks_{}", c.name()), rf.marks[c])?;
+    }
     rd.set_item("queued_bytes", out.router_queued_bytes)?;
     fin.set_item("router", rd)?;
     fin.set_item("events", out.events)?;

@@ -71,6 +71,343 @@ pub struct LinkConfig {
     /// (order kept), as interrupt and scheduling delays do on real hosts. 0 = none.
     #[serde(default)]
     pub jitter_ns: Nanos,
+    /// Active queue management at the bottleneck; `None` is drop-tail. `queue` stays the
+    /// hard limit under every discipline.
+    #[serde(default)]
+    pub aqm: Option<AqmConfig>,
+}
+
+/// A queue discipline other than drop-tail, with `tc`'s parameter names (times in ns);
+/// absent parameters take Linux's defaults.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AqmConfig {
+    /// `tc qdisc ... codel` (RFC 8289).
+    Codel(CodelConfig),
+    /// `tc qdisc ... fq_codel` (RFC 8290).
+    FqCodel(FqCodelConfig),
+    /// `tc qdisc ... red` (Floyd and Jacobson 1993; adaptive: Floyd et al. 2001).
+    Red(RedConfig),
+    /// `tc qdisc ... pie` (RFC 8033).
+    Pie(PieConfig),
+    /// `tc qdisc ... fq` (Linux's fair-queue scheduler).
+    Fq(FqConfig),
+    /// `tc qdisc ... dualpi2` (RFC 9332).
+    Dualpi2(DualPi2Config),
+}
+
+/// DualPI2's parameters (`tc-dualpi2`); alpha and beta in Hz.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DualPi2Config {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub tupdate_ns: Option<Nanos>,
+    #[serde(default)]
+    pub alpha: Option<f64>,
+    #[serde(default)]
+    pub beta: Option<f64>,
+    #[serde(default)]
+    pub step_thresh_ns: Option<Nanos>,
+    #[serde(default)]
+    pub min_qlen_step: Option<u32>,
+    #[serde(default)]
+    pub coupling_factor: Option<u8>,
+    #[serde(default)]
+    pub drop_overload: Option<bool>,
+    /// The C queue's share of the round robin, percent.
+    #[serde(default)]
+    pub c_protection: Option<u8>,
+}
+
+/// FQ's parameters (`tc-fq`); sizes in bytes, `flow_limit` in packets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FqConfig {
+    #[serde(default)]
+    pub flow_limit: Option<u32>,
+    #[serde(default)]
+    pub quantum: Option<u32>,
+    #[serde(default)]
+    pub initial_quantum: Option<u32>,
+    #[serde(default)]
+    pub flow_refill_delay_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
+}
+
+/// PIE's parameters (`tc-pie`); alpha and beta in Linux's 1/16 units (0-32).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PieConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub tupdate_ns: Option<Nanos>,
+    #[serde(default)]
+    pub alpha: Option<u32>,
+    #[serde(default)]
+    pub beta: Option<u32>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub bytemode: Option<bool>,
+}
+
+/// RED's parameters (`tc-red`); thresholds and sizes in bytes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedConfig {
+    #[serde(default)]
+    pub min: Option<u64>,
+    #[serde(default)]
+    pub max: Option<u64>,
+    /// max_P, the marking probability at `max`.
+    #[serde(default)]
+    pub probability: Option<f64>,
+    #[serde(default)]
+    pub avpkt: Option<u64>,
+    /// Packets of `avpkt` the average lets through at once (sets the EWMA weight).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Rate used to age the average over idle periods; the link capacity if absent.
+    #[serde(default)]
+    pub bandwidth_bps: Option<u64>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    /// Drop rather than mark above `max`, even with `ecn`.
+    #[serde(default)]
+    pub harddrop: Option<bool>,
+    #[serde(default)]
+    pub adaptive: Option<bool>,
+}
+
+impl AqmConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AqmConfig::Codel(_) => "codel",
+            AqmConfig::FqCodel(_) => "fq_codel",
+            AqmConfig::Red(_) => "red",
+            AqmConfig::Pie(_) => "pie",
+            AqmConfig::Fq(_) => "fq",
+            AqmConfig::Dualpi2(_) => "dualpi2",
+        }
+    }
+}
+
+/// CoDel's parameters (`tc-codel`). `ecn` defaults to off for `codel`, on for `fq_codel`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodelConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub interval_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
+}
+
+/// Linux `codel_params_init`: target 5 ms, interval 100 ms.
+pub const CODEL_TARGET_NS: Nanos = 5_000_000;
+pub const CODEL_INTERVAL_NS: Nanos = 100_000_000;
+
+impl CodelConfig {
+    /// The parameters with defaults filled in; `ecn_default` is the discipline's.
+    pub fn resolve_with(&self, mtu: u32, ecn_default: bool) -> crate::qdisc::codel::CodelParams {
+        crate::qdisc::codel::CodelParams {
+            target: self.target_ns.unwrap_or(CODEL_TARGET_NS),
+            interval: self.interval_ns.unwrap_or(CODEL_INTERVAL_NS),
+            ecn: self.ecn.unwrap_or(ecn_default),
+            ce_threshold: self.ce_threshold_ns,
+            mtu: mtu as u64,
+        }
+    }
+
+    /// For `codel` (sch_codel.c leaves ECN off).
+    pub fn resolve(&self, mtu: u32) -> crate::qdisc::codel::CodelParams {
+        self.resolve_with(mtu, false)
+    }
+
+    fn check(&self, at: &str, errs: &mut Vec<String>) {
+        for (name, v) in [("target_ns", self.target_ns), ("interval_ns", self.interval_ns)] {
+            if let Some(v) = v {
+                if v <= 0 {
+                    errs.push(format!("{at}.{name}: {v}: must be > 0"));
+                }
+            }
+        }
+        if let Some(v) = self.ce_threshold_ns {
+            if v < 0 {
+                errs.push(format!("{at}.ce_threshold_ns: {v}: must be >= 0"));
+            }
+        }
+    }
+}
+
+/// FQ-CoDel's parameters (`tc-fq_codel`), CoDel's among them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FqCodelConfig {
+    #[serde(default)]
+    pub target_ns: Option<Nanos>,
+    #[serde(default)]
+    pub interval_ns: Option<Nanos>,
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub ce_threshold_ns: Option<Nanos>,
+    /// Number of queues the flows hash into.
+    #[serde(default = "fq_codel_flows")]
+    pub flows: u32,
+    /// Bytes a queue may send per round; `None` is the MTU.
+    #[serde(default)]
+    pub quantum: Option<u32>,
+    /// Most packets dropped at once from the fattest queue when over a limit.
+    #[serde(default = "fq_codel_drop_batch")]
+    pub drop_batch: u32,
+    /// Bytes of packets the discipline may hold.
+    #[serde(default = "fq_codel_memory_limit")]
+    pub memory_limit: u64,
+}
+
+/// `fq_codel_init` defaults.
+fn fq_codel_flows() -> u32 {
+    1024
+}
+fn fq_codel_drop_batch() -> u32 {
+    64
+}
+fn fq_codel_memory_limit() -> u64 {
+    32 << 20
+}
+
+impl Default for FqCodelConfig {
+    fn default() -> Self {
+        FqCodelConfig {
+            target_ns: None,
+            interval_ns: None,
+            ecn: None,
+            ce_threshold_ns: None,
+            flows: fq_codel_flows(),
+            quantum: None,
+            drop_batch: fq_codel_drop_batch(),
+            memory_limit: fq_codel_memory_limit(),
+        }
+    }
+}
+
+impl FqCodelConfig {
+    /// The CoDel part of the parameters.
+    pub fn codel(&self) -> CodelConfig {
+        CodelConfig {
+            target_ns: self.target_ns,
+            interval_ns: self.interval_ns,
+            ecn: self.ecn,
+            ce_threshold_ns: self.ce_threshold_ns,
+        }
+    }
+}
+
+impl AqmConfig {
+    /// Range checks, each as "field: value: what is valid".
+    pub fn check(&self, errs: &mut Vec<String>) {
+        let at = "link.aqm";
+        match self {
+            AqmConfig::Codel(c) => c.check(at, errs),
+            AqmConfig::Dualpi2(d) => {
+                for (n, v) in [("target_ns", d.target_ns), ("tupdate_ns", d.tupdate_ns), ("step_thresh_ns", d.step_thresh_ns)] {
+                    if let Some(v) = v {
+                        if v <= 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0"));
+                        }
+                    }
+                }
+                for (n, v) in [("alpha", d.alpha), ("beta", d.beta)] {
+                    if let Some(v) = v {
+                        if !(v > 0.0 && v.is_finite()) {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0 (Hz)"));
+                        }
+                    }
+                }
+                if d.coupling_factor == Some(0) {
+                    errs.push(format!("{at}.coupling_factor: 0: must be >= 1"));
+                }
+                if let Some(w) = d.c_protection {
+                    if w > 100 {
+                        errs.push(format!("{at}.c_protection: {w}: must be from 0 to 100 (percent)"));
+                    }
+                }
+            }
+            AqmConfig::Fq(f) => {
+                for (n, v) in [("flow_limit", f.flow_limit), ("quantum", f.quantum)] {
+                    if v == Some(0) {
+                        errs.push(format!("{at}.{n}: 0: must be > 0"));
+                    }
+                }
+                for (n, v) in [("flow_refill_delay_ns", f.flow_refill_delay_ns), ("ce_threshold_ns", f.ce_threshold_ns)] {
+                    if let Some(v) = v {
+                        if v < 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be >= 0"));
+                        }
+                    }
+                }
+            }
+            AqmConfig::Pie(p) => {
+                for (n, v) in [("target_ns", p.target_ns), ("tupdate_ns", p.tupdate_ns)] {
+                    if let Some(v) = v {
+                        if v <= 0 {
+                            errs.push(format!("{at}.{n}: {v}: must be > 0"));
+                        }
+                    }
+                }
+                for (n, v) in [("alpha", p.alpha), ("beta", p.beta)] {
+                    if let Some(v) = v {
+                        if v > 32 {
+                            errs.push(format!("{at}.{n}: {v}: must be from 0 to 32 (sixteenths)"));
+                        }
+                    }
+                }
+            }
+            AqmConfig::Red(r) => {
+                if let Some(p) = r.probability {
+                    if !(p > 0.0 && p <= 1.0) {
+                        errs.push(format!("{at}.probability: {p}: must be in (0, 1]"));
+                    }
+                }
+                if let (Some(a), Some(b)) = (r.min, r.max) {
+                    if a >= b {
+                        errs.push(format!("{at}.min: {a}: must be below max ({b})"));
+                    }
+                }
+                for (n, v) in [("avpkt", r.avpkt), ("burst", r.burst), ("bandwidth_bps", r.bandwidth_bps), ("max", r.max)] {
+                    if v == Some(0) {
+                        errs.push(format!("{at}.{n}: 0: must be > 0"));
+                    }
+                }
+            }
+            AqmConfig::FqCodel(f) => {
+                f.codel().check(at, errs);
+                // Linux fq_codel_change: 1 to 65536 flows.
+                if !(1..=65536).contains(&f.flows) {
+                    errs.push(format!("{at}.flows: {}: must be from 1 to 65536", f.flows));
+                }
+                if let Some(q) = f.quantum {
+                    if q < 256 {
+                        errs.push(format!("{at}.quantum: {q}: must be at least 256 bytes"));
+                    }
+                }
+                if f.drop_batch == 0 {
+                    errs.push(format!("{at}.drop_batch: 0: must be >= 1"));
+                }
+                if f.memory_limit == 0 || f.memory_limit > 1 << 31 {
+                    errs.push(format!("{at}.memory_limit: {}: must be from 1 to 2^31 bytes", f.memory_limit));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,6 +497,12 @@ pub struct FlowConfig {
     /// Label shown in results; defaults to the algorithm name.
     #[serde(default)]
     pub group: Option<String>,
+    /// Negotiate ECN (RFC 3168): data leaves ECN-capable and the receiver echoes CE marks.
+    #[serde(default)]
+    pub ecn: bool,
+    /// With `ecn`: data leaves ECT(1), the L4S identifier (RFC 9331), instead of ECT(0).
+    #[serde(default)]
+    pub ect1: bool,
 }
 
 fn default_iw() -> u32 {
@@ -180,6 +523,8 @@ impl FlowConfig {
             initial_cwnd: default_iw(),
             delayed_ack: DelayedAckConfig::default(),
             group: None,
+            ecn: false,
+            ect1: false,
         }
     }
 }
@@ -255,6 +600,7 @@ impl SimConfig {
                 delay_schedule: vec![],
                 access_rate_bps: None,
                 jitter_ns: 0,
+                aqm: None,
             },
             flows: vec![],
             capture: None,
@@ -341,6 +687,9 @@ impl SimConfig {
             if c.at_ns < 0 || c.delay_fwd_ns < 0 || c.delay_rev_ns < 0 {
                 errs.push(format!("link.delay_schedule[{i}]: times and delays must be >= 0"));
             }
+        }
+        if let Some(a) = &l.aqm {
+            a.check(&mut errs);
         }
         if self.flows.is_empty() {
             errs.push("flows: empty: give at least one flow".into());

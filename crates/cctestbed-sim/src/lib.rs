@@ -2,8 +2,9 @@
 //!
 //! Layers, bottom up:
 //! - [`event`]: the event queue ordered by (time, insertion) and lazily re-armed timers;
-//! - [`link`]: delay lines and the bottleneck router (drop-tail queue, random loss,
-//!   token-bucket shaper and policer, capacity schedule), the one queue model;
+//! - [`link`]: delay lines and the bottleneck router (random loss, token-bucket shaper and
+//!   policer, capacity schedule), the one queue model; [`qdisc`]: its queue disciplines
+//!   (drop-tail, CoDel, FQ-CoDel, RED, PIE, fq, DualPI2), drop and mark causes;
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod event;
 pub mod link;
 pub mod packet;
+pub mod qdisc;
 pub mod ranges;
 pub mod rng;
 pub mod sim;

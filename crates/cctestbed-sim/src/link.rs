@@ -5,15 +5,18 @@
 //!   packets wait in a ring buffer ordered by arrival time, so only its head needs an event.
 //! - [`Bottleneck`]: the router's egress. On arrival a packet meets, in order, random loss
 //!   (like netem's `loss`), an optional token-bucket policer (drops what does not conform) and
-//!   the drop-tail queue (like `bfifo`/`pfifo`: admitted if it fits the byte and packet
-//!   limits). The queue drains at the link capacity, optionally behind a token-bucket shaper
-//!   (like `tc tbf`: the head waits for tokens). Capacity may change over time.
+//!   the queue discipline ([`crate::qdisc`]: drop-tail like `bfifo`/`pfifo` by default, or an
+//!   AQM). The queue drains at the link capacity, optionally behind a token-bucket shaper
+//!   (like `tc tbf`: the head waits for tokens, peeked from the discipline). Capacity may
+//!   change over time.
 //!
 //! All arithmetic is in integers (nanoseconds, bits x nanoseconds), so long runs do not drift.
 //! The model is driven by time passed in; it never reads a clock.
 
-use crate::config::{LinkConfig, LossConfig, Nanos, QueueConfig, TokenBucketConfig};
+use crate::config::{LinkConfig, LossConfig, Nanos, TokenBucketConfig};
 use crate::packet::DataPacket;
+pub use crate::qdisc::{Counters, DropCause, FlowRouterStats, MarkCause, RouterStats};
+use crate::qdisc::{Qdisc, Queued};
 use crate::rng::SimRng;
 use std::collections::VecDeque;
 
@@ -190,76 +193,56 @@ impl LossModel {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DropCause {
-    Overflow,
-    Random,
-    Policer,
-}
-
-/// Cumulative router counters.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RouterStats {
-    pub arrivals_pkts: u64,
-    pub arrival_bytes: u64,
-    pub departures_pkts: u64,
-    pub departed_bytes: u64,
-    pub departed_payload_bytes: u64,
-    pub drops_overflow: u64,
-    pub drops_random: u64,
-    pub drops_policer: u64,
-    pub dropped_bytes: u64,
-}
-
-/// Per-flow counters at the router (for conservation checks and per-flow loss).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FlowRouterStats {
-    pub arrivals: u64,
-    pub drops: u64,
-    pub departures: u64,
-    pub queued: u64,
-}
-
 /// The bottleneck router's egress.
 pub struct Bottleneck {
     rate_bps: u64,
     rem: u128,
-    limit_bytes: u64,
-    limit_packets: u64,
-    queue: VecDeque<DataPacket>,
-    queue_bytes: u64,
+    qdisc: Box<dyn Qdisc>,
     in_service: Option<(DataPacket, Nanos)>,
     shaper: Option<TokenBucket>,
     policer: Option<TokenBucket>,
     loss: LossModel,
-    pub stats: RouterStats,
-    pub per_flow: Vec<FlowRouterStats>,
+    /// Drop, mark and per-flow counters, written by the router and its queue discipline.
+    pub counters: Counters,
+    pub sojourn: Sojourn,
 }
 
-/// What happened to an arriving packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arrival {
-    Queued,
-    Dropped(DropCause),
+/// Sojourn time of packets in the queue, from enqueue to the start of transmission:
+/// cumulative sum and count, and the largest since the last [`Bottleneck::take_sojourn_max`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sojourn {
+    pub sum_ns: i128,
+    pub count: u64,
+    pub max_ns: Nanos,
 }
 
 impl Bottleneck {
-    pub fn new(cfg: &LinkConfig, n_flows: usize, loss_rng: SimRng) -> Self {
-        let QueueConfig { limit_bytes, limit_packets } = cfg.queue;
+    /// `qdisc_rng` is the queue discipline's own random stream.
+    pub fn new(cfg: &LinkConfig, n_flows: usize, mtu: u32, loss_rng: SimRng, qdisc_rng: SimRng) -> Self {
         Bottleneck {
             rate_bps: cfg.capacity_bps,
             rem: 0,
-            limit_bytes: limit_bytes.unwrap_or(u64::MAX),
-            limit_packets: limit_packets.unwrap_or(u64::MAX),
-            queue: VecDeque::new(),
-            queue_bytes: 0,
+            qdisc: crate::qdisc::build(cfg.aqm.as_ref(), &cfg.queue, mtu, cfg.capacity_bps, qdisc_rng),
             in_service: None,
             shaper: cfg.shaper.as_ref().map(TokenBucket::new),
             policer: cfg.policer.as_ref().map(TokenBucket::new),
             loss: LossModel::new(cfg.loss.clone(), loss_rng),
-            stats: RouterStats::default(),
-            per_flow: vec![FlowRouterStats::default(); n_flows],
+            counters: Counters::new(n_flows),
+            sojourn: Sojourn::default(),
         }
+    }
+
+    pub fn stats(&self) -> &RouterStats {
+        &self.counters.stats
+    }
+
+    pub fn per_flow(&self) -> &[FlowRouterStats] {
+        &self.counters.per_flow
+    }
+
+    /// The queue discipline's name (`fifo`, `codel`, ...).
+    pub fn qdisc_kind(&self) -> &'static str {
+        self.qdisc.kind()
     }
 
     pub fn rate_bps(&self) -> u64 {
@@ -274,7 +257,7 @@ impl Bottleneck {
 
     /// Packets and bytes waiting (not counting the one being transmitted, as tc's backlog).
     pub fn queue_len(&self) -> (u64, u64) {
-        (self.queue.len() as u64, self.queue_bytes)
+        self.qdisc.backlog()
     }
 
     pub fn in_service(&self) -> Option<&DataPacket> {
@@ -285,40 +268,25 @@ impl Bottleneck {
         self.in_service.is_none()
     }
 
-    /// A packet arrives at the router.
-    pub fn arrive(&mut self, now: Nanos, p: DataPacket) -> Arrival {
-        self.stats.arrivals_pkts += 1;
-        self.stats.arrival_bytes += p.size as u64;
-        let f = &mut self.per_flow[p.flow as usize];
-        f.arrivals += 1;
-        let cause = if self.loss.drop_next() {
-            Some(DropCause::Random)
+    /// The largest sojourn since the last call (0 if no packet left the queue).
+    pub fn take_sojourn_max(&mut self) -> Nanos {
+        std::mem::take(&mut self.sojourn.max_ns)
+    }
+
+    /// A packet arrives at the router: random loss, then the policer, then the queue
+    /// discipline, which queues it or drops it (or others).
+    pub fn arrive(&mut self, now: Nanos, p: DataPacket) {
+        let c = &mut self.counters;
+        c.stats.arrivals_pkts += 1;
+        c.stats.arrival_bytes += p.size as u64;
+        c.per_flow[p.flow as usize].arrivals += 1;
+        if self.loss.drop_next() {
+            c.drop_arrival(&p, DropCause::Random);
         } else if self.policer.as_mut().is_some_and(|tb| !tb.take(now, p.size)) {
-            Some(DropCause::Policer)
-        } else if self.queue.len() as u64 + 1 > self.limit_packets
-            || self.queue_bytes + p.size as u64 > self.limit_bytes
-        {
-            Some(DropCause::Overflow)
+            c.drop_arrival(&p, DropCause::Policer);
         } else {
-            None
-        };
-        match cause {
-            Some(c) => {
-                f.drops += 1;
-                self.stats.dropped_bytes += p.size as u64;
-                match c {
-                    DropCause::Overflow => self.stats.drops_overflow += 1,
-                    DropCause::Random => self.stats.drops_random += 1,
-                    DropCause::Policer => self.stats.drops_policer += 1,
-                }
-                Arrival::Dropped(c)
-            }
-            None => {
-                f.queued += 1;
-                self.queue_bytes += p.size as u64;
-                self.queue.push_back(p);
-                Arrival::Queued
-            }
+            c.per_flow[p.flow as usize].queued += 1;
+            self.qdisc.enqueue(now, Queued { pkt: p, enqueued_at: now }, c);
         }
     }
 
@@ -328,17 +296,25 @@ impl Bottleneck {
         if let Some((_, done)) = self.in_service {
             return Some(done);
         }
-        let head = *self.queue.front()?;
-        if let Some(tb) = self.shaper.as_mut() {
-            let ready = tb.ready_at(now, head.size);
-            if ready > now {
-                return Some(ready);
+        let c = &mut self.counters;
+        let q = match self.shaper.as_mut() {
+            Some(tb) => {
+                let size = self.qdisc.peek(now, c)?.pkt.size;
+                let ready = tb.ready_at(now, size);
+                if ready > now {
+                    return Some(ready);
+                }
+                let took = tb.take(now, size);
+                debug_assert!(took);
+                self.qdisc.dequeue(now, c).expect("the peeked packet")
             }
-            let took = tb.take(now, head.size);
-            debug_assert!(took);
-        }
-        self.queue.pop_front();
-        self.queue_bytes -= head.size as u64;
+            None => self.qdisc.dequeue(now, c)?,
+        };
+        let waited = now - q.enqueued_at;
+        self.sojourn.sum_ns += waited as i128;
+        self.sojourn.count += 1;
+        self.sojourn.max_ns = self.sojourn.max_ns.max(waited);
+        let head = q.pkt;
         let done = now + serialisation_ns(head.size, self.rate_bps, &mut self.rem);
         self.in_service = Some((head, done));
         Some(done)
@@ -351,10 +327,11 @@ impl Bottleneck {
         if let Some((p, done)) = self.in_service {
             if done <= now {
                 self.in_service = None;
-                self.stats.departures_pkts += 1;
-                self.stats.departed_bytes += p.size as u64;
-                self.stats.departed_payload_bytes += p.payload as u64;
-                let f = &mut self.per_flow[p.flow as usize];
+                let st = &mut self.counters.stats;
+                st.departures_pkts += 1;
+                st.departed_bytes += p.size as u64;
+                st.departed_payload_bytes += p.payload as u64;
+                let f = &mut self.counters.per_flow[p.flow as usize];
                 f.departures += 1;
                 f.queued -= 1;
                 out = Some(p);
@@ -376,7 +353,7 @@ mod tests {
     }
 
     fn pkt(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0 }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Default::default(), cwr: false }
     }
 
     /// Drives the bottleneck with `n` back-to-back packets arriving at t=0; returns departures.
@@ -401,18 +378,18 @@ mod tests {
 
     #[test]
     fn drop_tail_admits_up_to_the_byte_limit() {
-        let mut b = Bottleneck::new(&cfg(80_000_000, 4500), 1, SimRng::new(1, 1));
+        let mut b = Bottleneck::new(&cfg(80_000_000, 4500), 1, 1500, SimRng::new(1, 1), SimRng::new(1, 2));
         for i in 0..5 {
             b.arrive(0, pkt(i));
         }
         assert_eq!(b.queue_len(), (3, 4500));
-        assert_eq!(b.stats.drops_overflow, 2);
+        assert_eq!(b.stats().drops[DropCause::Overflow], 2);
     }
 
     #[test]
     fn serialisation_is_exact_over_many_packets() {
         // 1500 B at 7 Mb/s = 1714285.71 ns: the remainder must carry.
-        let mut b = Bottleneck::new(&cfg(7_000_000, u64::MAX), 1, SimRng::new(1, 1));
+        let mut b = Bottleneck::new(&cfg(7_000_000, u64::MAX), 1, 1500, SimRng::new(1, 1), SimRng::new(1, 2));
         let d = drain(&mut b, 7000);
         let expect = 7000u128 * 1500 * 8 * NS_PER_S / 7_000_000;
         assert_eq!(*d.last().unwrap() as u128, expect);
@@ -422,7 +399,7 @@ mod tests {
     fn shaper_limits_departures_to_its_rate_after_the_burst() {
         let mut c = cfg(1_000_000_000, u64::MAX);
         c.shaper = Some(TokenBucketConfig { rate_bps: 10_000_000, burst_bytes: 3000 });
-        let mut b = Bottleneck::new(&c, 1, SimRng::new(1, 1));
+        let mut b = Bottleneck::new(&c, 1, 1500, SimRng::new(1, 1), SimRng::new(1, 2));
         let d = drain(&mut b, 1002);
         // Two packets go in the initial burst; once tokens are exhausted, departures are
         // exactly 1.2 ms apart (1500 B at 10 Mb/s).

@@ -14,6 +14,62 @@ pub struct DataPacket {
     pub payload: u32,
     /// Sender's transmit time (carried as the TCP timestamp option would be).
     pub sent_at: Nanos,
+    /// The IP header's ECN field (RFC 3168 section 5).
+    pub ecn: Ecn,
+    /// The TCP header's CWR flag: the sender reduced its window after an ECN echo.
+    pub cwr: bool,
+}
+
+/// The two ECN bits of the IP header (RFC 3168 section 5): Not-ECT, ECT(1), ECT(0), CE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ecn {
+    #[default]
+    NotEct,
+    /// ECT(1): the L4S identifier (RFC 9331).
+    Ect1,
+    /// ECT(0): classic ECN-capable transport.
+    Ect0,
+    /// Congestion Experienced, set by a router instead of a drop.
+    Ce,
+}
+
+impl Ecn {
+    /// Whether a router may mark this packet instead of dropping it (ECT(0), ECT(1) or CE
+    /// already, as Linux `INET_ECN_set_ce` accepts).
+    pub fn is_capable(self) -> bool {
+        self != Ecn::NotEct
+    }
+}
+
+/// Sequence numbers that mark the handshake's packets on the data path: the SYN (and, as the
+/// ACK point, the SYN-ACK) and the final ACK. They carry no data; data segments count from 0.
+const SYN_SEQ: u64 = u64::MAX;
+const HANDSHAKE_ACK_SEQ: u64 = u64::MAX - 1;
+/// A SYN or SYN-ACK as Linux sends it: IPv4 (20) + TCP (20) + MSS (4), SACK-permitted and
+/// timestamps (12, with padding), window scale (4) options.
+pub const SYN_SIZE: u32 = 60;
+/// A pure ACK with the timestamp option: IPv4 (20) + TCP (20) + timestamps (12).
+pub const ACK_SIZE: u32 = 52;
+
+impl DataPacket {
+    /// The connection's SYN, sent at `now` (its timestamp option carries `now`).
+    pub fn syn(flow: u32, now: Nanos) -> Self {
+        // Handshake packets are never ECN-capable (RFC 3168 section 6.1.1).
+        DataPacket { flow, seq: SYN_SEQ, size: SYN_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+    }
+
+    /// The handshake's final ACK, sent when the SYN-ACK arrives, just ahead of the data.
+    pub fn handshake_ack(flow: u32, now: Nanos) -> Self {
+        DataPacket { flow, seq: HANDSHAKE_ACK_SEQ, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+    }
+
+    pub fn is_syn(&self) -> bool {
+        self.seq == SYN_SEQ
+    }
+
+    pub fn is_handshake_ack(&self) -> bool {
+        self.seq == HANDSHAKE_ACK_SEQ
+    }
 }
 
 /// At most this many SACK blocks per ACK (Linux sends 3 alongside the timestamp option).
@@ -33,9 +89,20 @@ pub struct AckPacket {
     /// Echoed timestamp (TSecr): the `sent_at` the receiver holds as `ts_recent`, `None`
     /// before any data arrived.
     pub tsecr: Option<Nanos>,
+    /// The TCP ECE flag: the receiver echoes a CE mark (RFC 3168 section 6.1.3).
+    pub ece: bool,
 }
 
 impl AckPacket {
+    /// The SYN-ACK answering a SYN, echoing the SYN's timestamp.
+    pub fn syn_ack(flow: u32, syn_sent_at: Nanos) -> Self {
+        AckPacket { flow, ack: SYN_SEQ, sacks: [(0, 0); MAX_SACK_BLOCKS], n_sacks: 0, delayed: false, tsecr: Some(syn_sent_at), ece: false }
+    }
+
+    pub fn is_syn_ack(&self) -> bool {
+        self.ack == SYN_SEQ
+    }
+
     pub fn sack_blocks(&self) -> &[(u64, u64)] {
         &self.sacks[..self.n_sacks as usize]
     }

@@ -1,10 +1,14 @@
 //! A set of disjoint half-open ranges of sequence numbers, kept sorted. Used by the receiver
-//! for out-of-order data and by the sender for its SACK scoreboard. Ranges are few (one per
-//! hole), and inserting at the top, the common case, is O(1).
+//! for out-of-order data and by the sender for its SACK scoreboard. In loss recovery at high
+//! rates they number thousands (one per hole); the common changes are at either end (new data
+//! arrives at the top, holes fill and the cumulative ACK advances at the bottom), so they live
+//! in a ring buffer where both ends cost O(1).
+
+use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangeSet {
-    r: Vec<(u64, u64)>,
+    r: VecDeque<(u64, u64)>,
 }
 
 impl RangeSet {
@@ -12,8 +16,9 @@ impl RangeSet {
         self.r.is_empty()
     }
 
-    pub fn ranges(&self) -> &[(u64, u64)] {
-        &self.r
+    /// The ranges, lowest first.
+    pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.r.iter().copied()
     }
 
     pub fn contains(&self, x: u64) -> bool {
@@ -45,7 +50,12 @@ impl RangeSet {
         } else {
             (s, e)
         };
-        self.r.splice(lo..hi, std::iter::once(merged));
+        if lo < hi {
+            self.r[lo] = merged;
+            self.r.drain(lo + 1..hi);
+        } else {
+            self.r.insert(lo, merged);
+        }
         merged
     }
 
@@ -55,20 +65,18 @@ impl RangeSet {
 
     /// Drops everything below `x`.
     pub fn remove_below(&mut self, x: u64) {
-        let n = self.r.partition_point(|&(_, e)| e <= x);
-        self.r.drain(..n);
-        if let Some(first) = self.r.first_mut() {
+        while self.r.front().is_some_and(|&(_, e)| e <= x) {
+            self.r.pop_front();
+        }
+        if let Some(first) = self.r.front_mut() {
             first.0 = first.0.max(x);
         }
     }
 
     /// If a range starts at `x`, removes and returns its end.
     pub fn pop_starting_at(&mut self, x: u64) -> Option<u64> {
-        match self.r.first() {
-            Some(&(s, e)) if s <= x => {
-                self.r.remove(0);
-                Some(e)
-            }
+        match self.r.front() {
+            Some(&(s, _)) if s <= x => self.r.pop_front().map(|(_, e)| e),
             _ => None,
         }
     }
@@ -95,8 +103,9 @@ mod tests {
                 prop_assert_eq!(newly, expect);
                 set.extend(s..s + len);
                 // Disjoint, sorted, non-adjacent, and the same members.
-                for w in rs.ranges().windows(2) { prop_assert!(w[0].1 < w[1].0); }
-                let members: Vec<u64> = rs.ranges().iter().flat_map(|&(a, b)| a..b).collect();
+                let ranges: Vec<(u64, u64)> = rs.ranges().collect();
+                for w in ranges.windows(2) { prop_assert!(w[0].1 < w[1].0); }
+                let members: Vec<u64> = ranges.iter().flat_map(|&(a, b)| a..b).collect();
                 prop_assert_eq!(members, set.iter().copied().collect::<Vec<_>>());
             }
         }
@@ -108,9 +117,9 @@ mod tests {
         rs.insert(5, 10);
         rs.insert(20, 30);
         rs.remove_below(7);
-        assert_eq!(rs.ranges(), &[(7, 10), (20, 30)]);
+        assert_eq!(rs.ranges().collect::<Vec<_>>(), [(7, 10), (20, 30)]);
         rs.remove_below(25);
-        assert_eq!(rs.ranges(), &[(25, 30)]);
+        assert_eq!(rs.ranges().collect::<Vec<_>>(), [(25, 30)]);
         assert!(rs.contains(29) && !rs.contains(30) && !rs.contains(24));
     }
 }

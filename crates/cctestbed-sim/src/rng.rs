@@ -7,6 +7,8 @@ use rand_chacha::ChaCha12Rng;
 /// Stream identifiers: one per component kind, offset by the flow index where per flow.
 pub mod stream {
     pub const LINK_LOSS: u64 = 1;
+    /// The bottleneck's queue discipline (fq_codel's hash perturbation, RED's and PIE's draws).
+    pub const QDISC: u64 = 2;
     /// Per-flow ACK-path jitter: JITTER_BASE + flow index.
     pub const JITTER_BASE: u64 = 1 << 16;
     pub const CC_BASE: u64 = 1 << 32;

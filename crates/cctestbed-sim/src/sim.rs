@@ -12,14 +12,13 @@ use crate::capture::{CaptureFile, Recorder};
 use crate::config::{Nanos, SimConfig};
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
-use crate::packet::{AckPacket, DataPacket};
+use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
-use crate::tcp::receiver::Receiver;
+use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
 
 /// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.
-const ACK_SIZE: u32 = 52;
 
 /// Per-flow totals at the end of a run, counted independently at each place a packet can be,
 /// so that conservation (sent = delivered + dropped + queued + in transit) is a real check.
@@ -28,6 +27,8 @@ pub struct FlowFinal {
     pub sent_pkts: u64,
     pub delivered_pkts: u64,
     pub dropped_pkts: u64,
+    /// Packets this router set CE on.
+    pub marked_pkts: u64,
     pub queued_pkts: u64,
     pub in_transit_pkts: u64,
     pub delivered_bytes: u64,
@@ -85,17 +86,29 @@ impl Simulation {
         for (i, f) in cfg.flows.iter().enumerate() {
             let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
+            let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
-            // The RTT the receiver measured on the handshake: RTprop plus a small packet's
+            // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
             // serialisation at the bottleneck.
             let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
             let handshake_rtt = cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns + f.extra_delay_ns + handshake_ser as Nanos;
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt));
+            let echo = match (f.ecn, wants_ce) {
+                (false, _) => EcnEcho::Off,
+                (true, false) => EcnEcho::Classic,
+                (true, true) => EcnEcho::PerPacket,
+            };
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt).with_ecn(echo));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
-        let bottleneck = Bottleneck::new(&cfg.link, n, SimRng::new(cfg.seed, stream::LINK_LOSS));
+        let bottleneck = Bottleneck::new(
+            &cfg.link,
+            n,
+            cfg.mtu,
+            SimRng::new(cfg.seed, stream::LINK_LOSS),
+            SimRng::new(cfg.seed, stream::QDISC),
+        );
         let telemetry = Telemetry::new(&senders, cfg.sample_interval_ns, cfg.duration_ns);
         let mut q = EventQueue::default();
         for (i, f) in cfg.flows.iter().enumerate() {
@@ -190,10 +203,7 @@ impl Simulation {
         match ev {
             Event::FlowStart(f) => {
                 self.started[f as usize] = true;
-                if let Some(c) = self.capture.as_mut() {
-                    c.flow_start(now, f);
-                }
-                self.with_sender(now, f, |s, now, io| s.start(now, io));
+                self.with_sender(now, f, |s, now, io| s.connect(now, io));
             }
             Event::AccessHead(f) => {
                 let line = &mut self.access[f as usize];
@@ -240,7 +250,16 @@ impl Simulation {
                     if let Some(c) = self.capture.as_mut() {
                         c.data_received(now, &p);
                     }
-                    if let Some(ack) = self.receivers[f].on_data(now, &p) {
+                    if p.is_syn() {
+                        let syn_ack = self.receivers[f].on_syn(now, &p);
+                        self.send_ack(now, syn_ack);
+                        continue;
+                    }
+                    if p.is_handshake_ack() {
+                        self.receivers[f].on_handshake_ack(now);
+                        continue;
+                    }
+                    for ack in self.receivers[f].on_data(now, &p).all() {
                         self.send_ack(now, ack);
                     }
                     self.sync_delack(f);
@@ -254,7 +273,11 @@ impl Simulation {
                     if let Some(c) = self.capture.as_mut() {
                         c.ack_received(now, &ack);
                     }
-                    self.with_sender(now, f, |s, now, io| s.on_ack(now, &ack, io));
+                    if ack.is_syn_ack() {
+                        self.with_sender(now, f, |s, now, io| s.on_syn_ack(now, &ack, io));
+                    } else {
+                        self.with_sender(now, f, |s, now, io| s.on_ack(now, &ack, io));
+                    }
                 }
                 if let Some(at) = self.acks[f as usize].head_time() {
                     self.q.push(at, Event::AckHead(f));
@@ -276,7 +299,7 @@ impl Simulation {
                 TimerPop::Stale => {}
             },
             Event::Sample => {
-                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &self.bottleneck);
+                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &mut self.bottleneck);
                 let next = now + self.cfg.sample_interval_ns;
                 if next <= self.cfg.duration_ns {
                     self.q.push(next, Event::Sample);
@@ -350,10 +373,12 @@ impl Simulation {
         for (i, f) in fin.iter_mut().enumerate() {
             let s = &self.senders[i];
             let r = &self.receivers[i];
-            let FlowRouterStats { drops, queued, .. } = self.bottleneck.per_flow[i];
-            f.sent_pkts = s.stats.sent_pkts;
-            f.delivered_pkts = r.arrived_pkts;
+            let FlowRouterStats { drops, queued, marks, .. } = self.bottleneck.per_flow()[i];
+            // Packets, handshake included, for conservation; segments below count data only.
+            f.sent_pkts = s.stats.sent_pkts + s.stats.handshake_pkts;
+            f.delivered_pkts = r.arrived_pkts + r.handshake_pkts;
             f.dropped_pkts = drops;
+            f.marked_pkts = marks;
             f.queued_pkts = queued;
             f.in_transit_pkts = self.access[i].len() as u64;
             f.delivered_bytes = r.delivered_bytes;
@@ -372,7 +397,7 @@ impl Simulation {
             router: self.telemetry.router,
             state_labels: self.telemetry.labels,
             flow_final: fin,
-            router_final: self.bottleneck.stats,
+            router_final: *self.bottleneck.stats(),
             router_queued_bytes: qb + in_service,
             events: self.q.processed,
             captures: self.capture.map_or_else(Vec::new, |c| c.finish()),

@@ -4,6 +4,7 @@
 use crate::cc::CaState;
 use crate::config::Nanos;
 use crate::link::Bottleneck;
+use crate::qdisc::{DropCause, MarkCause};
 use crate::tcp::receiver::Receiver;
 use crate::tcp::sender::Sender;
 
@@ -35,7 +36,7 @@ pub struct FlowSeries {
 }
 
 /// Router columns, one row per sample; counters are cumulative.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct RouterSeries {
     pub time_s: Vec<f64>,
     pub queue_bytes: Vec<u64>,
@@ -46,9 +47,50 @@ pub struct RouterSeries {
     pub departures_pkts: Vec<u64>,
     pub departed_bytes: Vec<u64>,
     pub departed_payload_bytes: Vec<u64>,
-    pub drops_overflow: Vec<u64>,
-    pub drops_random: Vec<u64>,
-    pub drops_policer: Vec<u64>,
+    /// `drops_<cause>` for every [`DropCause`], in [`DropCause::ALL`] order.
+    pub drops: Vec<(String, Vec<u64>)>,
+    /// `marks_<cause>` (packets set to CE) for every [`MarkCause`].
+    pub marks: Vec<(String, Vec<u64>)>,
+    /// Sojourn time of the packets that left the queue during the interval: mean and
+    /// largest, NaN if none left.
+    pub sojourn_mean_ms: Vec<f64>,
+    pub sojourn_max_ms: Vec<f64>,
+}
+
+impl Default for RouterSeries {
+    fn default() -> Self {
+        RouterSeries {
+            time_s: vec![],
+            queue_bytes: vec![],
+            queue_pkts: vec![],
+            capacity_bps: vec![],
+            arrivals_pkts: vec![],
+            arrival_bytes: vec![],
+            departures_pkts: vec![],
+            departed_bytes: vec![],
+            departed_payload_bytes: vec![],
+            drops: DropCause::ALL.iter().map(|c| (format!("drops_{}", c.name()), vec![])).collect(),
+            marks: MarkCause::ALL.iter().map(|c| (format!("marks_{}", c.name()), vec![])).collect(),
+            sojourn_mean_ms: vec![],
+            sojourn_max_ms: vec![],
+        }
+    }
+}
+
+impl RouterSeries {
+    /// The cumulative drop column of `cause`.
+    pub fn drops_of(&self, cause: DropCause) -> &[u64] {
+        &self.drops[cause as usize].1
+    }
+
+    /// Every drop, whatever its cause, at sample `i`.
+    pub fn drops_total(&self, i: usize) -> u64 {
+        self.drops.iter().map(|(_, v)| v[i]).sum()
+    }
+
+    pub fn marks_of(&self, cause: MarkCause) -> &[u64] {
+        &self.marks[cause as usize].1
+    }
 }
 
 pub struct Telemetry {
@@ -59,6 +101,7 @@ pub struct Telemetry {
     prev_delivered: Vec<u64>,
     prev_sent: Vec<u64>,
     prev_rtt: Vec<(f64, u64)>,
+    prev_sojourn: (i128, u64),
     /// For each flow, the `cc` column index of each of its telemetry keys.
     key_cols: Vec<Vec<usize>>,
     scratch: Vec<f64>,
@@ -102,6 +145,7 @@ impl Telemetry {
             prev_delivered: vec![0; n],
             prev_sent: vec![0; n],
             prev_rtt: vec![(0.0, 0); n],
+            prev_sojourn: (0, 0),
             key_cols,
             scratch: Vec::new(),
         }
@@ -117,7 +161,7 @@ impl Telemetry {
         }
     }
 
-    pub fn sample(&mut self, now: Nanos, senders: &[Sender], receivers: &[Receiver], started: &[bool], b: &Bottleneck) {
+    pub fn sample(&mut self, now: Nanos, senders: &[Sender], receivers: &[Receiver], started: &[bool], b: &mut Bottleneck) {
         let t = now as f64 / 1e9;
         let dt = self.interval as f64 / 1e9;
         for (i, (s, r)) in senders.iter().zip(receivers).enumerate() {
@@ -153,6 +197,7 @@ impl Telemetry {
             let ca = match s.ca_state {
                 CaState::Open => "open",
                 CaState::Disorder => "disorder",
+                CaState::Cwr => "cwr",
                 CaState::Recovery => "recovery",
                 CaState::Loss => "loss",
             };
@@ -185,7 +230,7 @@ impl Telemetry {
         }
         let r = &mut self.router;
         let (qp, qb) = b.queue_len();
-        let st = b.stats;
+        let st = *b.stats();
         r.time_s.push(t);
         r.queue_bytes.push(qb);
         r.queue_pkts.push(qp);
@@ -195,8 +240,22 @@ impl Telemetry {
         r.departures_pkts.push(st.departures_pkts);
         r.departed_bytes.push(st.departed_bytes);
         r.departed_payload_bytes.push(st.departed_payload_bytes);
-        r.drops_overflow.push(st.drops_overflow);
-        r.drops_random.push(st.drops_random);
-        r.drops_policer.push(st.drops_policer);
+        for (i, (_, col)) in r.drops.iter_mut().enumerate() {
+            col.push(st.drops.0[i]);
+        }
+        for (i, (_, col)) in r.marks.iter_mut().enumerate() {
+            col.push(st.marks.0[i]);
+        }
+        let (sum, n) = (b.sojourn.sum_ns, b.sojourn.count);
+        let (psum, pn) = self.prev_sojourn;
+        self.prev_sojourn = (sum, n);
+        let max = b.take_sojourn_max();
+        if n > pn {
+            r.sojourn_mean_ms.push((sum - psum) as f64 / (n - pn) as f64 / 1e6);
+            r.sojourn_max_ms.push(max as f64 / 1e6);
+        } else {
+            r.sojourn_mean_ms.push(f64::NAN);
+            r.sojourn_max_ms.push(f64::NAN);
+        }
     }
 }

@@ -266,6 +266,8 @@ impl Driver {
             min_rtt_ns: self.rtt,
             packets_in_flight: in_flight,
             delivered: self.delivered,
+            delivered_ce: 0,
+            ecn: false,
             lost: self.lost,
             is_cwnd_limited: false,
             app_limited: app_limited as u64,

@@ -5,11 +5,13 @@ use ccsim::cc::htcp::Htcp;
 use ccsim::Simulation;
 use common::*;
 
-/// Vegas holds alpha..beta packets per flow in the queue, as measured by its own estimator: the
-/// minimum RTT of each round (Linux truncates diff to an integer, so "4" covers 4.0-4.99).
-/// Flows join 15 s apart, into a queue the earlier ones have settled: a flow that starts while
-/// another's slow-start backlog is queued takes that backlog for propagation delay (the known
-/// base-RTT error of Vegas) and keeps it, which is faithful but not what this figure describes.
+/// Vegas holds alpha..beta packets per flow in the queue as measured by its own estimator,
+/// diff = cwnd (rtt - baseRTT) / baseRTT (Linux truncates diff to an integer, so "4" covers
+/// 4.0-4.99). A lone flow's estimate is the router's queue. Flows that join 15 s apart, into a
+/// queue the earlier ones have settled, take that backlog for propagation delay (the known
+/// base-RTT error of Vegas: their SYN and first segments wait behind it) and add their own
+/// alpha..beta on top, so the router holds more than the sum of the estimates, which is
+/// faithful and printed but not asserted.
 #[test]
 fn vegas_keeps_two_to_four_packets_per_flow_queued() {
     for n in [1usize, 3] {
@@ -26,9 +28,16 @@ fn vegas_keeps_two_to_four_packets_per_flow_queued() {
         let r = &out.router;
         let idx: Vec<usize> = (0..r.time_s.len()).filter(|&i| r.time_s[i] > end - 10.0).collect();
         let mins: Vec<f64> = idx.chunks(5).map(|w| w.iter().map(|&i| r.queue_pkts[i]).min().unwrap() as f64).collect();
-        let per_flow = mins.iter().sum::<f64>() / mins.len() as f64 / n as f64;
-        println!("measured: {n} Vegas flows keep {per_flow:.2} packets each queued, utilization {util:.3}");
-        assert!((2.0..5.0).contains(&per_flow), "{n} Vegas flows: {per_flow:.2} packets queued per flow");
+        let router_per_flow = mins.iter().sum::<f64>() / mins.len() as f64 / n as f64;
+        let est = &out.flows.cc.iter().find(|(k, _)| k == "cc.queued_pkts_est").expect("Vegas telemetry").1;
+        let own: Vec<f64> = (0..n as u32).map(|f| flow_mean(&out, f, est, end - 10.0, end)).collect();
+        println!("measured: {n} Vegas flows: own estimates {own:.2?} packets, router {router_per_flow:.2} per flow, utilization {util:.3}");
+        for (f, q) in own.iter().enumerate() {
+            assert!((2.0..5.0).contains(q), "Vegas flow {f} of {n} estimates {q:.2} packets of its own queued");
+        }
+        if n == 1 {
+            assert!((2.0..5.0).contains(&router_per_flow), "a lone Vegas flow: {router_per_flow:.2} packets queued");
+        }
         assert!(util > 0.95, "{n} Vegas flows: utilization {util:.3}");
         assert_eq!(loss_pct(&out, 0.0, end), 0.0, "Vegas should not fill an 8 BDP buffer");
     }

@@ -3,6 +3,7 @@
 
 mod common;
 use ccsim::config::LossConfig;
+use ccsim::qdisc::DropCause;
 use common::*;
 use proptest::prelude::*;
 
@@ -18,7 +19,7 @@ fn check_conservation(out: &ccsim::SimOutput) {
     assert_eq!(r.arrival_bytes, r.departed_bytes + r.dropped_bytes + out.router_queued_bytes, "router bytes: {r:?}");
     assert_eq!(
         r.arrivals_pkts,
-        r.departures_pkts + r.drops_overflow + r.drops_random + r.drops_policer
+        r.departures_pkts + r.drops.total()
             + out.flow_final.iter().map(|f| f.queued_pkts).sum::<u64>()
     );
 }
@@ -57,7 +58,7 @@ fn conservation_and_progress_under_random_loss() {
                 assert!(out.flow_final[f as usize].delivered_bytes > 0);
             }
             if p > 0.0 {
-                assert!(out.router_final.drops_random > 0);
+                assert!(out.router_final.drops[DropCause::Random] > 0);
             }
         }
     }

@@ -60,7 +60,7 @@ fn policer_drops_what_exceeds_its_rate() {
     let mut c = busy_link(100_000_000);
     c.link.policer = Some(ccsim::config::TokenBucketConfig { rate_bps: 10_000_000, burst_bytes: 15_000 });
     let out = run(c);
-    assert!(out.router_final.drops_policer > 0);
+    assert!(out.router_final.drops[ccsim::qdisc::DropCause::Policer] > 0);
     for (t, got) in departure_rates(&out, 5.0, 30.0) {
         // A policer admits at most rate x interval + burst.
         assert!(got <= 10e6 + 15_000.0 * 8.0, "[{t}, {}) s: {got:.0} b/s through a 10 Mb/s policer", t + 1.0);

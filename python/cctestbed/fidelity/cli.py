@@ -80,11 +80,12 @@ def _progress(title: str, total: int) -> Any:
 
 
 def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, workers: Optional[int] = None,
-                max_trials: Optional[int] = None) -> tuple[int, int]:
+                max_trials: Optional[int] = None, remeasure: bool = False) -> tuple[int, int]:
     """Run the suite's trials on one backend into ``dest`` (a sweep store); (done, failed).
 
-    Kernel trials already in ``reference`` are skipped; each kernel trial that finishes is
-    added to the reference at once (and those finished in the store but missing from it).
+    Kernel trials already in ``reference`` are skipped, unless ``remeasure``; each kernel trial
+    that finishes is added to the reference at once, replacing the rep it measures again (and
+    those finished in the store but missing from it are added first).
     """
     from ..execute import run_sweep
     from ..store import Store
@@ -101,7 +102,7 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
                **provenance(d), **metrics_of_dir(d)}
         reference.add(row, save=save)
 
-    if reference is not None:
+    if reference is not None and not remeasure:
         synced = False
         for s in sweep.specs:  # finished in the store but not (or not as measured today) in the reference
             if (not reference.has(scen_key[s.key]) or reference.stale(scen_key[s.key])) and store.is_done(s.key):
@@ -161,6 +162,7 @@ def run_command(
     scenarios: Optional[str] = typer.Option(None, "--scenarios", help="Only scenarios whose id matches these globs (comma-separated)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, help="Simulator worker processes (default: all cores); kernel trials run one at a time."),
     max_trials: Optional[int] = typer.Option(None, "--max-trials", min=0, help="Run at most this many kernel trials now (0: only bring the reference up to date from the trials at hand)."),
+    remeasure: bool = typer.Option(False, "--remeasure", help="Measure the selected scenarios on the kernel again although the reference holds them (after a change to the kernel backend); give a new --output, whose finished trials are kept on a resume."),
 ) -> None:
     """Run every scenario on the kernel (skipping reps the reference holds) and on the simulator, then report."""
     suite = _load(suite_file, reps)
@@ -174,7 +176,7 @@ def run_command(
     failed = 0
     for side in sides:
         _, f = run_backend(suite, side, output / side, reference=ref if side == "kernel" else None, workers=workers,
-                           max_trials=max_trials if side == "kernel" else None)
+                           max_trials=max_trials if side == "kernel" else None, remeasure=remeasure)
         failed += f
     out.print(f"kernel reference: {ref.path} ({len(ref.rows)} rep(s))")
     _write_report(suite, output, ref)

@@ -54,10 +54,19 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
         "host": rj.get("host") or platform.node(),
         "date": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cctestbed": rj.get("cctestbed") or __version__,
-        "link_emulator": kj.get("link_emulator"),
+        "link_emulator": _link_emulator(kj),
         "emu_p99_us": emu.get("p99_us"),
         "sender_qdisc": (kj.get("host_stack") or {}).get("sender_qdisc"),
     }
+
+
+def _link_emulator(kj: dict[str, Any]) -> Optional[str]:
+    """The kernel path's link emulation: ``userspace+tx`` once the emulator delays each frame by
+    its transmission time at the bottleneck rate (docs/kernel.md), plain ``userspace`` before."""
+    mode = kj.get("link_emulator")
+    if mode == "userspace" and (kj.get("linkemu") or {}).get("serialization_bps"):
+        return "userspace+tx"
+    return mode
 
 
 class Reference:

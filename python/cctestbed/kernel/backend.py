@@ -157,6 +157,34 @@ def trial_problems(trial: Trial) -> list[str]:
     for name in ("shaper", "policer", "access_rate"):
         if getattr(link, name) is not None:
             problems.append(f"link.{name}: not supported by the kernel backend")
+    problems += aqm_problems(trial)
+    return problems
+
+
+def aqm_problems(trial: Trial) -> list[str]:
+    """Why the trial's AQM and ECN settings cannot run on this kernel (probed in a throw-away
+    namespace): a discipline the kernel lacks is refused with the list of those it has."""
+    problems = []
+    aqm = trial.link.aqm
+    if aqm is not None:
+        have = topo.available_qdiscs()
+        if aqm.kind not in have:
+            problems.append(
+                f"link.aqm.kind: {aqm.kind!r}: this kernel has no {aqm.kind} qdisc; it has {', '.join(have) or 'none'} "
+                f"(of the AQMs: {', '.join(q for q in topo.AQM_QDISCS if q in have) or 'none'}); "
+                "run the trial on the simulator, or on a kernel with sch_" + aqm.kind
+            )
+        else:
+            problems.append(
+                f"link.aqm.kind: {aqm.kind!r}: the kernel has it, but the kernel backend does not configure AQMs yet; "
+                "run the trial on the simulator"
+            )
+    ecn = [i for i, g in enumerate(trial.flows) if g.ecn]
+    if ecn:
+        problems.append(
+            f"flows[{ecn[0]}].ecn: true: the kernel backend does not set net.ipv4.tcp_ecn per host yet; "
+            "run the trial on the simulator"
+        )
     return problems
 
 
@@ -303,6 +331,7 @@ def run_kernel_trial(
                 "--delay-fwd-ns", str(fwd), "--delay-rev-ns", str(rev),
                 "--loss", json.dumps(trial.link.loss.to_core()), "--seed", str(trial.seed),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
+                "--serialization-bps", str(trial.link.capacity),
             ])
             from .routerstats import emu_ready
 

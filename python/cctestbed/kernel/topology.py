@@ -415,9 +415,26 @@ def load_algorithm(name: str) -> bool:
 
 _probe_cache: dict[str, bool] = {}
 
+#: Queue disciplines probed besides netem: the AQMs a trial may ask for and the classless and
+#: shaping ones the backend itself uses or could use.
+AQM_QDISCS = ("codel", "fq_codel", "red", "pie", "dualpi2", "fq")
+OTHER_QDISCS = ("tbf", "htb", "bfifo", "pfifo")
+
+#: The arguments that make each probed qdisc valid on its own (red needs its limits).
+_QDISC_PROBE_ARGS: dict[str, list[str]] = {
+    "netem": ["netem", "delay", "1ms"],
+    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000", "burst", "55",
+            "bandwidth", "10mbit"],
+    "tbf": ["tbf", "rate", "10mbit", "burst", "32kb", "latency", "50ms"],
+    "htb": ["htb"],
+    "bfifo": ["bfifo", "limit", "100000"],
+    "pfifo": ["pfifo", "limit", "100"],
+}
+
 
 def probe_qdiscs() -> dict[str, bool]:
-    """Which of netem and ifb this kernel has, tried in a throw-away namespace."""
+    """Which qdiscs (netem, the AQMs of :data:`AQM_QDISCS`, tbf, htb, fifos) and whether ifb this
+    kernel has, each tried in a throw-away namespace."""
     if _probe_cache:
         return dict(_probe_cache)
     ns = f"{PREFIX}{new_id()}-probe"
@@ -427,11 +444,20 @@ def probe_qdiscs() -> dict[str, bool]:
     try:
         sh(["ip", "netns", "add", ns])
         sh(["ip", "-n", ns, "link", "add", "name", "p0", "type", "veth", "peer", "name", "p1"])
-        _probe_cache["netem"] = sh(nsexec(ns, "tc", "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"),
-                                   check=False).returncode == 0
+        for q in ("netem", *AQM_QDISCS, *OTHER_QDISCS):
+            args = _QDISC_PROBE_ARGS.get(q, [q])
+            added = sh(nsexec(ns, "tc", "qdisc", "add", "dev", "p0", "root", *args), check=False).returncode == 0
+            _probe_cache[q] = added
+            if added:
+                sh(nsexec(ns, "tc", "qdisc", "del", "dev", "p0", "root"), check=False)
         _probe_cache["ifb"] = sh(["ip", "-n", ns, "link", "add", "name", "i0", "type", "ifb"],
                                  check=False).returncode == 0
     finally:
         destroy_namespaces([ns])
         reg.unlink(missing_ok=True)
     return dict(_probe_cache)
+
+
+def available_qdiscs() -> list[str]:
+    """The qdiscs this kernel has, by name, as :func:`probe_qdiscs` found them."""
+    return [q for q, ok in probe_qdiscs().items() if ok and q != "ifb"]

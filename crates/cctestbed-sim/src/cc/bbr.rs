@@ -201,7 +201,7 @@ pub(crate) fn initial_bw(info: &ConnInfo, cwnd: u32) -> u64 {
 /// `bbr_save_cwnd`: the cwnd to restore after recovery or PROBE_RTT. Outside both the current
 /// one is good; inside, the larger of it and the one saved before.
 pub(crate) fn saved_cwnd(prev_ca_state: CaState, in_probe_rtt: bool, prior_cwnd: u32, cwnd: u32) -> u32 {
-    if matches!(prev_ca_state, CaState::Open | CaState::Disorder) && !in_probe_rtt {
+    if matches!(prev_ca_state, CaState::Open | CaState::Disorder | CaState::Cwr) && !in_probe_rtt {
         cwnd
     } else {
         prior_cwnd.max(cwnd)

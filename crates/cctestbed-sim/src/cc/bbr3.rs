@@ -46,8 +46,12 @@
 //! 5/256, 180/256 and 38/256 (Linux's own values give identical results at either scale).
 //!
 //! Deviations:
-//! - ECN is left out (no CE marks in the simulator): no ecn_alpha, no ECN Startup exit, no
-//!   ECN reprobe, no PLB. TLP does not exist in the transport, so the TLP-repair path
+//! - ECN follows v3 (`bbr_update_ecn_alpha`, `bbr_ecn_lower_bounds`, the ECN half of
+//!   `bbr_is_inflight_too_high`, the Startup ECN exit and the ECN reprobe), used only when the
+//!   flow has `ecn = true` and the `ecn_low` parameter stands for Linux's per-route flag (off
+//!   by default, as on a default route), and while min_rtt <= `ecn_max_rtt` (5 ms). The
+//!   receiver echoes CE per packet as v3's `bbr_precise_ece_ack` does. No PLB (it rehashes
+//!   the path, and the dumbbell has one). TLP does not exist in the transport, so the TLP-repair path
 //!   (`bbr_run_loss_probe_recovery`) never runs; undo of spurious recovery is kept but the
 //!   transport never calls it.
 //! - TSO/GSO trains: v3 sizes them itself through the `tso_segs` hook (`bbr_tso_segs`), and
@@ -155,6 +159,27 @@ crate::cc_params! {
         tso_budget: 1.0, 0.0, 1.0;
         /// Linux's app-limited fast path (bbr_fast_path): 1 on, 0 off.
         fast_path: 1.0, 0.0, 1.0;
+        /// The route is a shallow-threshold ECN environment (Linux's per-route `ecn_low`,
+        /// TCP_ECN_LOW): only then does v3 use ECN (`bbr_can_use_ecn`, which also needs the
+        /// flow's `ecn = true`). 0 = off, as on a default route.
+        ecn_low: 0.0, 0.0, 1.0;
+        /// Use the ECN logic only while min_rtt is at most this, seconds (bbr_ecn_max_rtt_us =
+        /// 5000; 0 = any RTT).
+        ecn_max_rtt: 0.005, 0.0, 10.0;
+        /// EWMA gain of the CE ratio in ecn_alpha (bbr_ecn_alpha_gain = 1/16).
+        ecn_alpha_gain: 1.0 / 16.0, 0.0, 1.0;
+        /// ecn_alpha at start (bbr_ecn_alpha_init = 1.0).
+        ecn_alpha_init: 1.0, 0.0, 1.0;
+        /// On an ECN round, inflight_lo is cut to (1 - ecn_factor x ecn_alpha) (bbr_ecn_factor
+        /// = 1/3; 0 = no ECN bound).
+        ecn_factor: 1.0 / 3.0, 0.0, 1.0;
+        /// CE ratio of a sample that means probing went too high (bbr_ecn_thresh = 1/2).
+        ecn_thresh: 0.5, 0.0, 1.0;
+        /// After a cycle with marks but no loss, the first probe round adds this share of
+        /// inflight_hi once marks cease (bbr_ecn_reprobe_gain = 1/2; 0 = off).
+        ecn_reprobe_gain: 0.5, 0.0, 1.0;
+        /// Startup ends after this many rounds with a CE ratio >= ecn_thresh (bbr_full_ecn_cnt).
+        full_ecn_cnt: 2.0, 0.0, 3.0;
     }
 }
 
@@ -301,6 +326,18 @@ pub struct Bbr3 {
     pub rounds_since_probe: u32,
     loss_round_start: bool,
     loss_in_round: bool,
+    loss_in_cycle: bool,
+    // ECN (google/bbr v3).
+    /// `bbr_can_use_ecn`: the flow negotiated ECN on a route with ecn_low.
+    can_use_ecn: bool,
+    ecn_eligible: bool,
+    /// `ecn_alpha`, EWMA of the CE ratio in 1/256.
+    pub ecn_alpha: u32,
+    alpha_last_delivered: u64,
+    alpha_last_delivered_ce: u64,
+    ecn_in_round: bool,
+    ecn_in_cycle: bool,
+    startup_ecn_rounds: u32,
     ack_phase: AckPhase,
     loss_events_in_round: u32,
     drain_rounds: u32,
@@ -374,6 +411,15 @@ impl Bbr3 {
             rounds_since_probe: 0,
             loss_round_start: false,
             loss_in_round: false,
+            loss_in_cycle: false,
+            can_use_ecn: false,
+            ecn_eligible: false,
+            ecn_alpha: to_unit(p.ecn_alpha_init),
+            alpha_last_delivered: 0,
+            alpha_last_delivered_ce: 0,
+            ecn_in_round: false,
+            ecn_in_cycle: false,
+            startup_ecn_rounds: 0,
             ack_phase: AckPhase::Init,
             loss_events_in_round: 0,
             drain_rounds: 0,
@@ -595,23 +641,83 @@ impl Bbr3 {
         }
         self.adapt_lower_bounds(w.cwnd);
         self.loss_in_round = false;
+        self.ecn_in_round = false;
     }
 
     /// `bbr_adapt_lower_bounds`: outside probing, cut bw_lo and inflight_lo by beta on a lossy
     /// round, but not below what this round delivered (draft BBRAdaptLowerBoundsFromCongestion).
+    /// With ECN, a round with marks cuts inflight_lo to (1 - ecn_factor x ecn_alpha) of
+    /// itself (`bbr_ecn_lower_bounds`); the lower of the ECN and loss levels wins.
     fn adapt_lower_bounds(&mut self, cwnd: u32) {
-        if self.is_probing_bandwidth() || !self.loss_in_round {
+        if self.is_probing_bandwidth() {
             return;
         }
-        if self.bw_lo == UNSET_BW {
-            self.bw_lo = self.max_bw();
+        let mut ecn_inflight_lo = UNSET;
+        if self.ecn_in_round && self.p.ecn_factor > 0.0 {
+            if self.inflight_lo == UNSET {
+                self.inflight_lo = cwnd;
+            }
+            // bbr_ecn_cut: BBR_UNIT - ecn_alpha x ecn_factor.
+            let cut = BBR_UNIT.saturating_sub((self.ecn_alpha * to_unit(self.p.ecn_factor)) >> BBR_SCALE);
+            ecn_inflight_lo = ((self.inflight_lo as u64 * cut as u64) >> BBR_SCALE) as u32;
         }
-        if self.inflight_lo == UNSET {
-            self.inflight_lo = cwnd;
+        if self.loss_in_round {
+            if self.bw_lo == UNSET_BW {
+                self.bw_lo = self.max_bw();
+            }
+            if self.inflight_lo == UNSET {
+                self.inflight_lo = cwnd;
+            }
+            self.bw_lo = self.bw_latest.max(((self.bw_lo as u128 * self.beta as u128) >> FRAC_SCALE) as u64);
+            self.inflight_lo = self.inflight_latest.max(((self.inflight_lo as u64 * self.beta) >> FRAC_SCALE) as u32);
         }
-        self.bw_lo = self.bw_latest.max(((self.bw_lo as u128 * self.beta as u128) >> FRAC_SCALE) as u64);
-        self.inflight_lo = self.inflight_latest.max(((self.inflight_lo as u64 * self.beta) >> FRAC_SCALE) as u32);
-        self.bw_lo = self.bw_lo.max(1);
+        self.inflight_lo = self.inflight_lo.min(ecn_inflight_lo);
+        if self.bw_lo != UNSET_BW {
+            self.bw_lo = self.bw_lo.max(1);
+        }
+    }
+
+    /// `bbr_update_ecn_alpha` (at a round start): decide ECN eligibility (ECN usable and
+    /// min_rtt <= ecn_max_rtt), fold the round's CE ratio into ecn_alpha, and in Startup count
+    /// rounds with a CE ratio >= ecn_thresh (`bbr_check_ecn_too_high_in_startup`).
+    fn update_ecn_alpha(&mut self, info: &ConnInfo) {
+        let max_rtt_us = (self.p.ecn_max_rtt * 1e6) as u64;
+        if !self.ecn_eligible
+            && self.can_use_ecn
+            && self.p.ecn_factor > 0.0
+            && (max_rtt_us == 0 || (self.min_rtt_us as u64) <= max_rtt_us)
+        {
+            self.ecn_eligible = true;
+        }
+        if !self.ecn_eligible {
+            return;
+        }
+        let delivered = info.delivered - self.alpha_last_delivered;
+        let delivered_ce = info.delivered_ce - self.alpha_last_delivered_ce;
+        if delivered == 0 {
+            return;
+        }
+        let ce_ratio = ((delivered_ce << BBR_SCALE) / delivered) as u32;
+        let gain = to_unit(self.p.ecn_alpha_gain);
+        let alpha = (((BBR_UNIT - gain) * self.ecn_alpha) >> BBR_SCALE) + ((gain * ce_ratio) >> BBR_SCALE);
+        self.ecn_alpha = alpha.min(BBR_UNIT);
+        self.alpha_last_delivered = info.delivered;
+        self.alpha_last_delivered_ce = info.delivered_ce;
+        // bbr_check_ecn_too_high_in_startup.
+        let thresh = to_unit(self.p.ecn_thresh);
+        if self.full_bw_reached || self.p.full_ecn_cnt == 0.0 || thresh == 0 {
+            return;
+        }
+        if ce_ratio >= thresh {
+            self.startup_ecn_rounds += 1;
+        } else {
+            self.startup_ecn_rounds = 0;
+        }
+        if self.startup_ecn_rounds >= self.p.full_ecn_cnt as u32 {
+            // bbr_handle_queue_too_high_in_startup.
+            self.full_bw_reached = true;
+            self.inflight_hi = self.inflight(self.max_bw(), BBR_UNIT).max(self.inflight_latest);
+        }
     }
 
     fn reset_lower_bounds(&mut self) {
@@ -622,6 +728,9 @@ impl Bbr3 {
     /// `bbr_reset_congestion_signals`.
     fn reset_congestion_signals(&mut self) {
         self.loss_in_round = false;
+        self.ecn_in_round = false;
+        self.loss_in_cycle = false;
+        self.ecn_in_cycle = false;
         self.bw_latest = 0;
         self.inflight_latest = 0;
     }
@@ -642,9 +751,18 @@ impl Bbr3 {
         self.aggr.update(self.round_start, win as u32, rs.acked_sacked, info.delivered_mstamp_ns, bw, w.cwnd);
     }
 
-    /// `bbr_is_inflight_too_high`: more than loss_thresh of the flight was lost.
-    fn is_inflight_too_high(&self, lost: u64, tx_in_flight: u32) -> bool {
-        lost > 0 && tx_in_flight > 0 && lost > (tx_in_flight as u64 * self.loss_thresh) >> FRAC_SCALE
+    /// `bbr_is_inflight_too_high`: more than loss_thresh of the flight was lost, or (ECN
+    /// eligible) more than ecn_thresh of what the sample delivered was CE-marked.
+    fn is_inflight_too_high(&self, lost: u64, tx_in_flight: u32, delivered: i64, delivered_ce: i64) -> bool {
+        if lost > 0 && tx_in_flight > 0 && lost > (tx_in_flight as u64 * self.loss_thresh) >> FRAC_SCALE {
+            return true;
+        }
+        let thresh = to_unit(self.p.ecn_thresh);
+        delivered_ce > 0
+            && delivered > 0
+            && self.ecn_eligible
+            && thresh > 0
+            && delivered_ce as u64 > (delivered as u64 * thresh as u64) >> BBR_SCALE
     }
 
     /// `bbr_inflight_hi_from_lost_skb` (draft BBRInflightHiFromLostPacket): the inflight at
@@ -683,6 +801,7 @@ impl Bbr3 {
             self.loss_round_delivered = info.delivered;
         }
         self.loss_in_round = true;
+        self.loss_in_cycle = true;
     }
 
     // ---- STARTUP and DRAIN -----------------------------------------------------------------
@@ -700,7 +819,7 @@ impl Bbr3 {
             && self.loss_round_start
             && info.ca_state == CaState::Recovery
             && self.loss_events_in_round >= self.p.full_loss_cnt as u32
-            && self.is_inflight_too_high(rs.lost, rs.tx_in_flight)
+            && self.is_inflight_too_high(rs.lost, rs.tx_in_flight, rs.delivered, rs.delivered_ce)
         {
             // bbr_handle_queue_too_high_in_startup.
             self.full_bw_reached = true;
@@ -854,7 +973,7 @@ impl Bbr3 {
                 return true;
             }
         }
-        if self.is_inflight_too_high(rs.lost, rs.tx_in_flight) {
+        if self.is_inflight_too_high(rs.lost, rs.tx_in_flight, rs.delivered, rs.delivered_ce) {
             if self.bw_probe_samples {
                 self.handle_inflight_too_high(info, w.cwnd, rs.is_app_limited, rs.tx_in_flight);
             }
@@ -881,6 +1000,19 @@ impl Bbr3 {
 
     /// `bbr_check_time_to_probe_bw`.
     fn check_time_to_probe_bw(&mut self, info: &ConnInfo, cwnd: u32) -> bool {
+        // Marks but no loss this cycle: once they cease, reprobe quickly with a first step of
+        // about ecn_reprobe_gain x inflight_hi (2^n packets).
+        if self.p.ecn_reprobe_gain > 0.0
+            && self.ecn_eligible
+            && self.ecn_in_cycle
+            && !self.loss_in_cycle
+            && info.ca_state == CaState::Open
+        {
+            let target = (self.inflight_hi as u64 * to_unit(self.p.ecn_reprobe_gain) as u64) >> BBR_SCALE;
+            let n = if target == 0 { 0 } else { 63 - target.leading_zeros() };
+            self.start_bw_probe_refill(info, n.min(MAX_PROBE_UP_ROUNDS));
+            return true;
+        }
         let waited = info.now > self.cycle_mstamp + self.probe_wait_us as Nanos * 1000;
         if waited || self.is_reno_coexistence_probe_time(cwnd) {
             self.start_bw_probe_refill(info, 0);
@@ -1099,6 +1231,10 @@ impl CongestionControl for Bbr3 {
     /// `bbr_init`.
     fn init(&mut self, info: &ConnInfo, w: &mut Window) {
         self.mss = info.mss;
+        self.can_use_ecn = info.ecn && self.p.ecn_low != 0.0;
+        self.ecn_eligible = false;
+        self.ecn_alpha = to_unit(self.p.ecn_alpha_init);
+        self.startup_ecn_rounds = 0;
         self.init_cwnd = w.cwnd.min(MAX_INIT_CWND);
         w.ssthresh = u32::MAX;
         self.next_rtt_delivered = info.delivered;
@@ -1177,7 +1313,7 @@ impl CongestionControl for Bbr3 {
             return;
         }
         let lost = info.lost - pkt.tx_lost;
-        if self.is_inflight_too_high(lost, pkt.tx_in_flight) {
+        if self.is_inflight_too_high(lost, pkt.tx_in_flight, 0, 0) {
             let inflight_hi = self.inflight_hi_from_lost_packet(lost, pkt.tx_in_flight);
             self.handle_inflight_too_high(info, info.cwnd, pkt.is_app_limited, inflight_hi);
         }
@@ -1188,7 +1324,9 @@ impl CongestionControl for Bbr3 {
         self.update_round_start(info, rs);
         if self.round_start {
             self.rounds_since_probe = (self.rounds_since_probe + 1).min(MAX_ROUNDS_SINCE_PROBE);
+            self.update_ecn_alpha(info);
         }
+        self.ecn_in_round |= self.ecn_eligible && rs.is_ece;
         let sample_bw = Self::bw_sample(rs);
         self.update_latest_delivery_signals(info, rs, sample_bw);
 
@@ -1201,6 +1339,7 @@ impl CongestionControl for Bbr3 {
             && rs.is_app_limited
             && sample_bw < self.max_bw()
             && !self.loss_in_round
+            && !self.ecn_in_round
         {
             let (mode, min_rtt) = (self.mode, self.min_rtt_us);
             self.check_drain(info, w);
@@ -1221,6 +1360,13 @@ impl CongestionControl for Bbr3 {
         }
         self.advance_latest_delivery_signals(rs, sample_bw);
         self.prev_ca_state = info.ca_state;
+        self.loss_in_cycle |= rs.lost > 0;
+        self.ecn_in_cycle |= rs.delivered_ce > 0;
+    }
+
+    /// TCP_CONG_WANTS_CE_EVENTS: the receiver echoes CE per packet (`bbr_precise_ece_ack`).
+    fn wants_ce_events(&self) -> bool {
+        true
     }
 
     fn state_name(&self) -> Option<&'static str> {

@@ -441,6 +441,8 @@ pub(crate) mod tests {
             min_rtt_ns: 100_000_000,
             packets_in_flight: w.cwnd,
             delivered: 0,
+            delivered_ce: 0,
+            ecn: false,
             lost: 0,
             is_cwnd_limited: true,
             app_limited: 0,

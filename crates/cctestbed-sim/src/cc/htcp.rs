@@ -178,7 +178,7 @@ impl CongestionControl for Htcp {
                     self.undo_last_cong = 0;
                 }
             }
-            CaState::Recovery | CaState::Loss => {
+            CaState::Cwr | CaState::Recovery | CaState::Loss => {
                 // htcp_reset
                 self.undo_last_cong = self.last_cong.max(1);
                 self.last_cong = jiffies(info);

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 pub mod bbr;
 pub mod bbr3;
 pub mod cubic;
+pub mod dctcp;
 pub mod htcp;
 pub mod minmax;
 pub mod reno;
@@ -29,6 +30,8 @@ pub enum CaState {
     Open,
     /// SACKs or dupACKs seen, nothing marked lost yet.
     Disorder,
+    /// Window reduction after an ECN echo (`TCP_CA_CWR`), no loss.
+    Cwr,
     /// Fast recovery after losses detected by SACK/RACK.
     Recovery,
     /// After a retransmission timeout.
@@ -48,6 +51,10 @@ pub struct ConnInfo {
     pub packets_in_flight: u32,
     /// Packets delivered (ACKed or SACKed) since the start (`tp->delivered`).
     pub delivered: u64,
+    /// Packets delivered by ACKs carrying ECE (`tp->delivered_ce`).
+    pub delivered_ce: u64,
+    /// The connection negotiated ECN.
+    pub ecn: bool,
     /// Packets marked lost since the start (`tp->lost`).
     pub lost: u64,
     /// Whether the sender filled cwnd recently (`tcp_is_cwnd_limited`).
@@ -163,6 +170,11 @@ pub struct RateSample {
     pub tx_in_flight: u32,
     /// Packets marked lost between the sampled packet's send and now (google/bbr `rs->lost`).
     pub lost: u64,
+    /// Packets delivered by ECE-carrying ACKs between the sampled packet's send and now
+    /// (google/bbr `rs->delivered_ce`).
+    pub delivered_ce: i64,
+    /// This ACK carried ECE (google/bbr `rs->is_ece`).
+    pub is_ece: bool,
 }
 
 impl RateSample {
@@ -242,6 +254,17 @@ pub trait CongestionControl: std::any::Any + Send {
     /// A packet was just marked lost, by RACK or an RTO (google/bbr `skb_marked_lost`).
     fn skb_marked_lost(&mut self, _info: &ConnInfo, _pkt: &LostPacket) {}
 
+    /// Called on every ACK of an ECN-capable connection once its deliveries are counted,
+    /// with whether it carried ECE (`in_ack_event` with CA_ACK_ECE).
+    fn in_ack_event(&mut self, _info: &ConnInfo, _w: &mut Window, _ece: bool) {}
+
+    /// Whether the receiver should echo CE marks per packet, as DCTCP needs (Linux
+    /// `TCP_CONG_NEEDS_ECN` / `TCP_CONG_WANTS_CE_EVENTS` at the receiving host), rather than
+    /// RFC 3168's until-CWR echo.
+    fn wants_ce_events(&self) -> bool {
+        false
+    }
+
     /// Recovery-state changes (`set_state`).
     fn set_state(&mut self, _info: &ConnInfo, _w: &mut Window, _new: CaState) {}
 
@@ -305,6 +328,7 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
         ("bbr-stable-rtprop", bbr::BbrParams::stable_rtprop().to_map()),
         ("vegas", vegas::VegasParams::default().to_map()),
         ("htcp", htcp::HtcpParams::default().to_map()),
+        ("dctcp", dctcp::DctcpParams::default().to_map()),
     ]
 }
 
@@ -318,6 +342,7 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
         "bbr3" => Ok(Box::new(bbr3::Bbr3::new(bbr3::Bbr3Params::from_map(params)?))),
         "vegas" => Ok(Box::new(vegas::Vegas::new(vegas::VegasParams::from_map(params)?))),
         "htcp" => Ok(Box::new(htcp::Htcp::new(htcp::HtcpParams::from_map(params)?))),
+        "dctcp" => Ok(Box::new(dctcp::Dctcp::new(dctcp::DctcpParams::from_map(params)?))),
         "bbr-shallow" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::shallow().with_map(params)?, "bbr-shallow"))),
         "bbr-adaptive" => Ok(Box::new(bbr::Bbr::new(bbr::BbrParams::adaptive().with_map(params)?, "bbr-adaptive"))),
         "bbr-stable-rtprop" => {

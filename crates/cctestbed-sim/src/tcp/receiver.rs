@@ -33,9 +33,8 @@
 //! - `tcp_compressed_ack_kick` (tcp_timer.c) sends the compressed SACK; `tcp_event_ack_sent`
 //!   (tcp_output.c): any ACK sent clears `compressed_ack`, both timers and the scheduled flag.
 //!
-//! The receiver's own RTT is the one it measured on the three-way handshake (one RTprop plus a
-//! small packet's serialisation at the bottleneck): a bulk receiver sends no data, so Linux never
-//! updates its `srtt_us` or `icsk_rto` afterwards (`tcp_rtt_estimator`'s first sample:
+//! The receiver's own RTT is the one it measured on the three-way handshake, from its SYN-ACK to
+//! the final ACK (`tcp_synack_rtt_meas`): a bulk receiver sends no data, so Linux never updates its `srtt_us` or `icsk_rto` afterwards (`tcp_rtt_estimator`'s first sample:
 //! rto = srtt + max(2 srtt, 200 ms)).
 //!
 //! Timestamps (RFC 7323 as `tcp_replace_ts_recent`): every ACK echoes `ts_recent`, the send
@@ -43,8 +42,15 @@
 //! advertised), so a delayed ACK echoes the earliest segment it covers and an out-of-order
 //! one the last in-order segment; `ts_recent` never goes back (PAWS).
 //!
-//! SACK blocks: the block holding the latest out-of-order segment first, then the others from the
-//! highest down (RFC 2018 section 4 asks for the most recently changed first).
+//! SACK blocks as `selective_acks` (`tcp_sack_new_ofo_skb`, `tcp_sack_extend`,
+//! `tcp_sack_maybe_coalesce`, `tcp_sack_remove`): a list of at most TCP_NUM_SACKS (4) blocks,
+//! most recently changed first; an out-of-order arrival, new or duplicate, extends a block and
+//! moves it to the front, or opens a new block there and forgets the last one when the list is
+//! full; blocks at or below `rcv_nxt` leave it. An ACK carries the first 3 (the timestamp option
+//! takes the room of the fourth). Before a change that would push a block the sender may not
+//! have seen out of the first TCP_SACK_BLOCKS_EXPECTED (2), a compressed SACK pending is sent
+//! at once (`tcp_sack_compress_send_ack`): without that flush, at a few percent of random loss a
+//! block's last extent is never reported and RACK retransmits what had arrived.
 //!
 //! Deviations: the application reads instantly, so the advertised window is constant (the
 //! configured buffer, or Linux's initial 64 KB rounded down to the MSS, used for the quick-ack
@@ -53,10 +59,15 @@
 //! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
 //! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
-//! reader consumes; no ECN (CE marks would enter quick-ack mode).
+//! reader consumes.
+//!
+//! ECN (for flows that negotiated it, see [`EcnEcho`]): the classic echo of RFC 3168 as
+//! `__tcp_ecn_check_ce` and `tcp_ecn_accept_cwr`, or DCTCP's per-packet echo as
+//! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
+//! algorithm as both hosts run the same one. No AccECN.
 
 use crate::config::{DelayedAckConfig, Nanos};
-use crate::packet::{AckPacket, DataPacket, MAX_SACK_BLOCKS};
+use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
 
 /// One jiffy at CONFIG_HZ=250.
@@ -76,6 +87,11 @@ pub const COMP_SACK_DELAY_NS: Nanos = 1_000_000;
 pub const COMP_SACK_SLACK_NS: Nanos = 100_000;
 /// TCP_FASTRETRANS_THRESH.
 const FASTRETRANS_THRESH: u32 = 3;
+/// TCP_NUM_SACKS: blocks the receiver remembers.
+const NUM_SACKS: usize = 4;
+/// TCP_SACK_BLOCKS_EXPECTED (tcp_input.c): blocks an ACK is assumed to carry to the sender
+/// ("given that SACK packets might be lost, be conservative and use 2").
+const SACK_BLOCKS_EXPECTED: usize = 2;
 /// Linux >= 5.7 opens with a receive window of 64 KB rounded down to the MSS (65160 at 1448).
 const INIT_RCV_WND: u64 = 65535;
 
@@ -87,8 +103,8 @@ pub struct Receiver {
     /// `rcv_nxt` when the last ACK was sent.
     rcv_wup: u64,
     ooo: RangeSet,
-    /// Sequence of the latest out-of-order arrival, whose block leads the SACK list.
-    latest_ooo: Option<u64>,
+    /// `selective_acks[..num_sacks]`: SACK blocks, most recently changed first.
+    sacks: Vec<(u64, u64)>,
     /// ICSK_ACK_SCHED: data arrived that no ACK has covered yet.
     ack_sched: bool,
     /// ICSK_ACK_NOW.
@@ -112,6 +128,10 @@ pub struct Receiver {
     compressed_ack: u32,
     compressed_ack_rcv_nxt: u64,
     dup_ack_counter: u32,
+    /// When the SYN-ACK went out, until the handshake's final ACK arrives.
+    synack_sent_at: Option<Nanos>,
+    /// Handshake packets that arrived, SYNs and the final ACK (not counted in `arrived_pkts`).
+    pub handshake_pkts: u64,
     /// Compressed-SACK hrtimer expiry.
     comp_at: Option<Nanos>,
     /// In-order payload bytes handed to the application.
@@ -127,29 +147,59 @@ pub struct Receiver {
     last_seg: Option<(u64, u32)>,
     /// `ts_recent`: the timestamp to echo.
     ts_recent: Option<Nanos>,
+    /// How CE marks are echoed; `Off` for a flow that did not negotiate ECN.
+    ecn: EcnEcho,
+    /// TCP_ECN_DEMAND_CWR: ECE is set on every ACK until a CWR arrives (classic), or while the
+    /// last data packet was CE (per-packet echo).
+    demand_cwr: bool,
+    /// TCP_ECN_SEEN: an ECN-capable data packet has arrived.
+    ecn_seen: bool,
+    /// Per-packet echo (`dctcp_ece_ack_update`): CE state of the last data packet and
+    /// `rcv_nxt` after it.
+    ce_state: bool,
+    prior_rcv_nxt: u64,
+    /// An ACK to send before the one `on_data` returns (the per-packet echo's flush).
+    extra_ack: Option<AckPacket>,
+    /// CE-marked data packets that arrived.
+    pub ce_pkts: u64,
+}
+
+/// How the receiver reports CE marks in ECE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcnEcho {
+    Off,
+    /// RFC 3168 section 6.1.3 (Linux `__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE
+    /// mark, ECE on every ACK until the sender's CWR arrives; a CE mark (first of an episode)
+    /// also enters quick-ack mode.
+    Classic,
+    /// DCTCP's (Linux `dctcp_ece_ack_update`, used when the algorithm wants CE events): ECE
+    /// reflects the CE state of the data each ACK covers; when the state changes, a delayed
+    /// ACK pending for earlier data is sent first with the old state, and the new data is
+    /// ACKed at once.
+    PerPacket,
 }
 
 impl Receiver {
     /// `handshake_rtt_ns` is the RTT the receiver measured on the three-way handshake;
     /// `rwnd_bytes` the configured receive buffer, if any.
     pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32, rwnd_bytes: Option<u64>, handshake_rtt_ns: Nanos) -> Self {
-        let srtt_ns = handshake_rtt_ns.max(1);
-        let rto_ns = (srtt_ns + (2 * srtt_ns).max(RTO_MIN_NS)).min(RTO_MAX_NS);
         let init_wnd = (INIT_RCV_WND / mss as u64) * mss as u64;
-        Receiver {
+        let mut r = Receiver {
             flow,
             rcv_nxt: 0,
             rcv_wup: 0,
             ooo: RangeSet::default(),
-            latest_ooo: None,
+            sacks: Vec::with_capacity(NUM_SACKS),
             ack_sched: false,
             ack_now: false,
             quick: 0,
             ato: 0,
             lrcvtime: 0,
-            rto_j: ceil_jiffies(rto_ns),
-            srtt_j: ceil_jiffies(srtt_ns),
-            srtt_ns,
+            rto_j: 0,
+            srtt_j: 0,
+            srtt_ns: 0,
+            synack_sent_at: None,
+            handshake_pkts: 0,
             ato_min_j: ceil_jiffies(cfg.timeout_ns).max(1),
             rcv_wnd: rwnd_bytes.map_or(init_wnd, |w| w.min(init_wnd)),
             delack_j: None,
@@ -165,13 +215,110 @@ impl Receiver {
             mss,
             last_seg: None,
             ts_recent: None,
+            ecn: EcnEcho::Off,
+            demand_cwr: false,
+            ecn_seen: false,
+            ce_state: false,
+            prior_rcv_nxt: 0,
+            extra_ack: None,
+            ce_pkts: 0,
             cfg,
+        };
+        r.set_handshake_rtt(handshake_rtt_ns);
+        r
+    }
+
+    /// The receiver's RTT from the handshake (`tcp_synack_rtt_meas`, `tcp_rtt_estimator`'s
+    /// first sample): srtt, and rto = srtt + max(2 srtt, 200 ms).
+    fn set_handshake_rtt(&mut self, rtt_ns: Nanos) {
+        self.srtt_ns = rtt_ns.max(1);
+        self.srtt_j = ceil_jiffies(self.srtt_ns);
+        self.rto_j = ceil_jiffies((self.srtt_ns + (2 * self.srtt_ns).max(RTO_MIN_NS)).min(RTO_MAX_NS));
+    }
+
+    /// A SYN arrived (the listener's `tcp_v4_conn_request`): answer with a SYN-ACK at once.
+    pub fn on_syn(&mut self, now: Nanos, p: &DataPacket) -> AckPacket {
+        self.handshake_pkts += 1;
+        self.synack_sent_at = Some(now);
+        AckPacket::syn_ack(self.flow, p.sent_at)
+    }
+
+    /// The handshake's final ACK arrived: its RTT since the SYN-ACK is the receiver's.
+    pub fn on_handshake_ack(&mut self, now: Nanos) {
+        self.handshake_pkts += 1;
+        if let Some(t) = self.synack_sent_at.take() {
+            self.set_handshake_rtt(now - t);
         }
     }
 
-    /// A data segment arrived; returns the ACK to send now, if any. Afterwards the caller
-    /// (re)arms the receiver's timer for [`Receiver::timer_deadline`].
-    pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> Option<AckPacket> {
+    /// Sets how CE marks are echoed (a flow that negotiated ECN).
+    pub fn with_ecn(mut self, mode: EcnEcho) -> Self {
+        self.ecn = mode;
+        self
+    }
+
+    /// `tcp_ecn_accept_cwr`: the sender's CWR ends the classic echo; a data segment carrying
+    /// it is ACKed at once.
+    fn ecn_accept_cwr(&mut self, p: &DataPacket) {
+        if self.ecn != EcnEcho::Off && p.cwr {
+            self.demand_cwr = false;
+            self.ack_now = true;
+        }
+    }
+
+    /// `__tcp_ecn_check_ce` for a new data segment, after rcv_nxt has moved past it.
+    fn ecn_check_ce(&mut self, p: &DataPacket) {
+        match self.ecn {
+            EcnEcho::Off => {}
+            EcnEcho::Classic => match p.ecn {
+                // A Not-ECT segment after ECT ones is probably a retransmission: ACK quickly.
+                Ecn::NotEct => {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                }
+                Ecn::Ce => {
+                    if !self.demand_cwr {
+                        // The sender may have a very small window: do not delay the echo.
+                        self.enter_quickack_mode_max(2);
+                        self.demand_cwr = true;
+                    }
+                    self.ecn_seen = true;
+                }
+                Ecn::Ect0 | Ecn::Ect1 => self.ecn_seen = true,
+            },
+            EcnEcho::PerPacket => {
+                if p.ecn == Ecn::NotEct {
+                    if self.ecn_seen {
+                        self.enter_quickack_mode_max(2);
+                    }
+                    return;
+                }
+                let ce = p.ecn == Ecn::Ce;
+                if ce != self.ce_state {
+                    // Flush a delayed ACK for the earlier data with its own CE state, then
+                    // ACK this data at once.
+                    if self.delack_j.is_some() {
+                        self.demand_cwr = self.ce_state;
+                        let mut a = self.make_ack(false);
+                        a.ack = self.prior_rcv_nxt;
+                        a.ece = self.demand_cwr;
+                        self.acks_sent += 1;
+                        self.extra_ack = Some(a);
+                    }
+                    self.ack_now = true;
+                }
+                self.prior_rcv_nxt = self.rcv_nxt;
+                self.ce_state = ce;
+                self.demand_cwr = ce;
+                self.ecn_seen = true;
+            }
+        }
+    }
+
+    /// A data segment arrived; returns the ACKs to send now. Afterwards the caller (re)arms
+    /// the receiver's timer for [`Receiver::timer_deadline`].
+    pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> DataAcks {
         self.arrived_pkts += 1;
         let seq = p.seq;
         // tcp_replace_ts_recent: only a segment at or below rcv_wup updates ts_recent.
@@ -181,21 +328,27 @@ impl Receiver {
         if p.payload < self.mss {
             self.last_seg = Some((seq, p.payload));
         }
+        if p.ecn == Ecn::Ce {
+            self.ce_pkts += 1;
+        }
+        self.ecn_accept_cwr(p);
+        // Every path schedules an ACK (inet_csk_schedule_ack) before the SACK list changes.
+        self.ack_sched = true;
+        let mut flushed = None;
         if seq < self.rcv_nxt {
             // Old data (tcp_data_queue): enter quick-ack mode, ACK at once.
             self.duplicate_pkts += 1;
             self.enter_quickack_mode();
-        } else if self.ooo.contains(seq) {
-            // Already held out of order (tcp_data_queue_ofo drops it, SACKs again).
-            self.duplicate_pkts += 1;
         } else if seq == self.rcv_nxt {
             let had_ooo = !self.ooo.is_empty();
             self.rcv_nxt += 1;
             if let Some(end) = self.ooo.pop_starting_at(self.rcv_nxt) {
                 self.rcv_nxt = end;
             }
+            self.sack_remove();
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
             self.event_data_recv(now);
+            self.ecn_check_ce(p);
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
@@ -203,14 +356,60 @@ impl Receiver {
                 self.ack_now = true;
             }
         } else {
-            self.ooo.insert(seq, seq + 1);
-            self.latest_ooo = Some(seq);
+            self.ecn_check_ce(p);
+            if self.ooo.contains(seq) {
+                // Already held (tcp_data_queue_ofo drops it and goes on to add_sack).
+                self.duplicate_pkts += 1;
+            } else {
+                self.ooo.insert(seq, seq + 1);
+            }
+            flushed = self.sack_new_ofo(seq, seq + 1);
         }
-        self.ack_sched = true;
-        if !self.cfg.enabled {
-            return Some(self.send_ack(false));
+        let ack = if !self.cfg.enabled {
+            Some(self.send_ack(false))
+        } else {
+            self.ack_snd_check(now)
+        };
+        DataAcks { ce_flushed: self.extra_ack.take(), flushed, ack }
+    }
+
+    /// `tcp_sack_new_ofo_skb`: the SACK list after an out-of-order arrival of `[s, e)`; returns
+    /// the compressed SACK flushed before the change (`tcp_sack_compress_send_ack`), if any.
+    fn sack_new_ofo(&mut self, s: u64, e: u64) -> Option<AckPacket> {
+        // tcp_sack_extend: the block touches or overlaps [s, e).
+        let hit = self.sacks.iter().position(|&(bs, be)| bs <= e && s <= be);
+        let pos = hit.unwrap_or(self.sacks.len());
+        let flushed = (pos >= SACK_BLOCKS_EXPECTED && self.compressed_ack > 0).then(|| self.send_ack(false));
+        match hit {
+            Some(i) => {
+                let (bs, be) = self.sacks.remove(i);
+                let mut b = (bs.min(s), be.max(e));
+                // tcp_sack_maybe_coalesce: blocks the grown one now touches merge into it.
+                self.sacks.retain(|&(os, oe)| {
+                    let touches = os <= b.1 && b.0 <= oe;
+                    if touches {
+                        b = (b.0.min(os), b.1.max(oe));
+                    }
+                    !touches
+                });
+                self.sacks.insert(0, b);
+            }
+            None => {
+                self.sacks.truncate(NUM_SACKS - 1);
+                self.sacks.insert(0, (s, e));
+            }
         }
-        self.ack_snd_check(now)
+        flushed
+    }
+
+    /// `tcp_sack_remove`: blocks the cumulative ACK reached leave the list.
+    fn sack_remove(&mut self) {
+        if self.ooo.is_empty() {
+            self.sacks.clear();
+        } else {
+            let rcv_nxt = self.rcv_nxt;
+            self.sacks.retain(|&(s, _)| rcv_nxt < s);
+        }
     }
 
     /// The receiver's timer (delayed ACK or compressed SACK, whichever is earlier) fired.
@@ -294,6 +493,19 @@ impl Receiver {
 
     fn enter_quickack_mode(&mut self) {
         self.incr_quickack();
+        self.ato = self.ato_min_j;
+    }
+
+    /// `tcp_enter_quickack_mode(sk, max)`: at most `max` quick ACKs.
+    fn enter_quickack_mode_max(&mut self, max: u32) {
+        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        if q == 0 {
+            q = 2;
+        }
+        q = q.min(max).min(self.cfg.quickacks.max(1));
+        if q > self.quick {
+            self.quick = q;
+        }
         self.ato = self.ato_min_j;
     }
 
@@ -383,27 +595,26 @@ impl Receiver {
 
     fn make_ack(&self, delayed: bool) -> AckPacket {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
-        let mut n = 0;
-        let ranges = self.ooo.ranges();
-        // Ranges are sorted and disjoint: the candidate is the last one starting at or below x.
-        let latest = self.latest_ooo.and_then(|x| {
-            let i = ranges.partition_point(|&(s, _)| s <= x);
-            (i > 0 && x < ranges[i - 1].1).then(|| ranges[i - 1])
-        });
-        if let Some(b) = latest {
-            sacks[0] = b;
-            n = 1;
-        }
-        for &r in ranges.iter().rev() {
-            if n == MAX_SACK_BLOCKS {
-                break;
-            }
-            if Some(r) != latest {
-                sacks[n] = r;
-                n += 1;
-            }
-        }
-        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent }
+        let n = self.sacks.len().min(MAX_SACK_BLOCKS);
+        sacks[..n].copy_from_slice(&self.sacks[..n]);
+        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr }
+    }
+}
+
+/// The ACKs one data segment releases, in the order they leave: a delayed ACK flushed with the
+/// earlier CE state when the CE state changes (DCTCP's `dctcp_ece_ack_update`), a compressed SACK
+/// flushed before the SACK list changed (`tcp_sack_compress_send_ack`), then the ACK for the
+/// segment itself.
+#[derive(Debug, Default)]
+pub struct DataAcks {
+    pub ce_flushed: Option<AckPacket>,
+    pub flushed: Option<AckPacket>,
+    pub ack: Option<AckPacket>,
+}
+
+impl DataAcks {
+    pub fn all(self) -> impl Iterator<Item = AckPacket> {
+        self.ce_flushed.into_iter().chain(self.flushed).chain(self.ack)
     }
 }
 
@@ -418,7 +629,7 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn data(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0 }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false }
     }
 
     fn cfg(quickacks: u32) -> DelayedAckConfig {
@@ -440,31 +651,63 @@ mod tests {
         r.on_timer(at).map(|a| (at, a))
     }
 
+    fn marked(seq: u64, ecn: Ecn, cwr: bool) -> DataPacket {
+        DataPacket { ecn, cwr, ..data(seq) }
+    }
+
+    /// RFC 3168 section 6.1.3 (`__tcp_ecn_check_ce`, `tcp_ecn_accept_cwr`): after a CE mark
+    /// every ACK carries ECE until a segment with CWR arrives.
+    #[test]
+    fn classic_echo_repeats_ece_until_cwr() {
+        let mut r = Receiver::new(0, DelayedAckConfig { enabled: false, ..cfg(16) }, 1448, None, 100 * MS).with_ecn(EcnEcho::Classic);
+        assert!(!r.on_data(0, &marked(0, Ecn::Ect0, false)).ack.unwrap().ece);
+        assert!(r.on_data(MS, &marked(1, Ecn::Ce, false)).ack.unwrap().ece);
+        assert!(r.on_data(2 * MS, &marked(2, Ecn::Ect0, false)).ack.unwrap().ece, "still echoing");
+        assert!(!r.on_data(3 * MS, &marked(3, Ecn::Ect0, true)).ack.unwrap().ece, "CWR ends the echo");
+        assert_eq!(r.ce_pkts, 1);
+    }
+
+    /// DCTCP's echo (`dctcp_ece_ack_update`): ECE follows each packet's CE state; when it
+    /// changes, a delayed ACK for the earlier data goes out first with the old state.
+    #[test]
+    fn per_packet_echo_flushes_the_delayed_ack_on_a_ce_change() {
+        let mut r = rx(0).with_ecn(EcnEcho::PerPacket);
+        // No quick ACKs: the first segment's ACK is delayed.
+        assert!(r.on_data(0, &marked(0, Ecn::Ect1, false)).ack.is_none());
+        let d = r.on_data(MS, &marked(1, Ecn::Ce, false));
+        let a = d.ack.expect("a CE change is ACKed at once");
+        let flushed = d.ce_flushed.expect("the delayed ACK for segment 0 goes first");
+        assert_eq!((flushed.ack, flushed.ece), (1, false));
+        assert_eq!((a.ack, a.ece), (2, true));
+        let b = r.on_data(2 * MS, &marked(2, Ecn::Ect1, false)).ack.expect("and back");
+        assert_eq!((b.ack, b.ece), (3, false));
+    }
+
     #[test]
     fn quickack_count_at_start_is_rcv_wnd_over_two_mss_capped() {
         // 65160 / (2 * 1448) = 22, capped at TCP_MAX_QUICKACKS = 16.
         let mut r = rx(16);
         let mut now = 0;
         for i in 0..16 {
-            assert!(r.on_data(now, &data(i)).is_some(), "quick ACK {i}");
+            assert!(r.on_data(now, &data(i)).ack.is_some(), "quick ACK {i}");
             now += 100 * MS;
         }
-        assert!(r.on_data(now, &data(16)).is_none(), "the 17th lone segment is delayed");
+        assert!(r.on_data(now, &data(16)).ack.is_none(), "the 17th lone segment is delayed");
         // A 10-segment receive window allows 10 * 1448 / 2896 = 5 quick ACKs.
         let mut r = Receiver::new(0, cfg(16), 1448, Some(10 * 1448), 100 * MS);
         for i in 0..5 {
-            assert!(r.on_data(i as Nanos * 100 * MS, &data(i)).is_some());
+            assert!(r.on_data(i as Nanos * 100 * MS, &data(i)).ack.is_some());
         }
-        assert!(r.on_data(500 * MS, &data(5)).is_none());
+        assert!(r.on_data(500 * MS, &data(5)).ack.is_none());
     }
 
     #[test]
     fn acks_every_second_segment_after_quickacks() {
         let mut r = rx(1);
-        assert!(r.on_data(0, &data(0)).is_some());
-        assert!(r.on_data(0, &data(1)).is_none());
+        assert!(r.on_data(0, &data(0)).ack.is_some());
+        assert!(r.on_data(0, &data(1)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(40 * MS));
-        let a = r.on_data(0, &data(2)).expect("second unacked segment must be ACKed at once");
+        let a = r.on_data(0, &data(2)).ack.expect("second unacked segment must be ACKed at once");
         assert_eq!(a.ack, 3);
         assert_eq!(r.timer_deadline(), None, "an ACK sent cancels the delayed-ACK timer");
     }
@@ -475,12 +718,12 @@ mod tests {
         // TCP_ATO_MIN, doubles each time the delayed ACK fires, and the delay used is capped by
         // the handshake srtt (25 jiffies = 100 ms).
         let mut r = rx(1);
-        assert!(r.on_data(0, &data(0)).is_some());
+        assert!(r.on_data(0, &data(0)).ack.is_some());
         let mut delays = Vec::new();
         let mut atos = Vec::new();
         for i in 1..8u64 {
             let t = i as Nanos * 120 * MS;
-            assert!(r.on_data(t, &data(i)).is_none());
+            assert!(r.on_data(t, &data(i)).ack.is_none());
             atos.push(r.ato_jiffies());
             let (at, ack) = run_timer(&mut r, t + 300 * MS).expect("delayed ACK");
             assert_eq!(ack.ack, i + 1);
@@ -497,9 +740,9 @@ mod tests {
     #[test]
     fn ato_shrinks_with_fast_arrivals_and_timer_is_jiffy_aligned() {
         let mut r = rx(1);
-        assert!(r.on_data(0, &data(0)).is_some()); // quick ACK; ato = 10
+        assert!(r.on_data(0, &data(0)).ack.is_some()); // quick ACK; ato = 10
         // Arrival 3 ms later (0 jiffies apart, m <= TCP_ATO_MIN/2): ato = 10/2 + 5 = 10.
-        assert!(r.on_data(3 * MS, &data(1)).is_none());
+        assert!(r.on_data(3 * MS, &data(1)).ack.is_none());
         assert_eq!(r.ato_jiffies(), 10);
         // Timer at jiffy 0 + 10 = 40 ms, not 43 ms.
         assert_eq!(r.timer_deadline(), Some(40 * MS));
@@ -508,68 +751,97 @@ mod tests {
     #[test]
     fn long_gap_restarts_quickack_mode() {
         let mut r = rx(2);
-        assert!(r.on_data(0, &data(0)).is_some());
-        assert!(r.on_data(10 * MS, &data(1)).is_some());
+        assert!(r.on_data(0, &data(0)).ack.is_some());
+        assert!(r.on_data(10 * MS, &data(1)).ack.is_some());
         assert_eq!(r.quickacks_left(), 0);
         // m = 100 jiffies > rto (75): tcp_incr_quickack gives 2 quick ACKs again.
-        assert!(r.on_data(410 * MS, &data(2)).is_some());
+        assert!(r.on_data(410 * MS, &data(2)).ack.is_some());
         assert_eq!(r.quickacks_left(), 1);
-        assert!(r.on_data(570 * MS, &data(3)).is_some());
+        assert!(r.on_data(570 * MS, &data(3)).ack.is_some());
         // m = 40 jiffies: neither fast nor a long gap; delayed.
-        assert!(r.on_data(730 * MS, &data(4)).is_none());
+        assert!(r.on_data(730 * MS, &data(4)).ack.is_none());
     }
 
     #[test]
     fn old_data_enters_quickack_mode() {
         let mut r = rx(16);
         for i in 0..16u64 {
-            assert!(r.on_data(i as Nanos * MS, &data(i)).is_some());
+            assert!(r.on_data(i as Nanos * MS, &data(i)).ack.is_some());
         }
         assert_eq!(r.quickacks_left(), 0);
-        assert!(r.on_data(16 * MS, &data(16)).is_none());
+        assert!(r.on_data(16 * MS, &data(16)).ack.is_none());
         let _ = run_timer(&mut r, 100 * MS).unwrap();
         assert_eq!(r.ato_jiffies(), 20);
         // A spurious retransmission: immediate ACK, ato back to TCP_ATO_MIN, and 16 quick ACKs
         // (one used by this ACK).
-        let a = r.on_data(200 * MS, &data(0)).expect("old data is ACKed at once");
+        let a = r.on_data(200 * MS, &data(0)).ack.expect("old data is ACKed at once");
         assert_eq!(a.ack, 17);
         assert_eq!(r.quickacks_left(), 15);
         assert_eq!(r.ato_jiffies(), 10);
         assert_eq!(r.duplicate_pkts, 1);
-        assert!(r.on_data(320 * MS, &data(17)).is_some(), "quick-ack mode again");
+        assert!(r.on_data(320 * MS, &data(17)).ack.is_some(), "quick-ack mode again");
     }
 
     #[test]
     fn out_of_order_three_dupacks_then_compressed_until_timer() {
         let mut r = rx(0);
-        let _ = r.on_data(0, &data(0));
-        let _ = r.on_data(0, &data(1)); // two full frames: ACK 2
+        let _ = r.on_data(0, &data(0)).ack;
+        let _ = r.on_data(0, &data(1)).ack; // two full frames: ACK 2
         let t = 10 * MS;
         for k in 0..3u64 {
-            let a = r.on_data(t, &data(3 + k)).expect("the first three dup-ACKs go out at once");
+            let a = r.on_data(t, &data(3 + k)).ack.expect("the first three dup-ACKs go out at once");
             assert_eq!(a.ack, 2);
             assert_eq!(a.sack_blocks(), &[(3, 4 + k)]);
         }
         // Fourth and later: compressed, one timer of min(1 ms, srtt/20 = 5 ms) + 100 us slack.
-        assert!(r.on_data(t, &data(6)).is_none());
-        assert!(r.on_data(t + 200_000, &data(7)).is_none());
+        assert!(r.on_data(t, &data(6)).ack.is_none());
+        assert!(r.on_data(t + 200_000, &data(7)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(t + 1_100_000));
         let (at, a) = run_timer(&mut r, t + 5 * MS).unwrap();
         assert_eq!(at, t + 1_100_000);
         assert_eq!(a.sack_blocks(), &[(3, 8)]);
         // Same rcv_nxt: the dup-ACK budget is spent, the next one is compressed again.
-        assert!(r.on_data(t + 2 * MS, &data(8)).is_none());
+        assert!(r.on_data(t + 2 * MS, &data(8)).ack.is_none());
+    }
+
+    /// `selective_acks` is a most-recently-changed list of 4 blocks; before a new block would
+    /// push one the sender may not have seen past the first 2, a pending compressed SACK goes out.
+    #[test]
+    fn sack_list_is_most_recent_first_and_flushes_before_pushing_blocks_out() {
+        let mut r = rx(1);
+        assert!(r.on_data(0, &data(0)).ack.is_some());
+        for s in 2..5 {
+            assert!(r.on_data(0, &data(s)).ack.is_some(), "dup-ACK for {s} goes out at once");
+        }
+        let d = r.on_data(0, &data(5));
+        assert!(d.flushed.is_none() && d.ack.is_none(), "compressed");
+        // Second block: the first stays within the 2 blocks expected to reach the sender.
+        let d = r.on_data(0, &data(7));
+        assert!(d.flushed.is_none() && d.ack.is_none());
+        // A third block: the pending compressed SACK is sent first, with the list before it.
+        let d = r.on_data(0, &data(9));
+        let f = d.flushed.expect("compressed SACK flushed before the list changes");
+        assert_eq!((f.ack, f.sack_blocks()), (1, &[(7, 8), (2, 6)][..]));
+        assert!(d.ack.is_none(), "the flush cleared the scheduled ACK");
+        assert!(r.on_data(0, &data(11)).flushed.is_none(), "nothing compressed since the flush");
+        let f = r.on_data(0, &data(13)).flushed.expect("flush before the fifth block");
+        assert_eq!(f.sack_blocks(), &[(11, 12), (9, 10), (7, 8)]);
+        // An arrival in an older block moves that block to the front.
+        assert_eq!(r.on_data(0, &data(10)).ack, None);
+        // The hole at 1 fills: blocks above rcv_nxt stay, the fifth block was forgotten.
+        let a = r.on_data(0, &data(1)).ack.expect("rcv_nxt moved by more than one frame");
+        assert_eq!((a.ack, a.sack_blocks()), (6, &[(9, 12), (13, 14), (7, 8)][..]));
     }
 
     #[test]
     fn out_of_order_compression_stops_at_comp_sack_nr() {
         let mut r = rx(0);
-        let _ = r.on_data(0, &data(0));
-        let _ = r.on_data(0, &data(1));
+        let _ = r.on_data(0, &data(0)).ack;
+        let _ = r.on_data(0, &data(1)).ack;
         let mut immediate = 0;
         let mut sent_at = None;
         for k in 0..60u64 {
-            if r.on_data(MS, &data(3 + k)).is_some() {
+            if r.on_data(MS, &data(3 + k)).ack.is_some() {
                 immediate += 1;
                 if immediate == 4 {
                     sent_at = Some(k);
@@ -584,21 +856,21 @@ mod tests {
     #[test]
     fn hole_fill_and_partial_fill_ack_at_once() {
         let mut r = rx(0);
-        let _ = r.on_data(0, &data(0));
-        let _ = r.on_data(0, &data(1));
-        let _ = r.on_data(0, &data(3));
-        let _ = r.on_data(0, &data(5));
-        let a = r.on_data(0, &data(4)).unwrap();
+        let _ = r.on_data(0, &data(0)).ack;
+        let _ = r.on_data(0, &data(1)).ack;
+        let _ = r.on_data(0, &data(3)).ack;
+        let _ = r.on_data(0, &data(5)).ack;
+        let a = r.on_data(0, &data(4)).ack.unwrap();
         assert_eq!(a.sack_blocks(), &[(3, 6)]);
-        let _ = r.on_data(0, &data(8)); // dup budget for rcv_nxt = 2 spent after 3 ACKs
-        let _ = r.on_data(0, &data(9));
-        assert!(r.on_data(0, &data(10)).is_none(), "compressed");
+        let _ = r.on_data(0, &data(8)).ack; // dup budget for rcv_nxt = 2 spent after 3 ACKs
+        let _ = r.on_data(0, &data(9)).ack;
+        assert!(r.on_data(0, &data(10)).ack.is_none(), "compressed");
         // rcv_nxt moves (partial fill): a new dup-ACK budget, ACK at once.
-        let a = r.on_data(0, &data(2)).expect("partial fill is ACKed at once");
+        let a = r.on_data(0, &data(2)).ack.expect("partial fill is ACKed at once");
         assert_eq!(a.ack, 6);
         assert_eq!(a.sack_blocks(), &[(8, 11)]);
-        let _ = r.on_data(0, &data(7));
-        let a = r.on_data(0, &data(6)).expect("filling the hole must be ACKed at once");
+        let _ = r.on_data(0, &data(7)).ack;
+        let a = r.on_data(0, &data(6)).ack.expect("filling the hole must be ACKed at once");
         assert_eq!(a.ack, 11);
         assert_eq!(a.n_sacks, 0);
         assert_eq!(r.delivered_bytes, 11 * 1448);
@@ -607,14 +879,14 @@ mod tests {
     #[test]
     fn ato_grows_by_timer_and_is_bounded_by_srtt() {
         let mut r = rx(1);
-        let _ = r.on_data(0, &data(0));
-        assert!(r.on_data(0, &data(1)).is_none());
+        let _ = r.on_data(0, &data(0)).ack;
+        assert!(r.on_data(0, &data(1)).ack.is_none());
         let _ = run_timer(&mut r, 100 * MS).unwrap(); // ato 20
-        assert!(r.on_data(100 * MS, &data(2)).is_none());
+        assert!(r.on_data(100 * MS, &data(2)).ack.is_none());
         // m = 25 jiffies, not < 20: ato stays 20; timer at jiffy 25 + 20 = 45.
         assert_eq!(r.timer_deadline(), Some(180 * MS));
         let _ = r.on_timer(180 * MS).unwrap(); // ato 40
-        assert!(r.on_data(200 * MS, &data(3)).is_none());
+        assert!(r.on_data(200 * MS, &data(3)).ack.is_none());
         // m = 25 < 40: ato = 20 + 25 = 45 -> delay min(45, srtt 25) = 25 jiffies: jiffy 75.
         assert_eq!(r.timer_deadline(), Some(300 * MS));
     }
@@ -625,17 +897,17 @@ mod tests {
         let mut c = cfg(1);
         c.segments_per_ack = 3;
         let mut r = Receiver::new(0, c.clone(), 1448, None, 100 * MS);
-        let _ = r.on_data(0, &data(0));
-        assert!(r.on_data(0, &data(1)).is_none());
+        let _ = r.on_data(0, &data(0)).ack;
+        assert!(r.on_data(0, &data(1)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(40 * MS));
         // At jiffy 2: ato = 10/2 + 5 = 10, new timeout jiffy 12; the earlier one (10) is kept.
-        assert!(r.on_data(8 * MS, &data(2)).is_none());
+        assert!(r.on_data(8 * MS, &data(2)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(40 * MS));
         let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
-        let _ = r.on_data(0, &data(0));
-        assert!(r.on_data(0, &data(1)).is_none());
+        let _ = r.on_data(0, &data(0)).ack;
+        assert!(r.on_data(0, &data(1)).ack.is_none());
         // At jiffy 8: ato = 5 + 8 = 13; the armed timer (jiffy 10) is within ato/4 = 3 jiffies.
-        let a = r.on_data(35 * MS, &data(2)).expect("timer about to expire: ACK now");
+        let a = r.on_data(35 * MS, &data(2)).ack.expect("timer about to expire: ACK now");
         assert_eq!(a.ack, 3);
         assert_eq!(r.timer_deadline(), None);
     }
@@ -646,7 +918,7 @@ mod tests {
         c.enabled = false;
         let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
         for i in 0..5 {
-            assert!(r.on_data(i as Nanos * MS, &data(i)).is_some());
+            assert!(r.on_data(i as Nanos * MS, &data(i)).ack.is_some());
         }
     }
 }

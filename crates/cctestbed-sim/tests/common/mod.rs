@@ -63,7 +63,7 @@ pub fn loss_pct(out: &SimOutput, t0: f64, t1: f64) -> f64 {
     let r = &out.router;
     let idx = |t: f64| r.time_s.iter().rposition(|&x| x <= t + 1e-9).unwrap_or(0);
     let (a, b) = (idx(t0), idx(t1));
-    let drops = |i: usize| r.drops_overflow[i] + r.drops_random[i] + r.drops_policer[i];
+    let drops = |i: usize| r.drops_total(i);
     let arr = (r.arrivals_pkts[b] - r.arrivals_pkts[a]) as f64;
     100.0 * (drops(b) - drops(a)) as f64 / arr.max(1.0)
 }

@@ -1,0 +1,263 @@
+//! FQ-CoDel, flow queueing with CoDel (RFC 8290), as Linux `net/sched/sch_fq_codel.c`.
+//!
+//! Packets are hashed to one of `flows` queues (RFC 8290 section 4.1.1; Linux
+//! `fq_codel_hash`: the flow hash scaled to the table with `reciprocal_scale`); each queue is
+//! a FIFO under its own CoDel state ([`super::codel`]). Queues with packets sit on one of two
+//! round-robin lists: a queue that becomes active joins the tail of *new flows* with a deficit
+//! of one `quantum`; dequeue serves new flows before old ones (section 4.2), a queue whose
+//! deficit is spent gets another quantum and moves to the tail of *old flows*, and a new queue
+//! that empties moves to old flows once (to prevent starvation) before it is forgotten.
+//!
+//! When the hard limit (the trial's `link.queue`) or `memory_limit` is exceeded on enqueue,
+//! `fq_codel_drop` finds the queue with the largest byte backlog and drops from its head until
+//! half that backlog is gone or `drop_batch` packets are dropped (section 4.1.3), then raises
+//! that queue's CoDel `count` by the number dropped. These drops count as `overflow`.
+//!
+//! Defaults as `fq_codel_init`: 1024 flows, quantum = the device MTU, target 5 ms, interval
+//! 100 ms, ECN on, no ce_threshold, drop_batch 64, memory_limit 32 MB.
+//!
+//! Deviations: the flow hash is a fixed mixing function of the simulator's flow id and a
+//! perturbation drawn from the trial seed, standing in for Linux's `skb_get_hash` over the
+//! 5-tuple with a boot-time random key (collisions happen with the same odds); memory use is
+//! counted in packet bytes, not `skb->truesize`; lengths are IP bytes, so the default quantum
+//! is the IP MTU (Linux's `psched_mtu` adds the Ethernet header to both quantum and packet
+//! lengths, giving the same packets per round); no external classifiers or
+//! `skb->priority` steering.
+
+use super::codel::{codel_dequeue, CodelParams, CodelSource, CodelVars};
+use super::{Counters, DropCause, Limit, Peeked, Qdisc, Queued};
+use crate::config::{FqCodelConfig, Nanos};
+use crate::rng::SimRng;
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    New,
+    Old,
+}
+
+#[derive(Default)]
+struct FlowQueue {
+    q: VecDeque<Queued>,
+    deficit: i64,
+    /// Which round-robin list holds this queue (`flowchain`), if any.
+    list: Option<List>,
+}
+
+/// The borrowed state `codel_dequeue` pops from: one queue and the discipline's totals.
+struct Source<'a> {
+    flow: &'a mut FlowQueue,
+    flow_backlog: &'a mut u64,
+    memory_usage: &'a mut u64,
+    qlen: &'a mut u64,
+    backlog: &'a mut u64,
+}
+
+impl CodelSource for Source<'_> {
+    /// `dequeue_func`.
+    fn pop(&mut self) -> Option<Queued> {
+        let q = self.flow.q.pop_front()?;
+        let len = q.pkt.size as u64;
+        *self.flow_backlog -= len;
+        *self.memory_usage -= len;
+        *self.qlen -= 1;
+        *self.backlog -= len;
+        Some(q)
+    }
+    fn backlog_bytes(&self) -> u64 {
+        *self.backlog
+    }
+}
+
+pub struct FqCodel {
+    limit: Limit,
+    params: CodelParams,
+    quantum: i64,
+    drop_batch_size: u32,
+    memory_limit: u64,
+    flows: Vec<FlowQueue>,
+    cvars: Vec<CodelVars>,
+    /// Byte backlog per queue (`q->backlogs`).
+    backlogs: Vec<u64>,
+    new_flows: VecDeque<usize>,
+    old_flows: VecDeque<usize>,
+    memory_usage: u64,
+    qlen: u64,
+    backlog: u64,
+    perturbation: u64,
+    peeked: Peeked,
+    /// Queues that became active (`new_flow_count`).
+    pub new_flow_count: u64,
+}
+
+/// A 64-bit mixing function (SplitMix64's finaliser); the flow hash before scaling.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl FqCodel {
+    pub fn new(limit: Limit, cfg: &FqCodelConfig, mtu: u32, mut rng: SimRng) -> Self {
+        let n = cfg.flows as usize;
+        let perturbation = ((rng.below(u32::MAX) as u64) << 32) | rng.below(u32::MAX) as u64;
+        FqCodel {
+            limit,
+            params: cfg.codel().resolve_with(mtu, true),
+            quantum: cfg.quantum.unwrap_or(mtu) as i64,
+            drop_batch_size: cfg.drop_batch,
+            memory_limit: cfg.memory_limit,
+            flows: (0..n).map(|_| FlowQueue::default()).collect(),
+            cvars: vec![CodelVars::default(); n],
+            backlogs: vec![0; n],
+            new_flows: VecDeque::new(),
+            old_flows: VecDeque::new(),
+            memory_usage: 0,
+            qlen: 0,
+            backlog: 0,
+            perturbation,
+            peeked: Peeked::default(),
+            new_flow_count: 0,
+        }
+    }
+
+    /// `fq_codel_hash`: the flow's queue index, `reciprocal_scale(hash, flows_cnt)`.
+    pub fn classify(&self, flow: u32) -> usize {
+        let h = (mix(flow as u64 ^ self.perturbation) >> 32) as u32;
+        ((h as u64 * self.flows.len() as u64) >> 32) as usize
+    }
+
+    /// Byte backlog of each queue that holds packets: (queue index, bytes).
+    pub fn queue_backlogs(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.backlogs.iter().enumerate().filter(|(_, &b)| b > 0).map(|(i, &b)| (i, b))
+    }
+
+    /// `fq_codel_drop`: drop from the head of the fattest queue until half its backlog or
+    /// `max_packets` are gone; returns the number dropped.
+    fn drop_fattest(&mut self, max_packets: u32, c: &mut Counters) -> u32 {
+        let mut idx = 0;
+        let mut maxbacklog = 0;
+        for (i, &b) in self.backlogs.iter().enumerate() {
+            if b > maxbacklog {
+                maxbacklog = b;
+                idx = i;
+            }
+        }
+        let threshold = maxbacklog >> 1;
+        let mut len = 0u64;
+        let mut i = 0u32;
+        loop {
+            let Some(q) = self.flows[idx].q.pop_front() else { break };
+            len += q.pkt.size as u64;
+            c.drop_queued(&q.pkt, DropCause::Overflow);
+            i += 1;
+            if i >= max_packets || len >= threshold {
+                break;
+            }
+        }
+        // A stronger signal from CoDel for this queue too.
+        self.cvars[idx].count = self.cvars[idx].count.wrapping_add(i);
+        self.backlogs[idx] -= len;
+        self.memory_usage -= len;
+        self.qlen -= i as u64;
+        self.backlog -= len;
+        i
+    }
+}
+
+impl Qdisc for FqCodel {
+    fn kind(&self) -> &'static str {
+        "fq_codel"
+    }
+
+    /// `fq_codel_enqueue`.
+    fn enqueue(&mut self, _now: Nanos, q: Queued, c: &mut Counters) {
+        let idx = self.classify(q.pkt.flow);
+        let len = q.pkt.size as u64;
+        let flow = &mut self.flows[idx];
+        flow.q.push_back(q);
+        self.backlogs[idx] += len;
+        self.backlog += len;
+        if flow.list.is_none() {
+            flow.list = Some(List::New);
+            flow.deficit = self.quantum;
+            self.new_flows.push_back(idx);
+            self.new_flow_count += 1;
+        }
+        self.memory_usage += len;
+        let memory_limited = self.memory_usage > self.memory_limit;
+        self.qlen += 1;
+        let (pn, pb) = self.peeked.len();
+        if self.limit.holds(self.qlen + pn, self.backlog + pb) && !memory_limited {
+            return;
+        }
+        self.drop_fattest(self.drop_batch_size, c);
+    }
+
+    /// `fq_codel_dequeue`.
+    fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
+        if let Some(q) = self.peeked.take() {
+            return Some(q);
+        }
+        loop {
+            let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
+                (Some(&i), _) => (true, i),
+                (None, Some(&i)) => (false, i),
+                (None, None) => return None,
+            };
+            if self.flows[idx].deficit <= 0 {
+                self.flows[idx].deficit += self.quantum;
+                if from_new {
+                    self.new_flows.pop_front();
+                } else {
+                    self.old_flows.pop_front();
+                }
+                self.old_flows.push_back(idx);
+                self.flows[idx].list = Some(List::Old);
+                continue;
+            }
+            let mut src = Source {
+                flow: &mut self.flows[idx],
+                flow_backlog: &mut self.backlogs[idx],
+                memory_usage: &mut self.memory_usage,
+                qlen: &mut self.qlen,
+                backlog: &mut self.backlog,
+            };
+            let skb = codel_dequeue(&mut src, now, &self.params, &mut self.cvars[idx], c);
+            match skb {
+                None => {
+                    if from_new {
+                        self.new_flows.pop_front();
+                    } else {
+                        self.old_flows.pop_front();
+                    }
+                    // A new queue that empties passes through old flows once, so that a
+                    // stream of sparse new queues cannot starve the old ones.
+                    if from_new && !self.old_flows.is_empty() {
+                        self.old_flows.push_back(idx);
+                        self.flows[idx].list = Some(List::Old);
+                    } else {
+                        self.flows[idx].list = None;
+                    }
+                }
+                Some(q) => {
+                    self.flows[idx].deficit -= q.pkt.size as i64;
+                    return Some(q);
+                }
+            }
+        }
+    }
+
+    fn peek(&mut self, now: Nanos, c: &mut Counters) -> Option<&Queued> {
+        if self.peeked.len().0 == 0 {
+            let q = self.dequeue(now, c);
+            return self.peeked.get_or_fill(|| q);
+        }
+        self.peeked.get_or_fill(|| None)
+    }
+
+    fn backlog(&self) -> (u64, u64) {
+        let (pn, pb) = self.peeked.len();
+        (self.qlen + pn, self.backlog + pb)
+    }
+}
