@@ -80,8 +80,9 @@ fn every_point_holds_the_packets_that_passed_it() {
     let names: Vec<&str> = out.captures.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["snd0.pcap", "snd1.pcap", "rcv0.pcap", "rcv1.pcap", "rtr-in.pcap", "rtr-out.pcap"]);
     let file = |n: &str| frames(&out.captures.iter().find(|c| c.name == n).unwrap().bytes);
+    // everything toward the receiver: the handshake's SYN(s) and final ACK, and the data
     let data = |fs: &[(i64, u32, Vec<u8>)], dst_last: u8| {
-        fs.iter().filter(|(_, len, d)| *len > 100 && d[33] == dst_last && d[30] == 10 && d[31] == 2).count() as u64
+        fs.iter().filter(|(_, _, d)| d[33] == dst_last && d[30] == 10 && d[31] == 2).count() as u64
     };
     let r = out.router_final;
     let ing = file("rtr-in.pcap");
@@ -142,7 +143,79 @@ fn headers_are_real_tcp_with_byte_sequence_numbers_sacks_and_checksums() {
     assert!(syn, "the connection opens with a SYN");
     assert!(sacks > 10, "ACKs under loss carry SACK blocks ({sacks})");
     assert!(data_seqs.iter().all(|s| s % 1448 == 0), "sequence numbers count bytes");
-    assert_eq!(*data_seqs.iter().max().unwrap() as u64 / 1448 + 1, out.flow_final[0].sent_pkts - out.flow_final[0].retrans_segs);
+    assert_eq!(*data_seqs.iter().max().unwrap() as u64 / 1448 + 1, out.flow_final[0].sent_segs - out.flow_final[0].retrans_segs);
+}
+
+/// The three-way handshake at every point it passes, with a Linux host's flags and options and
+/// the data from ISN + 1; an ECN flow's SYN asks for ECN, its data leaves ECT(0), CoDel's CE marks
+/// appear from the router's egress on and come back as ECE, and the sender answers with CWR.
+#[test]
+fn handshake_and_ecn_bits_at_every_point() {
+    let mut f = flow("cubic");
+    f.ecn = true;
+    let mut c = with_flows(dumbbell(20_000_000, 30 * MS, 4.0), vec![f]);
+    c.link.aqm = Some(AqmConfig::Codel(CodelConfig { ecn: Some(true), ..Default::default() }));
+    c.duration_ns = 3 * S;
+    c.capture = Some(all_points(128));
+    let out = run(c);
+    assert!(out.router_final.marks.total() > 0, "CoDel marked");
+    // per frame: (IP ECN bits, SYN, ACK, ECE, CWR, seq, ack, payload, options)
+    type Frame = (u8, bool, bool, bool, bool, u32, u32, usize, Vec<TcpOptionElement>);
+    let parsed = |n: &str| -> Vec<Frame> {
+        let bytes = &out.captures.iter().find(|c| c.name == n).unwrap().bytes;
+        frames(bytes)
+            .iter()
+            .map(|(_, len, d)| {
+                let p = LaxSlicedPacket::from_ethernet(d).expect("Ethernet");
+                let Some(TransportSlice::Tcp(t)) = p.transport else { panic!("not TCP") };
+                let payload = *len as usize - 14 - 20 - t.header_len() as usize;
+                let opts = t.options_iterator().map(|o| o.unwrap()).collect();
+                (d[15] & 3, t.syn(), t.ack(), t.ece(), t.cwr(), t.sequence_number(), t.acknowledgment_number(), payload, opts)
+            })
+            .collect()
+    };
+    let snd = parsed("snd0.pcap");
+    let (syn, synack, hs) = (&snd[0], &snd[1], &snd[2]);
+    // SYN: ECE and CWR (ECN setup), not ECN-capable itself, Linux's options
+    assert!(syn.1 && !syn.2 && syn.3 && syn.4 && syn.0 == 0, "SYN flags {syn:?}");
+    let isn = syn.5;
+    assert!(syn.8.contains(&TcpOptionElement::MaximumSegmentSize(1460)));
+    assert!(syn.8.contains(&TcpOptionElement::SelectiveAcknowledgementPermitted));
+    assert!(syn.8.contains(&TcpOptionElement::WindowScale(7)));
+    assert!(syn.8.iter().any(|o| matches!(o, TcpOptionElement::Timestamp(_, 0))));
+    // SYN-ACK: ECE without CWR, acknowledging ISN + 1
+    assert!(synack.1 && synack.2 && synack.3 && !synack.4, "SYN-ACK flags {synack:?}");
+    assert_eq!(synack.6, isn.wrapping_add(1));
+    let synack_ts = synack.8.iter().find_map(|o| match o {
+        TcpOptionElement::Timestamp(v, _) => Some(*v),
+        _ => None,
+    });
+    let synack_ts = synack_ts.expect("SYN-ACK timestamps");
+    // the handshake's final ACK: no data, acknowledges the SYN-ACK, echoes its timestamp
+    assert!(!hs.1 && hs.2 && !hs.3 && !hs.4 && hs.7 == 0, "handshake ACK {hs:?}");
+    assert_eq!((hs.5, hs.6), (isn.wrapping_add(1), synack.5.wrapping_add(1)));
+    assert!(hs.8.iter().any(|o| matches!(o, TcpOptionElement::Timestamp(_, e) if *e == synack_ts)), "echoes the SYN-ACK's TSval");
+    let data: Vec<&Frame> = snd.iter().filter(|f| f.7 > 0).collect();
+    assert_eq!(data[0].5, isn.wrapping_add(1), "data from ISN + 1");
+    assert!(data.iter().all(|f| f.0 == 2), "data leaves ECT(0)");
+    assert!(data.iter().any(|f| f.4), "the sender signals CWR");
+    assert!(snd.iter().filter(|f| f.7 == 0 && !f.1 && f.6 != isn.wrapping_add(1)).any(|f| f.3), "ACKs echo CE");
+    // the router's captures and the receiver's open with the same handshake
+    for n in ["rtr-in.pcap", "rtr-out.pcap", "rcv0.pcap"] {
+        let fs = parsed(n);
+        assert!(fs[0].1 && !fs[0].2 && fs[0].5 == isn, "{n}: SYN first");
+        let after: Vec<&Frame> = fs[1..].iter().filter(|f| f.5 == isn.wrapping_add(1) || f.1).take(2).collect();
+        if n == "rcv0.pcap" {
+            assert!(after[0].1 && after[0].2, "{n}: the SYN-ACK sent");
+            assert!(!after[1].1 && after[1].2 && after[1].7 == 0, "{n}: the handshake ACK");
+        } else {
+            assert!(!after[0].1 && after[0].2 && after[0].7 == 0, "{n}: the handshake ACK");
+        }
+    }
+    let ce = |n: &str| parsed(n).iter().filter(|f| f.7 > 0 && f.0 == 3).count();
+    assert_eq!(ce("rtr-in.pcap"), 0, "nothing marked before the queue");
+    assert!(ce("rtr-out.pcap") > 0);
+    assert_eq!(ce("rtr-out.pcap"), ce("rcv0.pcap"), "the marks reach the receiver");
 }
 
 #[test]
@@ -187,6 +260,38 @@ fn analysis_of_the_captures_gives_back_the_simulators_counters() {
     assert!(seen <= drops && seen + 2 >= drops, "drops {seen} of {drops}");
     let worst = (0..r.queue_pkts.len()).map(|k| (r.queue_pkts[k] - out.router.queue_pkts[k] as f64).abs()).fold(0.0, f64::max);
     assert!(worst <= 1.0, "queue off by {worst} packets");
+}
+
+/// fq_codel interleaves the flows and CoDel drops at dequeue: each connection's packets still
+/// leave in their order, so every egress packet is matched and every drop is found.
+#[test]
+fn router_analysis_under_fq_codel_finds_every_drop() {
+    let mut c = with_flows(dumbbell(20_000_000, 30 * MS, 4.0), vec![flow("cubic"), flow("cubic"), flow("bbr")]);
+    c.link.aqm = Some(AqmConfig::FqCodel(FqCodelConfig::default()));
+    c.duration_ns = 4 * S;
+    c.capture = Some(CaptureConfig { ingress: true, egress: true, ..all_points(128) });
+    let out = run(c);
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-fq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut inputs = vec![];
+    for c in &out.captures {
+        let p = dir.join(&c.name);
+        std::fs::write(&p, &c.bytes).unwrap();
+        let point = match c.name.as_str() {
+            "rtr-in.pcap" => Point::Ingress,
+            "rtr-out.pcap" => Point::Egress,
+            _ => Point::Host,
+        };
+        inputs.push((p.to_string_lossy().into_owned(), point));
+    }
+    let a = analyze(&inputs, 10 * MS, Some(0)).expect("analysable");
+    std::fs::remove_dir_all(&dir).ok();
+    let r = a.router.expect("ingress and egress given");
+    assert_eq!(r.unmatched, 0);
+    let drops = out.router_final.drops.total();
+    assert!(out.router_final.drops[ccsim::qdisc::DropCause::Aqm] > 0, "CoDel dropped");
+    let seen = *r.drops.last().unwrap() as u64;
+    assert!(seen <= drops && seen + 3 >= drops, "drops {seen} of {drops}");
 }
 
 #[test]

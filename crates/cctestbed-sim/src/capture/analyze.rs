@@ -22,8 +22,10 @@
 //!    bytes sent and neither cumulatively ACKed nor SACKed.
 //! 4. At the receiver: payload delivered in order (the next expected byte's advance).
 //!    Without a receiver capture, the sender's cumulative ACKs stand in for it.
-//! 5. At the router: the egress packets are matched to the ingress ones in order (FIFO) by
-//!    connection, sequence number, IP id and length; an ingress packet passed over is a drop.
+//! 5. At the router: the egress packets are matched to the ingress ones in each connection's
+//!    order (the queue may interleave connections, as fq does, but keeps each one's order) by
+//!    connection, sequence number, IP id and length; an ingress packet of the connection
+//!    passed over is a drop, counted at its arrival (an AQM's drop at dequeue included).
 //!    The queue is what arrived and was neither dropped nor left, sampled at each interval.
 //!
 //! Everything is sampled on a grid of `interval` from time zero (the earliest packet of any
@@ -854,27 +856,36 @@ fn router_series(ing: &FileData, egr: &FileData, n: usize, grid: &dyn Fn(usize) 
     type Key = (u32, u32, u16, u32);
     let key = |p: &Packet| -> Key { (p.conn, p.seq, p.ip_id, p.ip_len) };
     let mut at: HashMap<Key, VecDeque<usize>> = HashMap::new();
+    // Each connection's arrivals in order, and each arrival's place among them: queue
+    // disciplines that interleave flows (fq, fq_codel, dualpi2) keep each flow's order only.
+    let mut of_conn: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut rank = vec![0usize; ing.tcp.len()];
     for (i, p) in ing.tcp.iter().enumerate() {
         at.entry(key(p)).or_default().push_back(i);
+        let l = of_conn.entry(p.conn).or_default();
+        rank[i] = l.len();
+        l.push(i);
     }
     let mut dropped = vec![false; ing.tcp.len()];
-    let mut next = 0usize;
+    let mut next: HashMap<u32, usize> = HashMap::new();
     let mut unmatched = 0u64;
     let mut departed: Vec<&Packet> = Vec::with_capacity(egr.tcp.len());
     for p in &egr.tcp {
+        let nx = next.entry(p.conn).or_default();
         let q = at.get_mut(&key(p));
         let j = q.and_then(|q| {
-            while q.front().is_some_and(|&j| j < next) {
+            while q.front().is_some_and(|&j| rank[j] < *nx) {
                 q.pop_front();
             }
             q.pop_front()
         });
         match j {
             Some(j) => {
-                for d in dropped.iter_mut().take(j).skip(next) {
-                    *d = true;
+                // the connection's arrivals skipped over never left: dropped
+                for &d in &of_conn[&p.conn][*nx..rank[j]] {
+                    dropped[d] = true;
                 }
-                next = j + 1;
+                *nx = rank[j] + 1;
                 departed.push(p);
             }
             None => unmatched += 1,

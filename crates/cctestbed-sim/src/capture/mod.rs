@@ -9,17 +9,20 @@
 //!   the Unix epoch.
 //! - In ([`analyze`]): any pcap or pcapng of TCP traffic turned back into per-flow series.
 //!
-//! The simulator has no connection handshake; so that readers learn each connection's MSS,
-//! window scale, SACK and timestamp options, the host captures open every flow with a SYN
-//! and a SYN-ACK stamped at the flow's start (they take no time and carry no data; the router
-//! never saw them, so its captures lack them). ACKs are written with their SACK blocks and so
-//! are longer on the wire than the fixed 52 bytes the simulator's uncongested ACK path counts.
+//! Every flow opens with the simulator's three-way handshake, recorded where its packets pass:
+//! the SYN and the handshake's final ACK at the sender, the router's ingress and egress and the
+//! receiver (the SYN may be dropped and sent again, as any data packet), the SYN-ACK at the
+//! receiver and the sender. The SYN and SYN-ACK carry the options a Linux host sends (MSS, SACK
+//! permitted, timestamps, window scale; ECE and CWR on a SYN of an ECN flow, ECE on its
+//! SYN-ACK), so readers learn each connection's MSS and options; data counts from ISN + 1. ACKs
+//! are written with their SACK blocks and so are longer on the wire than the fixed 52 bytes the
+//! simulator's uncongested ACK path counts.
 
 pub mod analyze;
 pub mod wire;
 
 use crate::config::{FlowConfig, Nanos};
-use crate::packet::{AckPacket, DataPacket};
+use crate::packet::{self, AckPacket, DataPacket};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
@@ -165,6 +168,10 @@ struct FlowWire {
     isn_snd: u32,
     isn_rcv: u32,
     rcv_window: u16,
+    /// The flow negotiates ECN: its SYN carries ECE and CWR, the SYN-ACK ECE (RFC 3168 6.1.1).
+    ecn: bool,
+    /// TSval of the last SYN-ACK the receiver sent, echoed by the handshake's final ACK.
+    syn_ack_ts: u32,
     /// The ACKs on the way back (FIFO, nothing lost on the ACK path): their send time and IP id.
     acks_in_flight: VecDeque<(Nanos, u16)>,
     ack_ip_id: u16,
@@ -186,6 +193,16 @@ fn isn(flow: u32, salt: u32) -> u32 {
     let mut x = (flow as u64) << 1 | salt as u64;
     x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 32) as u32 ^ (x as u32)
+}
+
+/// The IP header's ECN field of a simulated packet.
+fn wire_ecn(e: packet::Ecn) -> Ecn {
+    match e {
+        packet::Ecn::NotEct => Ecn::NotEct,
+        packet::Ecn::Ect1 => Ecn::Ect1,
+        packet::Ecn::Ect0 => Ecn::Ect0,
+        packet::Ecn::Ce => Ecn::Ce,
+    }
 }
 
 /// The IP identification of a data packet: a hash of the segment and its send time, so that
@@ -222,6 +239,8 @@ impl Recorder {
                     isn_snd: isn(i as u32, 0),
                     isn_rcv: isn(i as u32, 1),
                     rcv_window: (f.rwnd_bytes.unwrap_or(u64::MAX) >> WSCALE).min(65535) as u16,
+                    ecn: f.ecn,
+                    syn_ack_ts: 0,
                     acks_in_flight: VecDeque::new(),
                     ack_ip_id: 0,
                 })
@@ -246,44 +265,6 @@ impl Recorder {
         file.write(now, &frame[..keep], wire_len);
     }
 
-    /// The flow opens: SYN and SYN-ACK at both hosts, stamped `now`.
-    pub fn flow_start(&mut self, now: Nanos, f: u32) {
-        let (s, r) = (Host::Sender(f), Host::Receiver(f));
-        let (r0, r1) = (Host::Router(0), Host::Router(1));
-        let w = &self.flows[f as usize];
-        let mss = w.mss_option;
-        let syn = Segment {
-            seq: w.isn_snd,
-            syn: true,
-            window: 65535,
-            ts: Some((ts_ms(now), 0)),
-            syn_mss: Some(mss),
-            ..Default::default()
-        };
-        let synack = Segment {
-            seq: w.isn_rcv,
-            ack: Some(w.isn_snd.wrapping_add(1)),
-            syn: true,
-            window: 65535,
-            ts: Some((ts_ms(now), ts_ms(now))),
-            syn_mss: Some(mss),
-            ..Default::default()
-        };
-        let (sp, snap) = (sender_port(f), self.snaplen);
-        if let Some(file) = self.senders.get_mut(f as usize) {
-            let n = encode(&mut self.buf, s, r, (sp, RCV_PORT), (s, r0), TTL_HOST, &syn);
-            Self::write(snap, file, now, &self.buf, n);
-            let n = encode(&mut self.buf, r, s, (RCV_PORT, sp), (r0, s), TTL_HOST - 1, &synack);
-            Self::write(snap, file, now, &self.buf, n);
-        }
-        if let Some(file) = self.receivers.get_mut(f as usize) {
-            let n = encode(&mut self.buf, s, r, (sp, RCV_PORT), (r1, r), TTL_HOST - 1, &syn);
-            Self::write(snap, file, now, &self.buf, n);
-            let n = encode(&mut self.buf, r, s, (RCV_PORT, sp), (r, r1), TTL_HOST, &synack);
-            Self::write(snap, file, now, &self.buf, n);
-        }
-    }
-
     /// Data packet `p` seen at `point` (0 sender, 1 ingress, 2 egress, 3 receiver) at `now`.
     fn data_at(&mut self, now: Nanos, p: &DataPacket, point: u8) {
         let f = p.flow;
@@ -301,17 +282,41 @@ impl Recorder {
         let Some(file) = file else { return };
         let seg = {
             let w = &self.flows[p.flow as usize];
-            let opts = p.size.saturating_sub(p.payload).saturating_sub(40);
-            let b = (p.seq * w.mss).min(w.size.unwrap_or(u64::MAX));
-            Segment {
-                seq: w.isn_snd.wrapping_add(1).wrapping_add(b as u32),
-                ack: Some(w.isn_rcv.wrapping_add(1)),
-                window: 502,
-                payload: p.payload,
-                ts: (opts >= 12).then(|| (ts_ms(p.sent_at), 0)),
-                ecn: Ecn::NotEct,
-                ip_id: data_ip_id(p),
-                ..Default::default()
+            if p.is_syn() {
+                Segment {
+                    seq: w.isn_snd,
+                    syn: true,
+                    window: 65535,
+                    ts: Some((ts_ms(p.sent_at), 0)),
+                    syn_mss: Some(w.mss_option),
+                    ece: w.ecn,
+                    cwr: w.ecn,
+                    ip_id: data_ip_id(p),
+                    ..Default::default()
+                }
+            } else if p.is_handshake_ack() {
+                Segment {
+                    seq: w.isn_snd.wrapping_add(1),
+                    ack: Some(w.isn_rcv.wrapping_add(1)),
+                    window: 502,
+                    ts: Some((ts_ms(p.sent_at), w.syn_ack_ts)),
+                    ip_id: data_ip_id(p),
+                    ..Default::default()
+                }
+            } else {
+                let opts = p.size.saturating_sub(p.payload).saturating_sub(40);
+                let b = (p.seq * w.mss).min(w.size.unwrap_or(u64::MAX));
+                Segment {
+                    seq: w.isn_snd.wrapping_add(1).wrapping_add(b as u32),
+                    ack: Some(w.isn_rcv.wrapping_add(1)),
+                    window: 502,
+                    payload: p.payload,
+                    ts: (opts >= 12).then(|| (ts_ms(p.sent_at), 0)),
+                    ecn: wire_ecn(p.ecn),
+                    cwr: p.cwr,
+                    ip_id: data_ip_id(p),
+                    ..Default::default()
+                }
             }
         };
         let n = encode(&mut self.buf, s, r, (sender_port(f), RCV_PORT), l2, ttl, &seg);
@@ -334,6 +339,19 @@ impl Recorder {
     fn ack_segment(&self, a: &AckPacket, sent: Nanos, ip_id: u16) -> Segment {
         let f = a.flow;
         let w = &self.flows[f as usize];
+        if a.is_syn_ack() {
+            return Segment {
+                seq: w.isn_rcv,
+                ack: Some(w.isn_snd.wrapping_add(1)),
+                syn: true,
+                window: 65535,
+                ts: Some((ts_ms(sent), a.tsecr.map_or(0, ts_ms))),
+                syn_mss: Some(w.mss_option),
+                ece: w.ecn,
+                ip_id,
+                ..Default::default()
+            };
+        }
         let sacks = a
             .sack_blocks()
             .iter()
@@ -347,6 +365,7 @@ impl Recorder {
             ts: Some((ts_ms(sent), a.tsecr.map_or(0, ts_ms))),
             sacks,
             ecn: Ecn::NotEct,
+            ece: a.ece,
             ip_id,
             ..Default::default()
         }
@@ -358,6 +377,9 @@ impl Recorder {
         let id = w.ack_ip_id;
         w.ack_ip_id = w.ack_ip_id.wrapping_add(1);
         w.acks_in_flight.push_back((now, id));
+        if a.is_syn_ack() {
+            w.syn_ack_ts = ts_ms(now);
+        }
         if self.receivers.is_empty() {
             return;
         }

@@ -11,8 +11,9 @@
 //! for it (52 bytes of headers, Linux's default), ACKs carry timestamps and up to three SACK
 //! blocks (RFC 2018, NOP NOP SACK, as Linux lays them out). Payload bytes are zeros; checksums
 //! are computed over the whole packet. The TS clock ticks in milliseconds (Linux's
-//! `tcp_time_stamp_ms`). The ECN field of the IP header comes from [`Ecn`]; everything the
-//! simulator sends today is not-ECT.
+//! `tcp_time_stamp_ms`). The ECN field of the IP header comes from [`Ecn`]: the codepoint the
+//! simulated packet carries where it is captured (a packet an AQM marked is CE from the
+//! router's egress on); TCP's ECE and CWR flags are the simulated segments' own.
 
 use crate::config::Nanos;
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader, TcpOptionElement};
@@ -26,8 +27,7 @@ const ETH_LEN: usize = 14;
 /// Zeros standing in for payload bytes: they add nothing to the checksum.
 static ZEROS: [u8; 65536] = [0; 65536];
 
-/// The two ECN bits of the IP header (RFC 3168). The simulator marks nothing yet: every
-/// packet is written `NotEct`; an AQM that marks sets `Ce` on the packets it marks.
+/// The two ECN bits of the IP header (RFC 3168).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Ecn {
     #[default]
@@ -94,10 +94,10 @@ pub struct Segment {
     pub sacks: Vec<(u32, u32)>,
     /// On a SYN: MSS, window scale, SACK permitted.
     pub syn_mss: Option<u16>,
-    /// ECN codepoint of the IP header (not-ECT until the simulator marks packets).
+    /// ECN codepoint of the IP header.
     pub ecn: Ecn,
     /// TCP's ECN flags (RFC 3168): ECE on ACKs echoing a CE mark, CWR on the data segment after
-    /// the sender reduced its window. Never set until the simulator models ECN.
+    /// the sender reduced its window; on a SYN both (ECN setup), on a SYN-ACK ECE.
     pub ece: bool,
     pub cwr: bool,
     pub ip_id: u16,
