@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 # Python packages the venv gets; keep in step with pyproject.toml ([project] dependencies, [test]).
 PY_DEPS := maturin "pydantic>=2" "polars>=1.0" pyarrow numpy "matplotlib>=3.7" typer rich "dask[distributed]" pytest hypothesis mypy
 
-.PHONY: venv build demo test bench clean browser
+.PHONY: venv build demo test bench clean browser tshark
 
 venv: $(VENV)/.deps
 
@@ -44,9 +44,17 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "chromium not installed: the report rendering test will be skipped"
 
+# tshark (Debian's package) reads every capture the simulator writes in the capture tests; where it
+# cannot be installed (no apt, not root) those tests are skipped and say why.
+tshark:
+	@command -v tshark >/dev/null 2>&1 || \
+	{ command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || \
+	echo "tshark not installed: the capture tests that read captures with it will be skipped"
+
 # Every suite always runs; the target fails if any does. The last step re-runs the simulator
 # side of the fidelity suite against the checked-in kernel reference (docs/fidelity.md).
-test: build browser
+test: build browser tshark
 	@status=0; \
 	cargo test --release --workspace --no-fail-fast || status=1; \
 	$(PY) -m pytest || status=1; \

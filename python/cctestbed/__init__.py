@@ -8,6 +8,8 @@ Notebook use::
     r.flows, r.router                                   # polars DataFrames
     r.plot()                                            # matplotlib Figure
     r.save("results/default")
+    a = cctestbed.analyze_captures(["snd0.pcap", "rcv0.pcap"])   # packet captures, same frames
+    a.summary, a.flows
 
 The names below are loaded on first use, so importing the package (and starting the
 ``cctestbed`` command) does not pay for pydantic, polars and NumPy until they are needed.
@@ -19,12 +21,14 @@ TYPE_CHECKING = False  # typing itself is not imported here: it slows the comman
 if TYPE_CHECKING:
     from typing import Any
 
+    from .captures import analyze_captures
     from .config import ConfigError, Trial, algorithms, load_trial
     from .results import TrialResult
     from .runner import run_trial
 
 #: Public name -> the module that defines it.
 _LAZY = {
+    "analyze_captures": "captures",
     "ConfigError": "config",
     "Trial": "config",
     "algorithms": "config",
@@ -64,6 +68,7 @@ __all__ = [
     "Trial",
     "TrialResult",
     "algorithms",
+    "analyze_captures",
     "core_version",
     "load_trial",
     "run_trial",

@@ -1,11 +1,11 @@
 """The compiled simulator core (Rust, crates/cctestbed-py)."""
 
-from typing import Any, TypedDict, type_check_only
+from typing import Any, Optional, TypedDict, type_check_only
 
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["simulate", "validate", "algorithms", "__version__"]
+__all__ = ["simulate", "validate", "algorithms", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -34,6 +34,7 @@ class SimOutput(TypedDict):
     router: dict[str, npt.NDArray[Any]]
     state_labels: list[str]
     final: Final
+    captures: list[tuple[str, bytes]]
 
 def simulate(config_json: str) -> SimOutput:
     """Run one trial given the core's JSON config; releases the GIL.
@@ -46,3 +47,23 @@ def algorithms() -> dict[str, dict[str, float]]:
 
 def validate(config_json: str) -> list[str]:
     """Problems the core finds in a JSON config (empty when it is valid)."""
+
+@type_check_only
+class Analysis(TypedDict):
+    files: list[dict[str, Any]]
+    connections: list[dict[str, Any]]
+    idle_connections: int
+    time_zero_ns: int
+    flows: dict[str, npt.NDArray[Any]]
+    router: Optional[dict[str, Any]]
+
+def analyze(inputs: list[tuple[str, str]], interval_ns: int, time_zero_ns: Optional[int] = None) -> Analysis:
+    """Read packet captures ((path, "host" | "ingress" | "egress") pairs) into per-flow and router
+    series on a grid of ``interval_ns``; releases the GIL.
+
+    Raises ValueError naming the file and the reason (missing, not a capture, no TCP in it).
+    """
+
+def tseq(inputs: list[tuple[str, str]], flow: int, time_zero_ns: Optional[int] = None) -> dict[str, Any]:
+    """One flow's packets at its sender for a time-sequence plot (numpy arrays: data_*, ack_*,
+    sack_*, drop_*; ``drops_known``); releases the GIL. Raises ValueError as :func:`analyze`."""

@@ -129,7 +129,9 @@ def run(
     link_emulator: Optional[str] = typer.Option(
         None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
     ),
-    capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Kernel backend: keep pcaps."),
+    capture: Optional[bool] = typer.Option(
+        None, "--capture/--no-capture", help="Write packet captures of every sender and receiver (or none)."
+    ),
     allow_large: bool = typer.Option(
         False, "--allow-large", help="Run a trial past the resource limits (flows, telemetry rows, packets)."
     ),
@@ -153,7 +155,7 @@ def _run(
     capture: Optional[bool],
     allow_large: bool,
 ) -> None:
-    from .config import ConfigError, load_trial
+    from .config import ConfigError, load_trial, parse_trial
     from .runner import run_trial
 
     try:
@@ -162,6 +164,9 @@ def _run(
             trial = trial.with_seed(seed)
         if backend is not None:
             trial = trial.with_backend(backend)
+        if capture is not None and bool(trial.capture) != capture:
+            trial = parse_trial({**trial.model_dump(mode="json", exclude_none=True), "capture": capture},
+                                allow_large=allow_large)
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)
@@ -237,6 +242,73 @@ def validate(
         f"RTprop {human_time(trial.link.rtprop_ns)}, BDP {human_size(trial.link.bdp_bytes())}, "
         f"queue limit {limit}, {human_time(trial.duration)}"
     )
+
+
+@app.command()
+def analyze(
+    captures: list[Path] = typer.Argument(..., help="Host captures (pcap or pcapng): senders' and receivers'."),
+    output: Path = typer.Option(..., "-o", "--output", help="Results directory to write."),
+    ingress: Optional[Path] = typer.Option(None, "--ingress", help="Capture of the bottleneck router's ingress."),
+    egress: Optional[Path] = typer.Option(None, "--egress", help="Capture of the bottleneck router's egress."),
+    trial_file: Optional[Path] = typer.Option(
+        None, "--trial", help="Trial file, or results directory, the captures came from (capacity, RTprop, algorithms)."
+    ),
+    interval: Optional[str] = typer.Option(None, "--interval", help="Sample interval [default: the trial's, else 10ms]."),
+    steady: Optional[tuple[str, str]] = typer.Option(
+        None, "--steady", help="Steady window START END for summary.json [default: the trial's, else everything]."
+    ),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace the results directory if it exists."),
+) -> None:
+    """Analyse packet captures into a results directory like run's (flows, router, summary, plot)."""
+    from . import units
+    from .captures import CaptureError, analyze_captures
+    from .config import ConfigError, load_trial
+    from .results import DestinationError, ReplaceRefused, check_destination, check_replaceable
+
+    def fail(msg: str) -> None:
+        err.print("[bold red]error[/]: ", end="")
+        err.print(f"{msg}; nothing was written", markup=False)
+        raise typer.Exit(2)
+
+    interval_ns: Optional[int] = None
+    window: Optional[tuple[float, float]] = None
+    try:
+        interval_ns = units.parse_time(interval) if interval is not None else None
+    except ValueError as e:
+        fail(f"--interval {interval}: {e}")
+    try:
+        window = (units.parse_time(steady[0]) / 1e9, units.parse_time(steady[1]) / 1e9) if steady else None
+    except ValueError as e:
+        fail(f"--steady {' '.join(steady or ())}: {e}")
+    if interval_ns is not None and interval_ns <= 0:
+        fail(f"--interval {interval}: must be > 0")
+    trial = None
+    if trial_file is not None:
+        path = trial_file / "trial.toml" if trial_file.is_dir() else trial_file
+        try:
+            trial = load_trial(path, allow_large=True)
+        except ConfigError as e:
+            fail(f"{path}: not a valid trial ({'; '.join(e.problems)})")
+    if output.exists() and not force:
+        fail(f"{output} exists; pass --force to replace it")
+    try:
+        if force:
+            check_replaceable(output)
+        check_destination(output)
+    except (ReplaceRefused, DestinationError) as e:
+        fail(str(e))
+    try:
+        with err.status(f"analysing {len(captures) + (2 if ingress else 0)} capture(s) ...", spinner="dots"):
+            result = analyze_captures(captures, ingress, egress, trial, interval_ns, window, name=output.name)
+            path = result.save(output, force=force)
+    except CaptureError as e:
+        fail(str(e))
+    s = result.summary
+    for c in result.report["connections"]:
+        out.print(f"flow {c['flow']}: {c['sender']} -> {c['receiver']} (sender capture: {c['sender_capture'] or '-'}, "
+                  f"receiver capture: {c['receiver_capture'] or '-'})", markup=False)
+    out.print(_summary_table(s))
+    out.print(f"results: {path}")
 
 
 # sweep, plot and report

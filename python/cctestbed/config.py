@@ -490,6 +490,39 @@ class FlowGroup(_Model):
         return self.group or self.cc
 
 
+CAPTURE_POINTS = ("senders", "receivers", "ingress", "egress")
+
+
+class Capture(_Model):
+    """Packet captures: which points record and how much of each frame (``capture = true``
+    is every sender and receiver host with the default snap length)."""
+
+    #: ``senders`` and ``receivers``: one file per host; ``ingress`` and ``egress``: the
+    #: bottleneck router's, before and after its queue (simulator only).
+    points: list[Literal["senders", "receivers", "ingress", "egress"]] = Field(
+        default_factory=lambda: ["senders", "receivers"], min_length=1
+    )
+    #: Bytes kept of each frame (tcpdump's ``-s``); every header the simulator writes fits in 94.
+    snaplen: Annotated[int, Strict(), AfterValidator(_int_range(94, 262144))] = 128
+    #: ``pcap`` (nanosecond timestamps) or ``pcapng``.
+    format: Literal["pcap", "pcapng"] = "pcap"
+
+    @field_validator("points")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        twice = sorted({p for p in v if v.count(p) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} given twice; name each point once")
+        return v
+
+
+def _capture_shorthand(v: Any) -> Any:
+    # ``capture = true``: the defaults; ``false``: none
+    if v is True:
+        return Capture()
+    return None if v is False else v
+
+
 class Trial(_Model):
     """One trial: a dumbbell with one bottleneck and groups of bulk (or sized) flows."""
 
@@ -504,8 +537,14 @@ class Trial(_Model):
     flows: list[FlowGroup] = Field(min_length=1)
     #: Where the trial runs: the simulator (default) or real Linux TCP (cctestbed.kernel).
     backend: Optional[Literal["sim", "kernel"]] = None
-    #: Kernel backend: keep tcpdump captures of every sender and receiver host.
-    capture: Optional[StrictBool] = None
+    #: Packet captures (pcap): ``true`` for every sender and receiver host, or a table
+    #: choosing the points and the snap length; ``false`` or absent for none.
+    capture: Annotated[Optional[Capture], BeforeValidator(_capture_shorthand)] = None
+
+    @property
+    def capture_config(self) -> Optional[Capture]:
+        """The captures to write, or None."""
+        return self.capture
 
     @field_validator("steady")
     @classmethod
@@ -703,7 +742,13 @@ class Trial(_Model):
                 **({"aqm": link.aqm.to_core()} if link.aqm is not None else {}),
             },
             "flows": flows,
+            **({"capture": self._capture_core()} if self.capture_config is not None else {}),
         }
+
+    def _capture_core(self) -> dict[str, Any]:
+        c = self.capture_config
+        assert c is not None
+        return {**{p: p in c.points for p in CAPTURE_POINTS}, "snaplen": c.snaplen, "format": c.format}
 
     def with_seed(self, seed: int) -> "Trial":
         """The same trial with another seed (validated like any trial)."""
@@ -774,13 +819,23 @@ def _field_errors(problems: list[tuple[str, Any, str]], absolute: bool = False) 
     )
 
 
+def _fmt_key(part: Any) -> str:
+    """A key as TOML writes it in a dotted path: bare when it can be, else a basic string with
+    every space and control character escaped, so a path never holds whitespace."""
+    text = str(part)
+    if re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        return text
+    quoted = json.dumps(text)
+    return re.sub(r"\s", lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + _fmt_key(part)
     return out or "(trial)"
 
 
@@ -831,6 +886,8 @@ def format_errors(exc: ValidationError) -> list[str]:
         if kind == "cctestbed":
             ctx = err.get("ctx", {})
             for field, fvalue, fmsg in ctx.get("problems", []):
+                if re.search(r"[^\w.\[\]-]", field):  # a key of the user's, not a path of ours
+                    field = _fmt_key(field)
                 path = field if ctx.get("absolute") else ".".join(p for p in (_fmt_loc(loc) if loc else "", field) if p)
                 shown = _show(fvalue)
                 problems.append(f"{path}: {shown}: {fmsg}" if shown else f"{path}: {fmsg}")
@@ -867,6 +924,8 @@ MAX_ROWS = 5_000_000
 ROW_BYTES = 450
 #: Packets through the bottleneck (the core processes a few million a second).
 MAX_PACKETS = 10**9
+#: Bytes of packet captures (held in memory until the results directory is written).
+MAX_CAPTURE_BYTES = 4 * 10**9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -888,6 +947,9 @@ class Resources:
     def memory_bytes(self) -> int:
         return self.rows * ROW_BYTES
 
+    #: Bytes of the packet captures the trial asks for (0 without ``capture``).
+    capture_bytes: int = 0
+
 
 def resources(trial: "Trial") -> Resources:
     """The cost of ``trial``, computed from its settings (nothing is expanded or allocated)."""
@@ -900,7 +962,15 @@ def resources(trial: "Trial") -> Resources:
         g.count * min(g.initial_cwnd, -(-g.size // trial.mss) if g.size is not None else g.initial_cwnd)
         for g in trial.flows
     )
-    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst)
+    capture = 0
+    c = trial.capture
+    if c is not None:
+        # each data packet once per point; an ACK (about one per two segments) at each host point
+        frame = 16 + min(c.snaplen, trial.mtu + 14)
+        ack = 16 + min(c.snaplen, 94)
+        packets = bottleneck + burst
+        capture = packets * len(c.points) * frame + packets // 2 * len(set(c.points) & {"senders", "receivers"}) * ack
+    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst, capture)
 
 
 def _n(x: int) -> str:
@@ -921,6 +991,13 @@ def resource_problems(trial: "Trial") -> list[str]:
             f"{units.human_size(r.memory_bytes)} of memory; "
             f"the limit is {_n(MAX_ROWS)} rows (about {units.human_size(MAX_ROWS * ROW_BYTES)}): give a longer "
             f"sample_interval, a shorter duration or fewer flows{hint}"
+        )
+    if r.capture_bytes > MAX_CAPTURE_BYTES:
+        out.append(
+            f"capture: about {units.human_size(r.capture_bytes)} of packet captures ({_n(r.packets)} packets at "
+            f"{len(trial.capture.points) if trial.capture else 0} point(s)); the limit is "
+            f"{units.human_size(MAX_CAPTURE_BYTES)}: capture fewer points, a smaller snaplen or a shorter "
+            f"duration{hint}"
         )
     if r.packets > MAX_PACKETS and r.burst_packets > r.bottleneck_packets:
         out.append(

@@ -80,6 +80,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
                 save_figure(result.plot(), str(Path(tmp) / "trial.png"))
                 files["trial.png"] = (Path(tmp) / "trial.png").read_bytes()
+        files.update(result.files)  # packet captures, when the trial asks for them
         extra = getattr(result, "extra", None)
         if extra:  # the kernel backend's record of the run (kernel version, link emulator timing)
             files["kernel.json"] = (json.dumps(extra, indent=1, default=str) + "\n").encode()

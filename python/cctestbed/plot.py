@@ -94,7 +94,14 @@ def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
 
 def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
     """Per interval: mean and max queue (bytes), capacity, and the drop rate (drops / arrivals)."""
-    drops = sum(pl.col(c).cast(pl.Float64).fill_null(0.0) for c in drop_columns(router))
+    # a drop column a backend cannot fill (null) counts nothing; all null stays null
+    present = drop_columns(router)
+    if present:
+        drops = pl.when(pl.all_horizontal(pl.col(c).is_null() for c in present)).then(None).otherwise(
+            pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in present)
+        )
+    else:
+        drops = pl.lit(0.0)
     b = (
         router.with_columns(_bin_expr(width), drops.alias("drops"))
         .group_by("t")
@@ -107,9 +114,13 @@ def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
         )
         .sort("t")
     )
-    d_drops = b["drops_cum"].diff().fill_null(b["drops_cum"][0] if len(b) else 0.0)
-    d_arr = b["arrivals_cum"].diff().fill_null(b["arrivals_cum"][0] if len(b) else 0.0)
-    loss = np.where(d_arr.to_numpy() > 0, 100.0 * d_drops.to_numpy() / np.maximum(d_arr.to_numpy(), 1), np.nan)
+    def steps(col: str) -> np.ndarray:
+        x = b[col].cast(pl.Float64).to_numpy()
+        return np.diff(x, prepend=0.0) if len(x) else x
+
+    d_drops, d_arr = steps("drops_cum"), steps("arrivals_cum")
+    with np.errstate(invalid="ignore"):
+        loss = np.where(d_arr > 0, 100.0 * d_drops / np.maximum(d_arr, 1), np.nan)
     return b.with_columns(pl.Series("loss_pct", loss))
 
 
@@ -178,14 +189,15 @@ def plot_trial(
         ax_cwnd.plot(d["t"], d["cwnd_pkts"], color=colors[i], lw=1.3)
         ax_cwnd.plot(d["t"], d["inflight_pkts"], color=colors[i], lw=0.9, ls=":")
     bdp_pkts = info.bdp_bytes / info.mtu
-    ax_cwnd.axhline(bdp_pkts, color="0.3", lw=1, ls="--")
+    if bdp_pkts > 0:  # unknown (0) for captures analysed without their trial
+        ax_cwnd.axhline(bdp_pkts, color="0.3", lw=1, ls="--")
     from matplotlib.lines import Line2D
 
     ax_cwnd.legend(
         handles=[
             Line2D([], [], color="0.2", lw=1.3, label="cwnd"),
             Line2D([], [], color="0.2", lw=0.9, ls=":", label="inflight"),
-            Line2D([], [], color="0.3", lw=1, ls="--", label=f"BDP {bdp_pkts:.0f} pkts"),
+            *([Line2D([], [], color="0.3", lw=1, ls="--", label=f"BDP {bdp_pkts:.0f} pkts")] if bdp_pkts > 0 else []),
         ],
         loc="upper right",
         fontsize=8,
@@ -252,6 +264,8 @@ def plot_trial(
     for row, f in enumerate(ids):
         bands: dict[str, list[tuple[float, float]]] = {}
         for state, a, b in spans.get(f, []):
+            if state is None:  # a backend that cannot see the state (captures)
+                continue
             bands.setdefault(state, []).append((a, b - a))
         for state, xranges in bands.items():
             seen.setdefault(state, None)

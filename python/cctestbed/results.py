@@ -1,7 +1,8 @@
 """A trial's results: the telemetry frames, the summary, and how they are written to disk.
 
 A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet``,
-``router.parquet``, ``summary.json`` and ``trial.png``. It is written into a temporary
+``router.parquet``, ``summary.json`` and ``trial.png``, and the packet captures when the trial
+asked for them. It is written into a temporary
 directory beside its destination and renamed into place only once complete, so a directory
 at the destination is never half written. Parquet files are deterministic: the same trial
 and seed give byte-identical files (fixed compression, no timestamps in the metadata).
@@ -85,6 +86,8 @@ class TrialResult:
     summary: dict[str, Any]
     final: Optional[dict[str, Any]] = None
     backend: str = "sim"
+    #: Further files of the results directory by name: the packet captures (``*.pcap``).
+    files: dict[str, bytes] = field(default_factory=dict)
     info: TrialInfo = field(init=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +120,8 @@ class TrialResult:
         write_parquet(self.router, tmp / "router.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
         save_figure(self.plot(), str(tmp / "trial.png"))
+        for name, data in self.files.items():
+            (tmp / name).write_bytes(data)
 
     @classmethod
     def load(cls, directory: Union[str, Path]) -> "TrialResult":
@@ -178,6 +183,8 @@ class ReplaceRefused(ValueError):
 
 #: A directory holding all of these was written by :func:`write_dir` (a trial's results).
 MARKER_FILES = ("trial.toml", "summary.json")
+#: ... or these: captures analysed without their trial (``cctestbed analyze``).
+ANALYSIS_MARKER_FILES = ("capture.json", "summary.json")
 
 
 def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], ...] = ()) -> None:
@@ -203,7 +210,8 @@ def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], .
         if pr == real or real in pr.parents:
             raise ReplaceRefused(f"{dest} holds {p}, the file being run; choose another output directory")
     missing = [f for f in MARKER_FILES if not (dest / f).is_file()]
-    if missing:
+    analysed = all((dest / f).is_file() for f in ANALYSIS_MARKER_FILES)
+    if missing and not analysed:
         raise ReplaceRefused(
             f"{dest} is not a cctestbed results directory (no {', '.join(missing)}); "
             "--force replaces only a results directory written by cctestbed"

@@ -101,4 +101,5 @@ def run_trial(
     flows = flows_frame(raw, trial)
     router = router_frame(raw)
     summary = summarize(flows, router, TrialInfo.from_trial(trial, backend=BACKEND))
-    return TrialResult(trial, flows, router, summary, final=raw.get("final"), backend=BACKEND)
+    files = {name: bytes(data) for name, data in raw.get("captures", [])}
+    return TrialResult(trial, flows, router, summary, final=raw.get("final"), backend=BACKEND, files=files)

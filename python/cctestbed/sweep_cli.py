@@ -287,13 +287,38 @@ def plot_command(
     by: Optional[str] = typer.Option(None, "--by", help="One line per value of this column."),
     facet: Optional[str] = typer.Option(None, "--facet", help="One panel per value of this column."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG file (with --y) or directory for the plots."),
+    kind: str = typer.Option("trial", "--kind", help="trial (the stacked plot) or tseq (a flow's time-sequence plot)."),
+    flow: int = typer.Option(0, "--flow", help="--kind tseq: the flow to plot."),
+    t_from: Optional[float] = typer.Option(None, "--from", help="--kind tseq: start of the time range (s)."),
+    t_to: Optional[float] = typer.Option(None, "--to", help="--kind tseq: end of the time range (s)."),
 ) -> None:
-    """Draw a trial's stacked plot, or a sweep's summary plots (loss, utilization, shares vs queue)."""
+    """Draw a trial's stacked plot, a flow's time-sequence plot from captures (--kind tseq), or a
+    sweep's summary plots (loss, utilization, shares vs queue)."""
     from .results import DamagedFile
     from .store import Store
 
     if not directory.is_dir():
         _fail(f"{directory}: no such directory")
+    if kind not in ("trial", "tseq"):
+        _fail(f"--kind {kind}: valid are trial, tseq")
+    if kind == "tseq":
+        from .plot import save_figure
+        from .tseq import TseqError, plot_tseq
+
+        if any(v is not None for v in (x, y, by, facet)):
+            _fail("--x, --y, --by and --facet apply to sweep directories, not to --kind tseq")
+        if flow < 0:
+            _fail(f"--flow {flow}: must be >= 0")
+        try:
+            fig = plot_tseq(directory, flow, t_from, t_to)
+        except TseqError as e:
+            _fail(str(e))
+        dest = output if output is not None else directory / f"tseq-flow{flow}.png"
+        save_figure(fig, str(dest))
+        out.print(f"plot: {dest}")
+        return
+    if any(v is not None for v in (t_from, t_to)) or flow != 0:
+        _fail("--flow, --from and --to apply to --kind tseq")
     named = {k: v for k, v in (("--x", x), ("--by", by), ("--facet", facet)) if v is not None}
     for k1, v1 in named.items():
         for k2, v2 in named.items():
@@ -321,6 +346,9 @@ def plot_command(
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
+        if (directory / "capture.json").is_file() and not (directory / "trial.toml").is_file():
+            _fail(f"{directory} holds captures analysed without their trial: its trial.png was drawn by analyze; "
+                  "--kind tseq plots a flow's packets")
         try:
             result = TrialResult.load(directory)
         except DamagedFile as e:

@@ -129,7 +129,111 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     fin.set_item("router", rd)?;
     fin.set_item("events", out.events)?;
     res.set_item("final", fin)?;
+    let caps = PyList::empty_bound(py);
+    for c in out.captures {
+        caps.append((c.name, pyo3::types::PyBytes::new_bound(py, &c.bytes)))?;
+    }
+    res.set_item("captures", caps)?;
     Ok(res.into())
+}
+
+/// Reads packet captures and returns the per-flow (and, given the router's ingress and egress,
+/// router) series on a grid of `interval_ns` from `time_zero_ns` (default: the first packet).
+/// `inputs` are (path, point) pairs, point "host", "ingress" or "egress". A file that is
+/// missing, not a capture, or without TCP raises ValueError naming it.
+#[pyfunction]
+#[pyo3(signature = (inputs, interval_ns, time_zero_ns=None))]
+fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
+    use ccsim::capture::analyze::analyze as run;
+    let parsed = parse_inputs(inputs)?;
+    let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns)).map_err(|e| PyValueError::new_err(e.0))?;
+    let res = PyDict::new_bound(py);
+    let files = PyList::empty_bound(py);
+    for f in &a.files {
+        let d = PyDict::new_bound(py);
+        d.set_item("path", &f.path)?;
+        d.set_item("format", f.format)?;
+        d.set_item("frames", f.frames)?;
+        d.set_item("tcp_packets", f.tcp.len())?;
+        d.set_item("truncated", f.truncated)?;
+        d.set_item("first_ns", f.tcp.first().map(|p| p.t))?;
+        d.set_item("last_ns", f.tcp.last().map(|p| p.t))?;
+        files.append(d)?;
+    }
+    res.set_item("files", files)?;
+    let conns = PyList::empty_bound(py);
+    for c in &a.connections {
+        let d = PyDict::new_bound(py);
+        d.set_item("flow", c.flow)?;
+        d.set_item("sender", (c.sender.0.clone(), c.sender.1))?;
+        d.set_item("receiver", (c.receiver.0.clone(), c.receiver.1))?;
+        d.set_item("mss", c.mss)?;
+        d.set_item("syn_seen", c.syn_seen)?;
+        d.set_item("first_ns", c.first_t)?;
+        d.set_item("last_ns", c.last_t)?;
+        d.set_item("sender_file", c.sender_file)?;
+        d.set_item("receiver_file", c.receiver_file)?;
+        d.set_item("per_file", c.per_file.clone())?;
+        conns.append(d)?;
+    }
+    res.set_item("connections", conns)?;
+    res.set_item("idle_connections", a.idle_connections)?;
+    res.set_item("time_zero_ns", a.time_zero)?;
+    let flows = PyDict::new_bound(py);
+    let f = a.flows;
+    columns!(py, flows, f, [
+        time_s, flow, goodput_bps, delivered_bytes, send_rate_bps, sent_bytes, rtt_ms, min_rtt_ms,
+        inflight_bytes, inflight_pkts, sent_segs, retrans_segs,
+    ]);
+    res.set_item("flows", flows)?;
+    match a.router {
+        Some(r) => {
+            let d = PyDict::new_bound(py);
+            d.set_item("unmatched", r.unmatched)?;
+            columns!(py, d, r, [
+                time_s, queue_bytes, queue_pkts, arrivals_pkts, arrival_bytes, departures_pkts,
+                departed_bytes, departed_payload_bytes, drops,
+            ]);
+            res.set_item("router", d)?;
+        }
+        None => res.set_item("router", py.None())?,
+    }
+    Ok(res.into())
+}
+
+fn parse_inputs(inputs: Vec<(String, String)>) -> PyResult<Vec<(String, ccsim::capture::analyze::Point)>> {
+    use ccsim::capture::analyze::Point;
+    inputs
+        .into_iter()
+        .map(|(path, point)| {
+            let p = match point.as_str() {
+                "host" => Point::Host,
+                "ingress" => Point::Ingress,
+                "egress" => Point::Egress,
+                other => return Err(PyValueError::new_err(format!("{path}: unknown capture point {other:?}"))),
+            };
+            Ok((path, p))
+        })
+        .collect()
+}
+
+/// One flow's packets at its sender for a time-sequence plot: data segments (retransmissions
+/// marked), ACKs, SACK blocks, and segments never seen at the receiver. Times in ns from time
+/// zero, sequence numbers as byte offsets.
+#[pyfunction]
+#[pyo3(signature = (inputs, flow, time_zero_ns=None))]
+fn tseq(py: Python<'_>, inputs: Vec<(String, String)>, flow: u32, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
+    let parsed = parse_inputs(inputs)?;
+    let t = py
+        .allow_threads(|| ccsim::capture::analyze::trace(&parsed, flow, time_zero_ns))
+        .map_err(|e| PyValueError::new_err(e.0))?;
+    let d = PyDict::new_bound(py);
+    d.set_item("drops_known", t.drops_known)?;
+    columns!(py, d, t, [
+        data_t, data_start, data_end, data_retrans, ack_t, ack, sack_t, sack_start, sack_end, drop_t,
+        drop_start, drop_end,
+    ]);
+    Ok(d.into())
 }
 
 /// Loads NumPy's C API (once; later calls find it loaded) before a run: loading it after the
@@ -164,6 +268,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(tseq, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -23,6 +23,9 @@ pub struct SimConfig {
     pub mss: u32,
     pub link: LinkConfig,
     pub flows: Vec<FlowConfig>,
+    /// Packet captures to write (none by default).
+    #[serde(default)]
+    pub capture: Option<crate::capture::CaptureConfig>,
 }
 
 fn default_sample_interval() -> Nanos {
@@ -600,6 +603,7 @@ impl SimConfig {
                 aqm: None,
             },
             flows: vec![],
+            capture: None,
         }
     }
 
@@ -607,6 +611,9 @@ impl SimConfig {
     /// "field: value: what is valid".
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut errs = Vec::new();
+        if let Some(c) = &self.capture {
+            errs.extend(c.validate());
+        }
         if self.duration_ns <= 0 {
             errs.push(format!("duration_ns: {}: must be > 0", self.duration_ns));
         }

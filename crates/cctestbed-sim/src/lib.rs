@@ -8,11 +8,13 @@
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms;
-//! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series.
+//! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
+//! - [`capture`]: the traffic written as pcap files, and captures read back into series.
 //!
 //! Time is integer nanoseconds; all randomness comes from the trial seed through per-component
 //! ChaCha streams ([`rng`]), so the same configuration gives the same output, bit for bit.
 
+pub mod capture;
 pub mod cc;
 pub mod config;
 pub mod event;

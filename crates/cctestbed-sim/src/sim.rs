@@ -8,6 +8,7 @@
 //! ```
 //! RTprop of flow i = delay_fwd + delay_rev + extra_delay_i.
 
+use crate::capture::{CaptureFile, Recorder};
 use crate::config::{Nanos, SimConfig};
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
@@ -47,6 +48,8 @@ pub struct SimOutput {
     /// Router bytes queued or in service at the end.
     pub router_queued_bytes: u64,
     pub events: u64,
+    /// The packet captures the trial asked for (empty without `capture`).
+    pub captures: Vec<CaptureFile>,
 }
 
 pub struct Simulation {
@@ -64,6 +67,11 @@ pub struct Simulation {
     out: Vec<DataPacket>,
     timers: Vec<(Nanos, TimerKind)>,
     telemetry: Telemetry,
+    /// Capture points, when the trial records packets; `None` costs one branch per packet.
+    capture: Option<Box<Recorder>>,
+    /// The packet the bottleneck is sending, as last seen (captures only: a change is a
+    /// packet leaving the queue).
+    in_service: Option<DataPacket>,
 }
 
 impl Simulation {
@@ -113,7 +121,10 @@ impl Simulation {
             q.push(c.at_ns, Event::DelayChange(i as u32));
         }
         q.push(cfg.sample_interval_ns, Event::Sample);
+        let capture = cfg.capture.as_ref().map(|c| Box::new(Recorder::new(c, &cfg.flows, cfg.mss, cfg.mtu)));
         Ok(Simulation {
+            capture,
+            in_service: None,
             forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
             cfg,
             q,
@@ -173,6 +184,11 @@ impl Simulation {
 
     /// Puts what sender `f` emitted on its access line and queues the timers it armed.
     fn flush(&mut self, now: Nanos, f: u32) {
+        if let Some(c) = self.capture.as_mut() {
+            for p in &self.out {
+                c.data_sent(now, p);
+            }
+        }
         for p in self.out.drain(..) {
             if let Some(at) = self.access[f as usize].push(now, p, p.size) {
                 self.q.push(at, Event::AccessHead(f));
@@ -192,6 +208,9 @@ impl Simulation {
             Event::AccessHead(f) => {
                 let line = &mut self.access[f as usize];
                 while let Some(p) = line.pop_due(now) {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.data_ingress(now, &p);
+                    }
                     self.bottleneck.arrive(now, p);
                 }
                 if let Some(at) = self.access[f as usize].head_time() {
@@ -202,6 +221,9 @@ impl Simulation {
                         self.bottleneck_wake = Some(at);
                         self.q.push(at, Event::BottleneckWake);
                     }
+                }
+                if self.capture.is_some() {
+                    self.note_service(now);
                 }
             }
             Event::BottleneckWake => {
@@ -218,10 +240,16 @@ impl Simulation {
                 if let Some(at) = next {
                     self.q.push(at, Event::BottleneckWake);
                 }
+                if self.capture.is_some() {
+                    self.note_service(now);
+                }
             }
             Event::ForwardHead => {
                 while let Some(p) = self.forward.pop_due(now) {
                     let f = p.flow as usize;
+                    if let Some(c) = self.capture.as_mut() {
+                        c.data_received(now, &p);
+                    }
                     if p.is_syn() {
                         let syn_ack = self.receivers[f].on_syn(now, &p);
                         self.send_ack(now, syn_ack);
@@ -242,6 +270,9 @@ impl Simulation {
             }
             Event::AckHead(f) => {
                 while let Some(ack) = self.acks[f as usize].pop_due(now) {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.ack_received(now, &ack);
+                    }
                     if ack.is_syn_ack() {
                         self.with_sender(now, f, |s, now, io| s.on_syn_ack(now, &ack, io));
                     } else {
@@ -302,7 +333,21 @@ impl Simulation {
         }
     }
 
+    /// Captures only: a packet that entered service since the last look left the queue now.
+    fn note_service(&mut self, now: Nanos) {
+        let cur = self.bottleneck.in_service().copied();
+        if cur.is_some() && cur != self.in_service {
+            if let (Some(c), Some(p)) = (self.capture.as_mut(), cur.as_ref()) {
+                c.data_egress(now, p);
+            }
+        }
+        self.in_service = cur;
+    }
+
     fn send_ack(&mut self, now: Nanos, ack: AckPacket) {
+        if let Some(c) = self.capture.as_mut() {
+            c.ack_sent(now, &ack);
+        }
         if let Some(at) = self.acks[ack.flow as usize].push(now, ack, ACK_SIZE) {
             self.q.push(at, Event::AckHead(ack.flow));
         }
@@ -355,6 +400,7 @@ impl Simulation {
             router_final: *self.bottleneck.stats(),
             router_queued_bytes: qb + in_service,
             events: self.q.processed,
+            captures: self.capture.map_or_else(Vec::new, |c| c.finish()),
         }
     }
 }

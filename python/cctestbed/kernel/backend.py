@@ -147,6 +147,12 @@ def trial_problems(trial: Trial) -> list[str]:
                 f"flows[{i}].delayed_ack: the kernel's delayed ACKs are fixed (40 ms, every 2 segments, "
                 "16 quick ACKs); only delayed_ack = false (quick ACKs) can be set"
             )
+    cap = trial.capture_config
+    if cap is not None and set(cap.points) - {"senders", "receivers"}:
+        extra = sorted(set(cap.points) - {"senders", "receivers"})
+        problems.append(f"capture.points: {', '.join(extra)}: the kernel backend captures senders and receivers only")
+    if cap is not None and cap.format != "pcap":
+        problems.append(f"capture.format: {cap.format!r}: the kernel backend's tcpdump writes pcap")
     link = trial.link
     for name in ("shaper", "policer", "access_rate"):
         if getattr(link, name) is not None:
@@ -358,10 +364,18 @@ def run_kernel_trial(
                       if mode == "tc" else {})}
         procs.append(run.py("router", names.rtr, "routerstats", _write(workdir / "router.json", rs_spec)))
         if capture:
+            cap = trial.capture_config
+            points = set(cap.points) if cap is not None else {"senders", "receivers"}
+            snaplen = str(cap.snaplen if cap is not None else 128)
             for k in range(len(trial.flows)):
                 for role, ns in (("snd", names.snd(k)), ("rcv", names.rcv(k))):
-                    run.spawn(f"tcpdump-{role}{k}", ns, ["tcpdump", "-i", names.host_if(k), "-n", "-s", "128",
-                                                          "-U", "-w", str(workdir / f"{role}{k}.pcap")])
+                    if {"snd": "senders", "rcv": "receivers"}[role] not in points:
+                        continue
+                    # --immediate-mode: packets reach tcpdump one by one; in blocks, the last
+                    # block (up to a second of the trial's tail) is lost when tcpdump is stopped
+                    run.spawn(f"tcpdump-{role}{k}", ns, ["tcpdump", "-i", names.host_if(k), "-n", "-s", snaplen,
+                                                          "--immediate-mode", "-U",
+                                                          "-w", str(workdir / f"{role}{k}.pcap")])
         run.wait_ready(procs)
         if capture:
             time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface
@@ -462,13 +476,10 @@ class KernelTrialResult(TrialResult):
     """A TrialResult whose directory also keeps the kernel run's own files."""
 
     extra: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, bytes] = field(default_factory=dict)
 
     def write_files(self, tmp: Path) -> None:
         super().write_files(tmp)
         (tmp / "kernel.json").write_text(json.dumps(self.extra, indent=2, default=str) + "\n", encoding="utf-8")
-        for name, data in self.files.items():
-            (tmp / name).write_bytes(data)
 
 
 def _npz(path: Path) -> dict[str, np.ndarray]:
@@ -482,6 +493,7 @@ def sim_schema(trial: Trial) -> tuple[dict[str, pl.DataType], dict[str, pl.DataT
     from ..runner import flows_frame, router_frame
 
     core = trial.to_core()
+    core.pop("capture", None)
     core["duration_ns"] = 2 * trial.sample_interval
     core["link"]["schedule"] = []
     for f in core["flows"]:

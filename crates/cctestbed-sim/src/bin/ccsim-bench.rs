@@ -1,6 +1,7 @@
 //! `make bench`: fixed scenarios, each run in its own process so its peak memory is its own.
 //! Prints wall time, simulated seconds per wall second, events and packets per wall second,
-//! and peak resident memory. Wall-clock time is read here only, never inside the simulator.
+//! and peak resident memory; then the speed of capture analysis (`cctestbed analyze`) on the
+//! first scenario's captures. Wall-clock time is read here only, never inside the simulator.
 
 use ccsim::config::*;
 use std::process::Command;
@@ -59,10 +60,56 @@ fn run_one(i: usize) {
     println!("{wall} {} {pkts} {}", out.events, peak_rss_mib());
 }
 
+/// Capture analysis speed: the first scenario with every capture point, analysed (best of 3).
+fn analyze_speed() {
+    use ccsim::capture::analyze::{analyze, Point};
+    use ccsim::capture::{CaptureConfig, Format};
+    let mut c = config(&SCENARIOS[0]);
+    c.capture = Some(CaptureConfig { senders: true, receivers: true, ingress: true, egress: true, snaplen: 128, format: Format::Pcap });
+    let out = ccsim::simulate(c).expect("valid scenario");
+    let dir = std::env::temp_dir().join(format!("ccsim-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let mut inputs = vec![];
+    let mut bytes = 0;
+    for f in &out.captures {
+        let p = dir.join(&f.name);
+        std::fs::write(&p, &f.bytes).expect("write capture");
+        bytes += f.bytes.len();
+        let point = match f.name.as_str() {
+            "rtr-in.pcap" => Point::Ingress,
+            "rtr-out.pcap" => Point::Egress,
+            _ => Point::Host,
+        };
+        inputs.push((p.to_string_lossy().into_owned(), point));
+    }
+    let mut best = f64::INFINITY;
+    let mut frames = 0;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let a = analyze(&inputs, 10_000_000, None).expect("analysable");
+        best = best.min(t0.elapsed().as_secs_f64());
+        frames = a.files.iter().map(|f| f.frames).sum::<u64>();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    println!(
+        "capture analysis ({}, every point: {} files, {:.0} MB): {:.2} M packets in {:.3} s, {:.2} M packets/s",
+        SCENARIOS[0].name,
+        inputs.len(),
+        bytes as f64 / 1e6,
+        frames as f64 / 1e6,
+        best,
+        frames as f64 / best / 1e6
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--scenario").and_then(|p| args.get(p + 1)) {
         run_one(i.parse().expect("scenario index"));
+        return;
+    }
+    if args.iter().any(|a| a == "--analyze") {
+        analyze_speed();
         return;
     }
     let exe = std::env::current_exe().expect("own path");
@@ -85,4 +132,6 @@ fn main() {
             mib
         );
     }
+    let o = Command::new(&exe).arg("--analyze").output().expect("run the analysis");
+    print!("{}", String::from_utf8_lossy(&o.stdout));
 }
