@@ -490,7 +490,10 @@ class FlowGroup(_Model):
         return self.group or self.cc
 
 
-CAPTURE_POINTS = ("senders", "receivers", "ingress", "egress")
+#: Where a trial's packets may be captured.
+CapturePoint = Literal["senders", "receivers", "ingress", "egress"]
+CAPTURE_POINTS: tuple[CapturePoint, ...] = typing.get_args(CapturePoint)
+DEFAULT_CAPTURE_POINTS: tuple[CapturePoint, ...] = ("senders", "receivers")
 
 
 class Capture(_Model):
@@ -499,9 +502,7 @@ class Capture(_Model):
 
     #: ``senders`` and ``receivers``: one file per host; ``ingress`` and ``egress``: the
     #: bottleneck router's, before and after its queue (simulator only).
-    points: list[Literal["senders", "receivers", "ingress", "egress"]] = Field(
-        default_factory=lambda: ["senders", "receivers"], min_length=1
-    )
+    points: list[CapturePoint] = Field(default_factory=lambda: list(DEFAULT_CAPTURE_POINTS), min_length=1)
     #: Bytes kept of each frame (tcpdump's ``-s``); every header the simulator writes fits in 94.
     snaplen: Annotated[int, Strict(), AfterValidator(_int_range(94, 262144))] = 128
     #: ``pcap`` (nanosecond timestamps) or ``pcapng``.

@@ -13,7 +13,7 @@ import os
 
 # The C module under ``signal``: ``signal`` itself loads enum, a few milliseconds in which Ctrl-C
 # would still end in a traceback. Nor is typing imported: this module loads first, and fast.
-import _signal as signal
+import _signal as signal  # type: ignore[import-not-found]  # CPython's, without stubs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -256,7 +256,7 @@ class Store:
         """Write trials.parquet atomically, rebuilt from the trial directories; ``incremental``
         (after a first write) rebuilds only the rows of trials committed or failed since, so a
         write reads what changed, not every trial (the final write of a run rebuilds it all)."""
-        from pyarrow import ArrowException
+        from pyarrow import ArrowException  # type: ignore[import-untyped]
 
         path = self.root / TABLE
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + TABLE + ".", dir=self.root)
@@ -301,7 +301,7 @@ class Store:
 
     def _write_patched(self, sweep: Sweep, old: Path, dest: Path) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
         assert self._kinds is not None
         states = {k: self.state(k) for k in self._changed}
