@@ -22,7 +22,7 @@ pub mod analyze;
 pub mod wire;
 
 use crate::config::{FlowConfig, Nanos};
-use crate::packet::{self, AckPacket, DataPacket};
+use crate::packet::{AckPacket, DataPacket};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
@@ -195,16 +195,6 @@ fn isn(flow: u32, salt: u32) -> u32 {
     (x >> 32) as u32 ^ (x as u32)
 }
 
-/// The IP header's ECN field of a simulated packet.
-fn wire_ecn(e: packet::Ecn) -> Ecn {
-    match e {
-        packet::Ecn::NotEct => Ecn::NotEct,
-        packet::Ecn::Ect1 => Ecn::Ect1,
-        packet::Ecn::Ect0 => Ecn::Ect0,
-        packet::Ecn::Ce => Ecn::Ce,
-    }
-}
-
 /// The IP identification of a data packet: a hash of the segment and its send time, so that
 /// every capture point writes the same value for the same transmission.
 fn data_ip_id(p: &DataPacket) -> u16 {
@@ -312,7 +302,7 @@ impl Recorder {
                     window: 502,
                     payload: p.payload,
                     ts: (opts >= 12).then(|| (ts_ms(p.sent_at), 0)),
-                    ecn: wire_ecn(p.ecn),
+                    ecn: p.ecn,
                     cwr: p.cwr,
                     ip_id: data_ip_id(p),
                     ..Default::default()

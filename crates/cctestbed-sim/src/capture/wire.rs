@@ -16,6 +16,7 @@
 //! router's egress on); TCP's ECE and CWR flags are the simulated segments' own.
 
 use crate::config::Nanos;
+pub use crate::packet::Ecn;
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader, TcpOptionElement};
 
 /// Receiver port of every flow (iperf's, as the kernel backend's sinks use).
@@ -27,24 +28,13 @@ const ETH_LEN: usize = 14;
 /// Zeros standing in for payload bytes: they add nothing to the checksum.
 static ZEROS: [u8; 65536] = [0; 65536];
 
-/// The two ECN bits of the IP header (RFC 3168).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ecn {
-    #[default]
-    NotEct,
-    Ect1,
-    Ect0,
-    Ce,
-}
-
-impl Ecn {
-    fn ip(self) -> IpEcn {
-        match self {
-            Ecn::NotEct => IpEcn::NotEct,
-            Ecn::Ect1 => IpEcn::Ect1,
-            Ecn::Ect0 => IpEcn::Ect0,
-            Ecn::Ce => IpEcn::CongestionExperienced,
-        }
+/// The IP header's ECN field for a simulated packet's codepoint.
+fn ip_ecn(e: Ecn) -> IpEcn {
+    match e {
+        Ecn::NotEct => IpEcn::NotEct,
+        Ecn::Ect1 => IpEcn::Ect1,
+        Ecn::Ect0 => IpEcn::Ect0,
+        Ecn::Ce => IpEcn::CongestionExperienced,
     }
 }
 
@@ -157,7 +147,7 @@ pub fn encode(out: &mut Vec<u8>, src: Host, dst: Host, (sport, dport): (u16, u16
         .expect("IP packet within 64 KB");
     ip.identification = s.ip_id;
     ip.dont_fragment = true;
-    ip.ecn = s.ecn.ip();
+    ip.ecn = ip_ecn(s.ecn);
     ip.header_checksum = ip.calc_header_checksum();
     tcp.checksum = tcp.calc_checksum_ipv4(&ip, payload).expect("TCP segment within 64 KB");
     out.extend_from_slice(&l2.1.mac());
