@@ -95,6 +95,25 @@ def test_scenario_key_follows_the_text_not_the_code():
     assert parse_suite(changed).scenarios[1].scenario_key(1, "kernel") != parse_suite(MINI).scenarios[1].scenario_key(1, "kernel")
 
 
+def test_a_scenario_may_ask_for_more_reps_without_changing_its_key():
+    """A noisy scenario's own ``reps`` raises its seeds on both backends; the reps it had keep
+    their keys (the reference is not measured again), and ``--reps`` raises every scenario."""
+    more = json.loads(json.dumps(MINI))
+    more["scenarios"][1]["reps"] = 4
+    suite, plain = parse_suite(more), parse_suite(MINI)
+    a, b = suite.scenarios
+    assert suite.seeds_of(a) == [1, 2] and suite.seeds_of(b) == [1, 2, 3, 4]
+    assert b.scenario_key(1, "kernel") == plain.scenarios[1].scenario_key(1, "kernel")
+    specs = suite.sweep("sim").specs
+    assert [(s.values["scenario"], s.seed) for s in specs] == [
+        ("two-cubic", 1), ("bbr-reno", 1), ("two-cubic", 2), ("bbr-reno", 2), ("bbr-reno", 3), ("bbr-reno", 4)]
+    suite.reps = 5
+    assert suite.seeds_of(a) == suite.seeds_of(b) == [1, 2, 3, 4, 5]
+    more["scenarios"][0]["reps"] = 0
+    with pytest.raises(SuiteError, match=r"scenarios\[0\].reps: 0: must be a whole number from 1 to 100"):
+        parse_suite(more)
+
+
 # --- metrics and verdicts ----------------------------------------------------------------------
 
 

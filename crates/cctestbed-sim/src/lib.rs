@@ -7,7 +7,8 @@
 //!   (drop-tail, CoDel, FQ-CoDel, RED, PIE, fq, DualPI2), drop and mark causes;
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
-//! - [`cc`]: the congestion-control interface and the algorithms;
+//! - [`cc`]: the congestion-control interface and the algorithms; [`jiffies`]: the kernel's
+//!   tick clock, which several of them read;
 //! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
 //! - [`capture`]: the traffic written as pcap files, and captures read back into series.
 //!
@@ -18,6 +19,7 @@ pub mod capture;
 pub mod cc;
 pub mod config;
 pub mod event;
+pub mod jiffies;
 pub mod link;
 pub mod packet;
 pub mod qdisc;

@@ -40,7 +40,7 @@ def sim_metrics_from_store(suite: Any, sim_dir: Path) -> dict[str, list[dict[str
 def kernel_metrics(suite: Any, ref: Any) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for sc in suite.scenarios:
-        rows = ref.for_scenario([sc.scenario_key(seed, "kernel") for seed in suite.seeds])
+        rows = ref.for_scenario([sc.scenario_key(seed, "kernel") for seed in suite.seeds_of(sc)])
         if rows:
             out[sc.id] = rows
     return out

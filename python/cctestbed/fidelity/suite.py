@@ -9,8 +9,14 @@
     steady = ["10s", "40s"]
     [[scenarios]]
     id = "thesis-4bbr-0.5bdp"        # names the trial; letters, digits and . _ + -
+    reps = 6                         # optional: at least this many seeds for this scenario
     link = { capacity = "80Mbit", rtt = "25ms", queue = "0.5bdp" }
     flows = [{ cc = "bbr", count = 4 }]
+
+A scenario's own ``reps`` is for scenarios whose metrics vary much from seed to seed on both
+backends (two BBR flows' loss depends on how their gain cycles line up): both sides then average
+more reps, so the verdict is about the model and not about three draws. ``--reps`` raises every
+scenario to at least its value.
 
 A scenario's **key** hashes its merged trial document as written (not the normalised trial),
 with the seed and backend: it changes when the scenario's text changes, and stays the same when
@@ -50,6 +56,8 @@ class Scenario:
     id: str
     doc: dict[str, Any]
     trial: Trial
+    #: This scenario's own minimum number of reps (0: the suite's).
+    min_reps: int = 0
 
     def scenario_key(self, seed: int, backend: str) -> str:
         """Stable address of one rep of this scenario on one backend (see the module docstring)."""
@@ -72,7 +80,18 @@ class Suite:
 
     @property
     def seeds(self) -> list[int]:
+        """Seeds of a scenario without reps of its own."""
         return list(range(1, self.reps + 1))
+
+    def seeds_of(self, sc: Scenario) -> list[int]:
+        """Seeds 1..max(suite reps, the scenario's own reps) of one scenario, on each backend."""
+        return list(range(1, max(self.reps, sc.min_reps) + 1))
+
+    def jobs(self) -> list[tuple[Scenario, int]]:
+        """Every (scenario, seed), rep by rep: every scenario's first rep, then every second
+        rep, ..., so a campaign cut short still covers every scenario."""
+        top = max((len(self.seeds_of(sc)) for sc in self.scenarios), default=0)
+        return [(sc, seed) for seed in range(1, top + 1) for sc in self.scenarios if seed <= len(self.seeds_of(sc))]
 
     def scenario(self, sid: str) -> Scenario:
         for s in self.scenarios:
@@ -80,23 +99,20 @@ class Suite:
                 return s
         raise KeyError(sid)
 
-    def sweep(self, backend: str, seeds: Optional[list[int]] = None) -> Sweep:
-        """The suite on one backend as a sweep (one point per scenario), for the sweep store.
-
-        Trials are ordered rep by rep (every scenario's first rep, then every second rep, ...),
-        so a campaign cut short still covers every scenario.
-        """
-        seeds = seeds or self.seeds
+    def sweep(self, backend: str) -> Sweep:
+        """The suite on one backend as a sweep (one point per scenario), for the sweep store,
+        in the order of :meth:`jobs`."""
         ids = tuple(s.id for s in self.scenarios)
         axis = Axis("scenario", "scenario", ids)
         raw = {"name": f"{self.name}-{backend}", "fidelity_suite": self.raw, "backend": backend}
-        sweep = Sweep(name=f"{self.name}-{backend}", raw=raw, axes=[axis], seeds=list(seeds), steady=None,
+        top = max((len(self.seeds_of(sc)) for sc in self.scenarios), default=0)
+        sweep = Sweep(name=f"{self.name}-{backend}", raw=raw, axes=[axis], seeds=list(range(1, top + 1)), steady=None,
                       source=self.source, description=self.description)
+        point = {sc.id: i for i, sc in enumerate(self.scenarios)}
         specs = []
-        for seed in seeds:
-            for point, sc in enumerate(self.scenarios):
-                t = sc.trial_for(seed, backend)
-                specs.append(TrialSpec(len(specs), point, {"scenario": sc.id}, seed, t, trial_key(t)))
+        for sc, seed in self.jobs():
+            t = sc.trial_for(seed, backend)
+            specs.append(TrialSpec(len(specs), point[sc.id], {"scenario": sc.id}, seed, t, trial_key(t)))
         sweep.specs = specs
         return sweep
 
@@ -153,7 +169,11 @@ def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
             problems.append(f"{where}.id: {_show(sid)}: used by an earlier scenario; ids must be unique")
             continue
         seen.add(sid)
-        body = {k: v for k, v in e.items() if k != "id"}
+        body = {k: v for k, v in e.items() if k not in ("id", "reps")}
+        own_reps = e.get("reps", 0)
+        if "reps" in e and (not isinstance(own_reps, int) or isinstance(own_reps, bool) or not 1 <= own_reps <= 100):
+            problems.append(f"{where}.reps: {_show(own_reps)}: must be a whole number from 1 to 100 (this scenario's seeds per backend)")
+            continue
         if "name" in body or "seed" in body or "backend" in body:
             problems.append(f"{where} ({sid}): name, seed and backend are set by the suite; remove them")
             continue
@@ -164,7 +184,7 @@ def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
         except ConfigError as err:
             problems += [f"{where} ({sid}): {p}" for p in err.problems]
             continue
-        scenarios.append(Scenario(sid, doc, trial))
+        scenarios.append(Scenario(sid, doc, trial, own_reps))
     if problems:
         raise SuiteError(problems, source)
     from .verdict import check_tolerances

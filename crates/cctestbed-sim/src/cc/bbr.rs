@@ -24,8 +24,11 @@
 //!   data at the pacing rate, 2..127 segments; +3 goals, rounded up to even, +2 in the 1.25
 //!   phase). BBR computes it from the pacing rate whatever the NIC offers, so a kernel with
 //!   TSO off carries the same budget; `tso_budget = 0` removes it to study a budget-free BBR.
-//! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt_stamp, PROBE_RTT timer):
-//!   Linux's 1-4 ms jiffy granularity is not modelled.
+//! - min_rtt_stamp and the PROBE_RTT hold are in jiffies at CONFIG_HZ = 250, as Linux keeps
+//!   them (`tcp_jiffies32`, `msecs_to_jiffies`, `after()`): the hold ends only on an ACK
+//!   after the tick that follows 200 ms, so when the probe's ACKs come in bursts one round
+//!   trip apart (a lone flow; RTprop dividing 200 ms) PROBE_RTT lasts one round longer than
+//!   in nanoseconds (0.4 s against 0.3 s at 100 ms on Linux 6.18, see [`crate::jiffies`]).
 //! - The parameters below (all with Linux's defaults) let the thesis' variants be built on
 //!   this code, and combined freely: `cwnd_gain = 1.5` is "BBR Shallow" (tcp_bbrshallow.c);
 //!   `adaptive_cap = 1` is the thesis' adaptive inflight cap (Algorithm 1: per round, lower
@@ -39,6 +42,7 @@
 use super::minmax::MinMax;
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
 use crate::config::Nanos;
+use crate::jiffies::{jiffies, msecs_to_jiffies, CONFIG_HZ};
 use crate::rng::SimRng;
 use crate::tcp::tso;
 
@@ -213,7 +217,8 @@ pub(crate) fn saved_cwnd(prev_ca_state: CaState, in_probe_rtt: bool, prior_cwnd:
 /// given time and until one more round has ended.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ProbeRttHold {
-    done_stamp: Option<Nanos>,
+    /// `probe_rtt_done_stamp`, jiffies.
+    done_stamp: Option<u64>,
     round_done: bool,
 }
 
@@ -225,9 +230,10 @@ impl ProbeRttHold {
 
     /// One ACK in PROBE_RTT; true once both the time and the round have passed. When the flight
     /// first reaches `target`, the timer starts and so does a new round (`next_rtt_delivered`).
-    pub(crate) fn on_ack(&mut self, info: &ConnInfo, target: u32, hold: Nanos, round_start: bool, next_rtt_delivered: &mut u64) -> bool {
+    /// `hold_j` is the hold in jiffies (`msecs_to_jiffies(bbr_probe_rtt_mode_ms)`).
+    pub(crate) fn on_ack(&mut self, info: &ConnInfo, target: u32, hold_j: u64, round_start: bool, next_rtt_delivered: &mut u64) -> bool {
         if self.done_stamp.is_none() && info.packets_in_flight <= target {
-            self.done_stamp = Some(info.now + hold);
+            self.done_stamp = Some(jiffies(info.now, CONFIG_HZ) + hold_j);
             self.round_done = false;
             *next_rtt_delivered = info.delivered;
             return false;
@@ -238,9 +244,9 @@ impl ProbeRttHold {
         self.round_done && self.time_passed(info.now)
     }
 
-    /// Whether the hold time has passed (`after(now, probe_rtt_done_stamp)`).
+    /// Whether the hold time has passed (`after(tcp_jiffies32, probe_rtt_done_stamp)`).
     pub(crate) fn time_passed(&self, now: Nanos) -> bool {
-        matches!(self.done_stamp, Some(t) if now > t)
+        matches!(self.done_stamp, Some(t) if jiffies(now, CONFIG_HZ) > t)
     }
 }
 
@@ -308,14 +314,17 @@ pub struct Bbr {
     cwnd_gain_probe_bw: u32,
     pacing_gains: [u32; CYCLE_LEN],
     full_bw_thresh: u32,
-    min_rtt_win: Nanos,
-    probe_rtt_mode: Nanos,
+    /// min_rtt filter window, jiffies (`bbr_min_rtt_win_sec * HZ`).
+    min_rtt_win_j: u64,
+    /// PROBE_RTT hold, jiffies (`msecs_to_jiffies(bbr_probe_rtt_mode_ms)`); 0 disables PROBE_RTT.
+    probe_rtt_mode_j: u64,
     cwnd_min_target: u32,
     rng: SimRng,
 
     pub mode: Mode,
     min_rtt_us: u32,
-    min_rtt_stamp: Nanos,
+    /// Jiffies when min_rtt_us was last renewed.
+    min_rtt_stamp: u64,
     probe_rtt: ProbeRttHold,
     bw: MinMax,
     pub rtt_cnt: u32,
@@ -373,8 +382,8 @@ impl Bbr {
             cwnd_gain_probe_bw: to_unit(p.cwnd_gain),
             pacing_gains: [probe, down, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT, BBR_UNIT],
             full_bw_thresh: to_unit(p.full_bw_thresh),
-            min_rtt_win: (p.probe_rtt_interval * 1e9) as Nanos,
-            probe_rtt_mode: (p.probe_rtt_duration * 1e9) as Nanos,
+            min_rtt_win_j: (p.probe_rtt_interval * CONFIG_HZ as f64).round() as u64,
+            probe_rtt_mode_j: msecs_to_jiffies((p.probe_rtt_duration * 1e3).round() as u64, CONFIG_HZ),
             cwnd_min_target: p.cwnd_min_target as u32,
             p,
             rng: SimRng::new(0, 0),
@@ -747,7 +756,7 @@ impl Bbr {
         if !self.probe_rtt.time_passed(info.now) {
             return;
         }
-        self.min_rtt_stamp = info.now;
+        self.min_rtt_stamp = jiffies(info.now, CONFIG_HZ);
         if self.p.stable_rtprop != 0.0 {
             self.judge_probe();
         }
@@ -823,7 +832,8 @@ impl Bbr {
     /// if RTT is < current min_rtt estimate"); `<=` let equal samples postpone PROBE_RTT
     /// forever.
     fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
-        let filter_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
+        let now_j = jiffies(info.now, CONFIG_HZ);
+        let filter_expired = now_j > self.min_rtt_stamp + self.min_rtt_win_j;
         if rs.rtt_ns >= 0 {
             let rtt_us = (rs.rtt_ns / 1000) as u32;
             if self.p.stable_rtprop != 0.0 {
@@ -832,17 +842,17 @@ impl Bbr {
                 // ends.
                 if rtt_us < self.min_rtt_us {
                     self.min_rtt_us = rtt_us;
-                    self.min_rtt_stamp = info.now;
+                    self.min_rtt_stamp = now_j;
                     self.higher_probes.clear();
                 } else if filter_expired || self.mode == Mode::ProbeRtt {
                     self.probe_min_rtt_us = self.probe_min_rtt_us.min(rtt_us);
                 }
             } else if rtt_us < self.min_rtt_us || (filter_expired && !rs.is_ack_delayed) {
                 self.min_rtt_us = rtt_us;
-                self.min_rtt_stamp = info.now;
+                self.min_rtt_stamp = now_j;
             }
         }
-        if self.probe_rtt_mode > 0 && filter_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
+        if self.probe_rtt_mode_j > 0 && filter_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
             self.mode = Mode::ProbeRtt;
             self.save_cwnd(w.cwnd);
             self.probe_rtt.restart();
@@ -850,7 +860,7 @@ impl Bbr {
         if self.mode == Mode::ProbeRtt {
             // Ignore low-rate samples while the flight is cut.
             w.set_app_limited = true;
-            let (target, hold) = (self.cwnd_min_target, self.probe_rtt_mode);
+            let (target, hold) = (self.cwnd_min_target, self.probe_rtt_mode_j);
             if self.probe_rtt.on_ack(info, target, hold, self.round_start, &mut self.next_rtt_delivered) {
                 self.check_probe_rtt_done(info, w);
             }
@@ -901,7 +911,7 @@ impl CongestionControl for Bbr {
         self.mss = info.mss;
         w.ssthresh = u32::MAX;
         self.min_rtt_us = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { u32::MAX };
-        self.min_rtt_stamp = info.now;
+        self.min_rtt_stamp = jiffies(info.now, CONFIG_HZ);
         self.bw.reset(0, 0);
         self.init_pacing_rate_from_rtt(info, w.cwnd);
         self.reset_lt_bw_sampling(info);

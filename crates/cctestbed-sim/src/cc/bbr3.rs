@@ -59,8 +59,9 @@
 //!   data at the pacing rate plus 64 KB >> (min_rtt / 512 us), 2 segments); cwnd >= max(3
 //!   goals, 4), +2 in UP, no rounding to even); `tso_budget = 0` removes the budget (the
 //!   trains stay).
-//! - Time stamps are nanoseconds where Linux uses jiffies (min_rtt and ProbeRTT stamps,
-//!   ProbeRTT timer); the 1-4 ms jiffy granularity is not modelled.
+//! - The min_rtt and ProbeRTT stamps and the ProbeRTT hold are in jiffies at CONFIG_HZ =
+//!   250, as google/bbr keeps them (`tcp_jiffies32`, `msecs_to_jiffies`, `after()`), as in
+//!   BBRv1 (see [`super::bbr`] and [`crate::jiffies`]).
 //! - `drain_max_rounds` (0 = off, as Linux) is the draft's bound on rounds spent in Drain.
 //! - The transport reports each packet it marks lost (RACK or RTO) through
 //!   [`CongestionControl::skb_marked_lost`] after counting it in `lost`, as google/bbr's
@@ -74,6 +75,7 @@ use super::bbr::{
 };
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::Nanos;
+use crate::jiffies::{jiffies, msecs_to_jiffies, CONFIG_HZ};
 use crate::rng::SimRng;
 use crate::tcp::tso;
 
@@ -275,19 +277,23 @@ pub struct Bbr3 {
     beta: u64,
     loss_thresh: u64,
     headroom: u64,
-    min_rtt_win: Nanos,
-    probe_rtt_win: Nanos,
-    probe_rtt_mode: Nanos,
+    /// Filter windows and the ProbeRTT hold, jiffies (`bbr_min_rtt_win_sec * HZ`,
+    /// `msecs_to_jiffies(bbr_probe_rtt_win_ms)`, `msecs_to_jiffies(bbr_probe_rtt_mode_ms)`).
+    min_rtt_win_j: u64,
+    probe_rtt_win_j: u64,
+    probe_rtt_mode_j: u64,
     cwnd_min_target: u32,
     rng: SimRng,
 
     pub mode: Mode,
     pub cycle_idx: Phase,
     min_rtt_us: u32,
-    min_rtt_stamp: Nanos,
+    /// Jiffies.
+    min_rtt_stamp: u64,
     probe_rtt: ProbeRttHold,
     probe_rtt_min_us: u32,
-    probe_rtt_min_stamp: Nanos,
+    /// Jiffies.
+    probe_rtt_min_stamp: u64,
     next_rtt_delivered: u64,
     cycle_mstamp: Nanos,
     prev_ca_state: CaState,
@@ -361,9 +367,9 @@ impl Bbr3 {
             beta: to_frac(p.beta),
             loss_thresh: to_frac(p.loss_thresh),
             headroom: to_frac(p.inflight_headroom),
-            min_rtt_win: (p.min_rtt_window * 1e9) as Nanos,
-            probe_rtt_win: (p.probe_rtt_interval * 1e9) as Nanos,
-            probe_rtt_mode: (p.probe_rtt_duration * 1e9) as Nanos,
+            min_rtt_win_j: (p.min_rtt_window * CONFIG_HZ as f64).round() as u64,
+            probe_rtt_win_j: msecs_to_jiffies((p.probe_rtt_interval * 1e3).round() as u64, CONFIG_HZ),
+            probe_rtt_mode_j: msecs_to_jiffies((p.probe_rtt_duration * 1e3).round() as u64, CONFIG_HZ),
             cwnd_min_target: p.cwnd_min_target as u32,
             p,
             rng: SimRng::new(0, 0),
@@ -1093,7 +1099,7 @@ impl Bbr3 {
         if !self.probe_rtt.time_passed(info.now) {
             return;
         }
-        self.probe_rtt_min_stamp = info.now;
+        self.probe_rtt_min_stamp = jiffies(info.now, CONFIG_HZ);
         w.cwnd = w.cwnd.max(self.prior_cwnd);
         self.exit_probe_rtt(info);
     }
@@ -1105,20 +1111,21 @@ impl Bbr3 {
 
     /// `bbr_update_min_rtt`: a 5 s min filter schedules PROBE_RTT, the 10 s one is min_rtt.
     fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
-        let probe_rtt_expired = info.now > self.probe_rtt_min_stamp + self.probe_rtt_win;
+        let now_j = jiffies(info.now, CONFIG_HZ);
+        let probe_rtt_expired = now_j > self.probe_rtt_min_stamp + self.probe_rtt_win_j;
         if rs.rtt_ns >= 0 {
             let rtt_us = (rs.rtt_ns / 1000) as u32;
             if rtt_us < self.probe_rtt_min_us || (probe_rtt_expired && !rs.is_ack_delayed) {
                 self.probe_rtt_min_us = rtt_us;
-                self.probe_rtt_min_stamp = info.now;
+                self.probe_rtt_min_stamp = now_j;
             }
         }
-        let min_rtt_expired = info.now > self.min_rtt_stamp + self.min_rtt_win;
+        let min_rtt_expired = now_j > self.min_rtt_stamp + self.min_rtt_win_j;
         if self.probe_rtt_min_us <= self.min_rtt_us || min_rtt_expired {
             self.min_rtt_us = self.probe_rtt_min_us;
             self.min_rtt_stamp = self.probe_rtt_min_stamp;
         }
-        if self.probe_rtt_mode > 0 && probe_rtt_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
+        if self.probe_rtt_mode_j > 0 && probe_rtt_expired && !self.idle_restart && self.mode != Mode::ProbeRtt {
             self.mode = Mode::ProbeRtt;
             self.save_cwnd(w.cwnd);
             self.probe_rtt.restart();
@@ -1128,7 +1135,7 @@ impl Bbr3 {
         if self.mode == Mode::ProbeRtt {
             // Samples at the cut flight are not bandwidth probes.
             w.set_app_limited = true;
-            let (target, hold) = (self.probe_rtt_cwnd(), self.probe_rtt_mode);
+            let (target, hold) = (self.probe_rtt_cwnd(), self.probe_rtt_mode_j);
             if self.probe_rtt.on_ack(info, target, hold, self.round_start, &mut self.next_rtt_delivered) {
                 self.check_probe_rtt_done(info, w);
             }
@@ -1241,9 +1248,9 @@ impl CongestionControl for Bbr3 {
         self.prev_ca_state = CaState::Open;
         let min_rtt = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { UNSET };
         self.probe_rtt_min_us = min_rtt;
-        self.probe_rtt_min_stamp = info.now;
+        self.probe_rtt_min_stamp = jiffies(info.now, CONFIG_HZ);
         self.min_rtt_us = min_rtt;
-        self.min_rtt_stamp = info.now;
+        self.min_rtt_stamp = self.probe_rtt_min_stamp;
         self.init_pacing_rate_from_rtt(info, w.cwnd);
         self.mode = Mode::Startup;
         self.aggr.restart_epoch(info.now);

@@ -60,6 +60,7 @@
 
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, Window, AckSample};
 use crate::config::Nanos;
+use crate::jiffies;
 
 /// BICTCP_BETA_SCALE.
 const BETA_SCALE: u32 = 1024;
@@ -182,12 +183,12 @@ impl Cubic {
 
     /// `tcp_jiffies32` at `now`.
     fn jiffies(&self, now: Nanos) -> u64 {
-        (now.max(0) as u128 * self.hz as u128 / 1_000_000_000) as u64
+        jiffies::jiffies(now, self.hz)
     }
 
     /// `usecs_to_jiffies`: rounds up.
     fn usecs_to_jiffies(&self, us: u32) -> u64 {
-        (us as u64 * self.hz).div_ceil(1_000_000)
+        jiffies::usecs_to_jiffies(us as u64, self.hz)
     }
 
     /// `bictcp_reset`: clears everything up to and including delay_min, and `found`.

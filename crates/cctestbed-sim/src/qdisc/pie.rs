@@ -29,8 +29,8 @@ use crate::config::{Nanos, PieConfig};
 use crate::rng::SimRng;
 use std::collections::VecDeque;
 
-/// Linux's timer granularity (CONFIG_HZ = 250), to which `tupdate` is rounded up.
-const JIFFY_NS: Nanos = 4_000_000;
+/// One jiffy: PIE's timer runs in jiffies (`usecs_to_jiffies(tupdate)`).
+const JIFFY_NS: Nanos = crate::jiffies::jiffy_ns(crate::jiffies::CONFIG_HZ);
 /// The first probability update is HZ/2 after the discipline starts (`pie_init`).
 const FIRST_UPDATE_NS: Nanos = 500_000_000;
 /// `pie_vars_init`: burst allowance of 150 ms (RFC 8033 MAX_BURST).

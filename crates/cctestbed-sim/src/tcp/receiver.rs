@@ -67,12 +67,13 @@
 //! algorithm as both hosts run the same one. No AccECN.
 
 use crate::config::{DelayedAckConfig, Nanos};
+use crate::jiffies;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
 
-/// One jiffy at CONFIG_HZ=250.
-pub const JIFFY_NS: Nanos = 4_000_000;
-const HZ: i64 = 250;
+/// One jiffy at the reference kernel's CONFIG_HZ.
+pub const JIFFY_NS: Nanos = jiffies::jiffy_ns(jiffies::CONFIG_HZ);
+const HZ: i64 = jiffies::CONFIG_HZ as i64;
 /// `tcp_delack_max()`: min(TCP_DELACK_MAX = HZ/5, TCP_RTO_MIN - 1 jiffy), in jiffies.
 const DELACK_MAX_J: i64 = HZ / 5 - 1;
 /// TCP_RTO_MIN.
@@ -619,7 +620,7 @@ impl DataAcks {
 }
 
 fn ceil_jiffies(ns: Nanos) -> i64 {
-    (ns.max(0) + JIFFY_NS - 1) / JIFFY_NS
+    jiffies::nsecs_to_jiffies_ceil(ns, jiffies::CONFIG_HZ) as i64
 }
 
 #[cfg(test)]
