@@ -40,7 +40,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from . import units
+from . import traces, units
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -391,6 +391,31 @@ class DelayChange(_Delays):
     at: NonNegativeTime
 
 
+class AckAggregation(_Model):
+    """ACKs held on their way back and released in bursts (Wi-Fi, cellular, cable uplinks).
+
+    ``periodic``: every ACK waits for the next multiple of ``interval`` and all waiting ones
+    leave together. ``wifi``: the first waiting ACK starts a channel access of random length,
+    uniform in [0, ``interval``), after which up to ``max_acks`` waiting ACKs leave together
+    (one aggregate; 64 is 802.11n/ac's block-ack window) and the rest wait for the next access.
+    """
+
+    model: Literal["periodic", "wifi"] = "periodic"
+    interval: PositiveTime
+    max_acks: Optional[PositiveU32] = None
+
+    @model_validator(mode="after")
+    def _max_acks_for_wifi(self) -> "AckAggregation":
+        if self.model == "periodic" and self.max_acks is not None:
+            raise _field_error("max_acks", self.max_acks, "only the wifi model caps a burst; periodic releases every waiting ACK")
+        return self
+
+    def to_core(self) -> dict[str, Any]:
+        if self.model == "periodic":
+            return {"model": "periodic", "interval_ns": self.interval}
+        return {"model": "wifi", "interval_ns": self.interval, "max_acks": self.max_acks or 64}
+
+
 class Link(_Delays):
     """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
 
@@ -404,6 +429,47 @@ class Link(_Delays):
     access_rate: Optional[PositiveRate] = None
     jitter: NonNegativeTime = 0
     aqm: Annotated[Optional[Aqm], BeforeValidator(_aqm_shorthand)] = None
+    #: A link trace (Mahimahi's format, :mod:`cctestbed.traces`): the capacity over time, as an
+    #: absolute path; ``capacity`` is then the trace's mean rate.
+    trace: Optional[str] = None
+    ack_aggregation: Optional[AckAggregation] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capacity_from_trace(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("trace"), str):
+            return data
+        path = traces.resolve(data["trace"], None)
+        try:
+            mean = traces.mean_rate_bps(traces.load_trace(path))
+        except traces.TraceError as e:
+            raise _field_error("trace", data["trace"], str(e)) from None
+        data = {**data, "trace": path}
+        cap = data.get("capacity")
+        if cap is None:
+            return {**data, "capacity": mean}
+        try:
+            given = units.parse_rate(cap)
+        except (ValueError, TypeError):
+            return data  # the capacity field reports its own error
+        if given != mean:
+            raise _field_error(
+                "capacity", cap,
+                f"a trace link's capacity is its trace's mean rate ({units.format_rate(mean)}); leave capacity out",
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _trace_alone(self) -> "Link":
+        if self.trace is not None:
+            clash = [n for n, v in (("schedule", self.schedule), ("shaper", self.shaper)) if v]
+            if clash:
+                raise _field_error(clash[0], None, "a trace sets the capacity over time; it takes no schedule and no shaper")
+        return self
+
+    def trace_opportunities(self) -> Optional[tuple[int, ...]]:
+        """The trace's opportunity times (ms), when the link has one."""
+        return None if self.trace is None else traces.load_trace(self.trace)
 
     @property
     def rtprop_ns(self) -> int:
@@ -679,7 +745,11 @@ class Trial(_Model):
         return out
 
     def capacity_schedule(self) -> list[tuple[float, int]]:
-        """Piecewise-constant capacity as (from second, bps), starting at 0."""
+        """Piecewise-constant capacity as (from second, bps), starting at 0; a trace link's in
+        steps of the sample interval (:func:`cctestbed.traces.capacity_steps`)."""
+        ms = self.link.trace_opportunities()
+        if ms is not None:
+            return traces.capacity_steps(ms, self.sample_interval, self.duration)
         steps = [(0.0, self.link.capacity)]
         for c in sorted(self.link.schedule, key=lambda c: c.at):
             steps.append((c.at / 1e9, c.capacity))
@@ -741,6 +811,8 @@ class Trial(_Model):
                 "access_rate_bps": link.access_rate,
                 "jitter_ns": link.jitter,
                 **({"aqm": link.aqm.to_core()} if link.aqm is not None else {}),
+                **({"trace": {"opportunities_ms": list(link.trace_opportunities() or ())}} if link.trace else {}),
+                **({"ack_aggregation": link.ack_aggregation.to_core()} if link.ack_aggregation else {}),
             },
             "flows": flows,
             **({"capture": self._capture_core()} if self.capture_config is not None else {}),
@@ -772,9 +844,12 @@ class Trial(_Model):
         q = self.link.queue
         if limit_bytes is not None and not q.endswith("B"):
             q += f" ({units.human_size(limit_bytes)})"
+        rate = units.human_rate(self.link.capacity)
+        if self.link.trace is not None:
+            rate = f"trace {Path(self.link.trace).stem} (mean {rate})"
         parts = [
             flows,
-            units.human_rate(self.link.capacity),
+            rate,
             f"RTprop {units.human_time(self.link.rtprop_ns)}",
             f"queue {q}",
         ]
@@ -788,6 +863,9 @@ class Trial(_Model):
             parts.append("delay schedule")
         if self.link.jitter:
             parts.append(f"ACK jitter {units.human_time(self.link.jitter)}")
+        agg = self.link.ack_aggregation
+        if agg is not None:
+            parts.append(f"ACKs aggregated ({agg.model}, {units.human_time(agg.interval)})")
         return ", ".join(parts)
 
     def to_toml(self) -> str:
@@ -1096,9 +1174,8 @@ def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError([f"{path}: holds NUL bytes: a binary file, not a TOML or JSON trial file"])
     kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
     try:
-        if kind == "JSON":
-            return json.loads(text, object_pairs_hook=_no_duplicates)
-        return tomllib.loads(text)
+        doc = json.loads(text, object_pairs_hook=_no_duplicates) if kind == "JSON" else tomllib.loads(text)
+        return _files_relative_to(doc, path.parent)
     except _DuplicateKey as e:
         raise ConfigError([f"{path}: key '{e}' is given twice in one table; give each key once"]) from None
     except json.JSONDecodeError as e:
@@ -1110,6 +1187,27 @@ def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError([f"{path}: nested too deeply to read (arrays or tables within each other)"]) from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         raise ConfigError([f"{path}: not valid {kind}: {e}"]) from None
+
+
+def _files_relative_to(doc: Any, base: Path) -> Any:
+    """Trace files named relative to the file that names them, made absolute: ``trace`` in any
+    ``link`` table (a trial, a sweep's base, a suite's scenarios) and a sweep axis over
+    ``link.trace``."""
+    def walk(v: Any, key: Optional[str]) -> None:
+        if isinstance(v, dict):
+            if key == "link" and isinstance(v.get("trace"), str):
+                v["trace"] = traces.resolve(v["trace"], base)
+            axis = v.get("link.trace") if key == "axes" else None
+            if isinstance(axis, list):
+                v["link.trace"] = [traces.resolve(x, base) if isinstance(x, str) else x for x in axis]
+            for k, x in v.items():
+                walk(x, k)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x, key)
+
+    walk(doc, None)
+    return doc
 
 
 def load_trial(source: Union[str, Path, dict[str, Any], Trial], allow_large: bool = False) -> Trial:

@@ -75,6 +75,36 @@ pub struct LinkConfig {
     /// hard limit under every discipline.
     #[serde(default)]
     pub aqm: Option<AqmConfig>,
+    /// Capacity from a trace of delivery opportunities (Mahimahi's link traces) instead of
+    /// `capacity_bps`, which then only sizes BDP-relative quantities.
+    #[serde(default)]
+    pub trace: Option<TraceConfig>,
+    /// ACKs held and released in bursts on their way back (Wi-Fi, cellular, cable uplinks).
+    #[serde(default)]
+    pub ack_aggregation: Option<AckAggregationConfig>,
+}
+
+/// A link trace in Mahimahi's format: one delivery opportunity of
+/// [`crate::link::TRACE_OPPORTUNITY_BYTES`] per entry, at that many milliseconds from the
+/// start of the trace; the trace repeats with the last entry's time as its period.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    pub opportunities_ms: Vec<u64>,
+}
+
+/// How the ACK path aggregates: every ACK of a flow waits, and the waiting ACKs leave together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AckAggregationConfig {
+    /// ACKs wait for the next multiple of `interval_ns` (from time 0) and leave together, as
+    /// behind a link that grants its uplink at a fixed period (DOCSIS request-grant, LTE
+    /// scheduling).
+    Periodic { interval_ns: Nanos },
+    /// Wi-Fi-like: the first waiting ACK starts a channel access of random length, uniform in
+    /// [0, `interval_ns`); then up to `max_acks` waiting ACKs leave together (one A-MPDU) and
+    /// the rest wait for the next access.
+    Wifi { interval_ns: Nanos, max_acks: u32 },
 }
 
 /// A queue discipline other than drop-tail, with `tc`'s parameter names (times in ns);
@@ -601,6 +631,8 @@ impl SimConfig {
                 access_rate_bps: None,
                 jitter_ns: 0,
                 aqm: None,
+                trace: None,
+                ack_aggregation: None,
             },
             flows: vec![],
             capture: None,
@@ -631,6 +663,28 @@ impl SimConfig {
         let l = &self.link;
         if l.capacity_bps == 0 {
             errs.push("link.capacity_bps: 0: must be > 0".into());
+        }
+        if let Some(t) = &l.trace {
+            let o = &t.opportunities_ms;
+            if o.is_empty() || *o.last().unwrap() == 0 {
+                errs.push("link.trace: needs at least one opportunity after 0 ms (the last one is the period)".into());
+            } else if let Some(i) = o.windows(2).position(|w| w[1] < w[0]) {
+                errs.push(format!("link.trace: entry {}: {} ms after {} ms: times must not decrease", i + 2, o[i + 1], o[i]));
+            }
+            if !l.schedule.is_empty() || l.shaper.is_some() {
+                errs.push("link.trace: a trace sets the capacity over time; it takes no schedule and no shaper".into());
+            }
+        }
+        match &l.ack_aggregation {
+            Some(AckAggregationConfig::Periodic { interval_ns }) | Some(AckAggregationConfig::Wifi { interval_ns, .. })
+                if *interval_ns <= 0 =>
+            {
+                errs.push(format!("link.ack_aggregation.interval_ns: {interval_ns}: must be > 0"))
+            }
+            Some(AckAggregationConfig::Wifi { max_acks: 0, .. }) => {
+                errs.push("link.ack_aggregation.max_acks: 0: must be >= 1".into())
+            }
+            _ => {}
         }
         if l.delay_fwd_ns < 0 || l.delay_rev_ns < 0 {
             errs.push("link.delay: must be >= 0".into());

@@ -32,6 +32,8 @@ pub enum Event {
     ForwardHead,
     /// The head of a flow's ACK line reaches its sender.
     AckHead(u32),
+    /// A flow's aggregated ACKs leave for its ACK line.
+    AckRelease(u32),
     Timer(u32, TimerKind),
     Sample,
     CapacityChange(u32),

@@ -10,10 +10,14 @@
 //!   (like `tc tbf`: the head waits for tokens, peeked from the discipline). Capacity may
 //!   change over time.
 //!
+//! - [`TraceLink`]: a bottleneck whose capacity follows a trace of delivery opportunities
+//!   (Mahimahi's `LinkQueue`) instead of a rate.
+//! - [`AckAggregator`]: a return path that holds ACKs and releases them in bursts.
+//!
 //! All arithmetic is in integers (nanoseconds, bits x nanoseconds), so long runs do not drift.
 //! The model is driven by time passed in; it never reads a clock.
 
-use crate::config::{LinkConfig, LossConfig, Nanos, TokenBucketConfig};
+use crate::config::{AckAggregationConfig, LinkConfig, LossConfig, Nanos, TokenBucketConfig, TraceConfig};
 use crate::packet::DataPacket;
 pub use crate::qdisc::{Counters, DropCause, FlowRouterStats, MarkCause, RouterStats};
 use crate::qdisc::{Qdisc, Queued};
@@ -193,6 +197,176 @@ impl LossModel {
     }
 }
 
+/// Bytes one trace entry can deliver: Mahimahi's `PACKET_SIZE` of 1504 bytes is one
+/// 1500-byte IP packet and its 4-byte TUN header, so one entry is one MTU-sized packet.
+pub const TRACE_OPPORTUNITY_BYTES: u32 = 1500;
+
+/// A link that delivers at the opportunities of a trace, as Mahimahi's `LinkQueue` does: each
+/// opportunity carries up to [`TRACE_OPPORTUNITY_BYTES`]; a packet larger than what is left
+/// of one continues in the next, smaller ones share one; an opportunity that finds the queue
+/// empty is lost. The trace repeats with the time of its last entry as the period.
+#[derive(Debug, Clone)]
+pub struct TraceLink {
+    times_ns: Vec<Nanos>,
+    period_ns: Nanos,
+    /// The next unused opportunity: repetition and index.
+    cycle: i64,
+    next: usize,
+    /// Bytes left in the opportunity last used, usable only at its instant `credit_at`.
+    credit: u32,
+    credit_at: Nanos,
+}
+
+impl TraceLink {
+    pub fn new(cfg: &TraceConfig) -> Self {
+        let times_ns: Vec<Nanos> = cfg.opportunities_ms.iter().map(|&ms| ms as Nanos * 1_000_000).collect();
+        let period_ns = *times_ns.last().expect("validated: not empty");
+        TraceLink { times_ns, period_ns, cycle: 0, next: 0, credit: 0, credit_at: -1 }
+    }
+
+    fn at(&self, cycle: i64, i: usize) -> Nanos {
+        cycle * self.period_ns + self.times_ns[i]
+    }
+
+    /// Moves `next` to the first opportunity at or after `t` (never backwards).
+    fn skip_to(&mut self, t: Nanos) {
+        if self.at(self.cycle, self.next) >= t {
+            return;
+        }
+        let mut cycle = (t / self.period_ns).max(self.cycle) - 1;
+        loop {
+            let i = self.times_ns.partition_point(|&x| cycle * self.period_ns + x < t);
+            if i < self.times_ns.len() {
+                if (cycle, i) > (self.cycle, self.next) {
+                    (self.cycle, self.next) = (cycle, i);
+                }
+                return;
+            }
+            cycle += 1;
+        }
+    }
+
+    fn advance(&mut self) {
+        self.next += 1;
+        if self.next == self.times_ns.len() {
+            self.next = 0;
+            self.cycle += 1;
+        }
+    }
+
+    /// When a packet waiting at `now` can start to leave: now, if the opportunity in use has
+    /// bytes left at this instant, else the next opportunity.
+    pub fn ready_at(&mut self, now: Nanos) -> Nanos {
+        if self.credit > 0 && self.credit_at == now {
+            return now;
+        }
+        self.skip_to(now);
+        self.at(self.cycle, self.next)
+    }
+
+    /// Sends `bytes` starting at `now` (a time [`Self::ready_at`] returned): the time its last
+    /// byte is delivered.
+    pub fn send(&mut self, now: Nanos, bytes: u32) -> Nanos {
+        let mut need = bytes;
+        if !(self.credit > 0 && self.credit_at == now) {
+            self.credit = 0;
+        }
+        loop {
+            if self.credit == 0 {
+                self.skip_to(now);
+                self.credit_at = self.at(self.cycle, self.next);
+                self.credit = TRACE_OPPORTUNITY_BYTES;
+                self.advance();
+            }
+            let take = need.min(self.credit);
+            self.credit -= take;
+            need -= take;
+            if need == 0 {
+                return self.credit_at;
+            }
+        }
+    }
+
+    /// Opportunities in (t0, t1].
+    pub fn opportunities_in(&self, t0: Nanos, t1: Nanos) -> u64 {
+        let below = |t: Nanos| -> i64 {
+            // Opportunities at or before t, counted from time 0.
+            if t < 0 {
+                return 0;
+            }
+            // Entries reach the period itself, so pass c - 1 may end at t exactly and pass c
+            // may begin there: count the passes before c - 1 whole, then both by time.
+            let n = self.times_ns.len() as i64;
+            let p = self.period_ns;
+            let c = t / p;
+            let before = |from: Nanos| self.times_ns.partition_point(|&x| x <= t - from) as i64;
+            if c == 0 {
+                before(0)
+            } else {
+                (c - 1) * n + before((c - 1) * p) + before(c * p)
+            }
+        };
+        (below(t1) - below(t0)).max(0) as u64
+    }
+
+    /// Capacity over (now - window, now], IP bits per second.
+    pub fn capacity_bps(&self, now: Nanos, window: Nanos) -> u64 {
+        let t0 = (now - window).max(0);
+        if now <= t0 {
+            return 0;
+        }
+        let bits = self.opportunities_in(t0, now) as u128 * TRACE_OPPORTUNITY_BYTES as u128 * 8;
+        (bits * NS_PER_S / (now - t0) as u128) as u64
+    }
+}
+
+/// ACK aggregation on one flow's way back ([`AckAggregationConfig`]): ACKs wait here and
+/// leave in bursts.
+#[derive(Debug)]
+pub struct AckAggregator<T> {
+    cfg: AckAggregationConfig,
+    waiting: VecDeque<T>,
+    /// The next release, while ACKs wait.
+    release_at: Option<Nanos>,
+    rng: SimRng,
+}
+
+impl<T> AckAggregator<T> {
+    pub fn new(cfg: AckAggregationConfig, rng: SimRng) -> Self {
+        AckAggregator { cfg, waiting: VecDeque::new(), release_at: None, rng }
+    }
+
+    fn next_release(&mut self, now: Nanos) -> Nanos {
+        match self.cfg {
+            AckAggregationConfig::Periodic { interval_ns } => (now / interval_ns + 1) * interval_ns,
+            AckAggregationConfig::Wifi { interval_ns, .. } => now + (self.rng.uniform() * interval_ns as f64) as Nanos,
+        }
+    }
+
+    /// An ACK joins the waiting ones; returns the release time if the caller must schedule one.
+    pub fn push(&mut self, now: Nanos, ack: T) -> Option<Nanos> {
+        self.waiting.push_back(ack);
+        if self.release_at.is_some() {
+            return None;
+        }
+        let at = self.next_release(now);
+        self.release_at = Some(at);
+        Some(at)
+    }
+
+    /// At a release time: the ACKs that leave now (in order), and the next release if some
+    /// are left waiting.
+    pub fn release(&mut self, now: Nanos) -> (impl Iterator<Item = T> + '_, Option<Nanos>) {
+        let n = match self.cfg {
+            AckAggregationConfig::Periodic { .. } => self.waiting.len(),
+            AckAggregationConfig::Wifi { max_acks, .. } => self.waiting.len().min(max_acks as usize),
+        };
+        let next = if n < self.waiting.len() { Some(self.next_release(now)) } else { None };
+        self.release_at = next;
+        (self.waiting.drain(..n), next)
+    }
+}
+
 /// The bottleneck router's egress.
 pub struct Bottleneck {
     rate_bps: u64,
@@ -201,6 +375,8 @@ pub struct Bottleneck {
     in_service: Option<(DataPacket, Nanos)>,
     shaper: Option<TokenBucket>,
     policer: Option<TokenBucket>,
+    /// Capacity from a trace instead of `rate_bps`.
+    trace: Option<TraceLink>,
     loss: LossModel,
     /// Drop, mark and per-flow counters, written by the router and its queue discipline.
     pub counters: Counters,
@@ -226,6 +402,7 @@ impl Bottleneck {
             in_service: None,
             shaper: cfg.shaper.as_ref().map(TokenBucket::new),
             policer: cfg.policer.as_ref().map(TokenBucket::new),
+            trace: cfg.trace.as_ref().map(TraceLink::new),
             loss: LossModel::new(cfg.loss.clone(), loss_rng),
             counters: Counters::new(n_flows),
             sojourn: Sojourn::default(),
@@ -247,6 +424,12 @@ impl Bottleneck {
 
     pub fn rate_bps(&self) -> u64 {
         self.rate_bps
+    }
+
+    /// The capacity in force at `now`: the rate, or a trace's mean rate over the `window`
+    /// before `now` (telemetry passes its sample interval, so samples tile the run).
+    pub fn capacity_bps(&self, now: Nanos, window: Nanos) -> u64 {
+        self.trace.as_ref().map_or(self.rate_bps, |t| t.capacity_bps(now, window))
     }
 
     /// Changes the link rate; a packet already being sent finishes at the old rate.
@@ -297,6 +480,14 @@ impl Bottleneck {
             return Some(done);
         }
         let c = &mut self.counters;
+        if let Some(trace) = self.trace.as_mut() {
+            // A packet leaves the queue at the opportunity that starts carrying it.
+            self.qdisc.peek(now, c)?;
+            let ready = trace.ready_at(now);
+            if ready > now {
+                return Some(ready);
+            }
+        }
         let q = match self.shaper.as_mut() {
             Some(tb) => {
                 let size = self.qdisc.peek(now, c)?.pkt.size;
@@ -315,7 +506,10 @@ impl Bottleneck {
         self.sojourn.count += 1;
         self.sojourn.max_ns = self.sojourn.max_ns.max(waited);
         let head = q.pkt;
-        let done = now + serialisation_ns(head.size, self.rate_bps, &mut self.rem);
+        let done = match self.trace.as_mut() {
+            Some(trace) => trace.send(now, head.size),
+            None => now + serialisation_ns(head.size, self.rate_bps, &mut self.rem),
+        };
         self.in_service = Some((head, done));
         Some(done)
     }
@@ -324,6 +518,11 @@ impl Bottleneck {
     /// it is done (returning it) and returns the next wake-up time.
     pub fn wake(&mut self, now: Nanos) -> (Option<DataPacket>, Option<Nanos>) {
         let mut out = None;
+        if self.in_service.is_none() {
+            // Idle until now (shaper tokens, a trace's next opportunity): start the head, which
+            // on a trace link may also be delivered at once.
+            self.try_begin(now);
+        }
         if let Some((p, done)) = self.in_service {
             if done <= now {
                 self.in_service = None;
@@ -407,6 +606,39 @@ mod tests {
         let span = d[1001] - d[2];
         let expect = 999 * 1_200_000;
         assert!((span - expect).abs() <= 1, "span {span} expected {expect}");
+    }
+
+    fn trace_link(ms: &[u64]) -> Bottleneck {
+        let mut c = cfg(1_000_000, u64::MAX);
+        c.trace = Some(TraceConfig { opportunities_ms: ms.to_vec() });
+        Bottleneck::new(&c, 1, 1500, SimRng::new(1, 1), SimRng::new(1, 2))
+    }
+
+    #[test]
+    fn a_trace_link_delivers_exactly_at_its_opportunities_and_repeats() {
+        // Three opportunities at 2 ms (three packets together), one at 5 ms; period 5 ms.
+        let mut b = trace_link(&[2, 2, 2, 5]);
+        let d = drain(&mut b, 9);
+        let ms = |x: i64| x * 1_000_000;
+        assert_eq!(d, vec![ms(2), ms(2), ms(2), ms(5), ms(7), ms(7), ms(7), ms(10), ms(12)]);
+        // The second pass adds the period (the last entry's time, 5 ms) to every entry, as
+        // Mahimahi does.
+        assert_eq!(b.trace.as_ref().unwrap().opportunities_in(0, ms(10)), 8);
+        assert_eq!(b.trace.as_ref().unwrap().opportunities_in(ms(2), ms(7)), 4);
+        assert_eq!(b.capacity_bps(ms(100), ms(100)), 80 * 1500 * 8 * 10);
+    }
+
+    #[test]
+    fn a_trace_opportunity_lost_to_an_empty_queue_is_not_made_up() {
+        let mut b = trace_link(&[1, 2, 3, 4]);
+        // One packet at 0 leaves at 1 ms; the next arrives at 2.5 ms and waits for 3 ms.
+        b.arrive(0, pkt(0));
+        assert_eq!(b.try_begin(0), Some(1_000_000));
+        assert!(b.wake(1_000_000).0.is_some());
+        b.arrive(2_500_000, pkt(1));
+        assert_eq!(b.try_begin(2_500_000), Some(3_000_000));
+        assert_eq!(b.queue_len(), (1, 1500), "it waits in the queue, not in service");
+        assert!(b.wake(3_000_000).0.is_some());
     }
 
     #[test]

@@ -4,14 +4,16 @@
 //!  sender i --access line i (extra delay, NIC rate)--> router --bottleneck--> forward line
 //!     ^                                                       (queue, loss,    (delay_fwd)
 //!     |                                                        shaper, rate)       |
-//!     +------------------- ACK line i (delay_rev, uncongested) <---- receiver i <--+
+//!     +---- ACK line i (delay_rev, uncongested) <-- [ACK aggregation] <-- receiver i <--+
 //! ```
+//! The bottleneck serves at the link's rate, or at the opportunities of a trace; ACK
+//! aggregation, when the link has it, holds each flow's ACKs and releases them in bursts.
 //! RTprop of flow i = delay_fwd + delay_rev + extra_delay_i.
 
 use crate::capture::{CaptureFile, Recorder};
 use crate::config::{Nanos, SimConfig};
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
-use crate::link::{Bottleneck, DelayLine, FlowRouterStats, RouterStats};
+use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
@@ -61,6 +63,8 @@ pub struct Simulation {
     access: Vec<DelayLine<DataPacket>>,
     forward: DelayLine<DataPacket>,
     acks: Vec<DelayLine<AckPacket>>,
+    /// Per-flow ACK aggregation before the ACK line, when the link asks for it.
+    ack_agg: Vec<AckAggregator<AckPacket>>,
     pub bottleneck: Bottleneck,
     bottleneck_wake: Option<Nanos>,
     delack: Vec<Timer>,
@@ -102,6 +106,10 @@ impl Simulation {
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
+        let ack_agg = match &cfg.link.ack_aggregation {
+            Some(a) => (0..n).map(|i| AckAggregator::new(a.clone(), SimRng::new(cfg.seed, stream::ACK_AGG_BASE + i as u64))).collect(),
+            None => Vec::new(),
+        };
         let bottleneck = Bottleneck::new(
             &cfg.link,
             n,
@@ -133,6 +141,7 @@ impl Simulation {
             started: vec![false; n],
             access,
             acks,
+            ack_agg,
             bottleneck,
             bottleneck_wake: None,
             delack: vec![Timer::default(); n],
@@ -283,6 +292,17 @@ impl Simulation {
                     self.q.push(at, Event::AckHead(f));
                 }
             }
+            Event::AckRelease(f) => {
+                let (out, next) = self.ack_agg[f as usize].release(now);
+                for ack in out {
+                    if let Some(at) = self.acks[f as usize].push(now, ack, ACK_SIZE) {
+                        self.q.push(at, Event::AckHead(f));
+                    }
+                }
+                if let Some(at) = next {
+                    self.q.push(at, Event::AckRelease(f));
+                }
+            }
             Event::Timer(f, TimerKind::DelAck) => match self.delack[f as usize].on_pop(now) {
                 TimerPop::Fire => {
                     if let Some(ack) = self.receivers[f as usize].on_timer(now) {
@@ -347,6 +367,12 @@ impl Simulation {
     fn send_ack(&mut self, now: Nanos, ack: AckPacket) {
         if let Some(c) = self.capture.as_mut() {
             c.ack_sent(now, &ack);
+        }
+        if let Some(agg) = self.ack_agg.get_mut(ack.flow as usize) {
+            if let Some(at) = agg.push(now, ack) {
+                self.q.push(at, Event::AckRelease(ack.flow));
+            }
+            return;
         }
         if let Some(at) = self.acks[ack.flow as usize].push(now, ack, ACK_SIZE) {
             self.q.push(at, Event::AckHead(ack.flow));

@@ -234,7 +234,7 @@ impl Telemetry {
         r.time_s.push(t);
         r.queue_bytes.push(qb);
         r.queue_pkts.push(qp);
-        r.capacity_bps.push(b.rate_bps());
+        r.capacity_bps.push(b.capacity_bps(now, self.interval));
         r.arrivals_pkts.push(st.arrivals_pkts);
         r.arrival_bytes.push(st.arrival_bytes);
         r.departures_pkts.push(st.departures_pkts);

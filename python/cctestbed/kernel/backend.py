@@ -157,6 +157,12 @@ def trial_problems(trial: Trial) -> list[str]:
     for name in ("shaper", "policer", "access_rate"):
         if getattr(link, name) is not None:
             problems.append(f"link.{name}: not supported by the kernel backend")
+    if link.trace is not None:
+        problems.append("link.trace: the kernel backend's bottleneck is htb at a fixed rate (or a scheduled "
+                        "one); trace-driven links run on the simulator")
+    if link.ack_aggregation is not None:
+        problems.append("link.ack_aggregation: the kernel backend's ACK path is a plain delay; "
+                        "aggregated ACKs run on the simulator")
     problems += aqm_problems(trial)
     return problems
 
