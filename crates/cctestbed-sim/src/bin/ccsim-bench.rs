@@ -27,6 +27,10 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0 },
     Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0 },
     Scenario { name: "1 bbr, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "bbr", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0 },
+    // ESnet's data-transfer nodes: 16 parallel streams over 88 ms with a switch buffer of about
+    // 16 MB (0.15 BDP at 10 Gb/s), on today's 10G and 100G hosts.
+    Scenario { name: "16 bbr3, 10 Gb/s, 88 ms, 0.15 BDP, 10 s", cc: "bbr3", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 10, loss: 0.0 },
+    Scenario { name: "16 bbr3, 100 Gb/s, 88 ms, 0.15 BDP, 3 s", cc: "bbr3", flows: 16, rate_bps: 100_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 3, loss: 0.0 },
 ];
 
 fn config(s: &Scenario) -> SimConfig {
