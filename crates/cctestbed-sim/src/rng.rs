@@ -12,7 +12,7 @@ pub mod stream {
     /// Per-flow ACK-path jitter: JITTER_BASE + flow index.
     pub const JITTER_BASE: u64 = 1 << 16;
     /// Per-flow ACK aggregation (Wi-Fi channel access), streams ACK_AGG_BASE + flow.
-    pub const ACK_AGG_BASE: u64 = 1 << 24;
+    pub const ACK_AGG_BASE: u64 = 1 << 28;
     pub const CC_BASE: u64 = 1 << 32;
 }
 
