@@ -55,11 +55,14 @@ def test_a_relative_trace_is_read_beside_the_trial_file(tmp_path):
         ("1\nten\n", "line 2: 'ten': expected a whole number of milliseconds"),
         ("0\n0\n", "no opportunity after 0 ms"),
         ("", "no opportunity after 0 ms"),
+        ("1\n99999999999999999999\n", "line 2: 99999999999999999999 ms: beyond the longest trace"),
+        ("1\n999999999\n", "2 opportunities in 999999999 ms: a mean rate below 1 bit/s"),
+        ("1\n\xff\n", "not UTF-8 text"),
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_file_and_line(tmp_path, text, message):
     p = tmp_path / "bad.trace"
-    p.write_text(text)
+    p.write_bytes(text.encode("latin-1"))  # "\xff" is a byte that is not UTF-8
     with pytest.raises(ConfigError) as e:
         parse_trial(trace_trial(str(p)))
     assert f"link.trace: {str(p)!r}" in str(e.value) and message in str(e.value)

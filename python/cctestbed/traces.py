@@ -25,6 +25,8 @@ from typing import Union
 OPPORTUNITY_BYTES = 1500
 #: A trace of more lines than this is refused (about 10 minutes at 200 Mbit/s).
 MAX_OPPORTUNITIES = 10_000_000
+#: The latest time a line may give (about 11.6 days).
+MAX_MS = 1_000_000_000
 
 
 class TraceError(ValueError):
@@ -61,6 +63,8 @@ def _load(path: str, mtime_ns: int, size: int) -> tuple[int, ...]:
                 if not s.isdigit():
                     raise TraceError(f"{path}: line {n}: {s[:40]!r}: expected a whole number of milliseconds")
                 ms = int(s)
+                if ms > MAX_MS:
+                    raise TraceError(f"{path}: line {n}: {s[:40]} ms: beyond the longest trace ({MAX_MS:,} ms)")
                 if out and ms < out[-1]:
                     raise TraceError(f"{path}: line {n}: {ms} ms after {out[-1]} ms: times must not decrease")
                 out.append(ms)
@@ -70,6 +74,8 @@ def _load(path: str, mtime_ns: int, size: int) -> tuple[int, ...]:
             raise TraceError(f"{path}: not UTF-8 text; a trace has one number of milliseconds per line") from None
     if not out or out[-1] == 0:
         raise TraceError(f"{path}: no opportunity after 0 ms; the last line's time is the trace's period and must be > 0")
+    if mean_rate_bps(tuple(out)) == 0:
+        raise TraceError(f"{path}: {len(out)} opportunities in {out[-1]} ms: a mean rate below 1 bit/s")
     return tuple(out)
 
 
