@@ -298,8 +298,10 @@ def _colors_for(data: SweepData, by: Optional[str], values: list[Any]) -> dict[A
     if data.scale(by) is not None and len(values) > 1:
         cmap = colormaps["viridis"]
         return {v: cmap(0.1 + 0.75 * i / (len(values) - 1)) for i, v in enumerate(values)}
-    tab = colormaps["tab10"]
-    return {v: tab(i % 10) for i, v in enumerate(values)}
+    # Up to 10 lines take tab10; more take tab20, so no two of up to 20 lines share a colour.
+    n = 10 if len(values) <= 10 else 20
+    tab = colormaps[f"tab{n}"]
+    return {v: tab(i % n) for i, v in enumerate(values)}
 
 
 def _subtitle(data: SweepData) -> str:
