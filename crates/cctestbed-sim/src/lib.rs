@@ -8,6 +8,7 @@
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms;
+//! - [`datagram`]: udp streams (constant bit rate, on/off) and ping probes beside the TCP flows;
 //! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
 //! - [`capture`]: the traffic written as pcap files, and captures read back into series.
 //!
@@ -17,6 +18,7 @@
 pub mod capture;
 pub mod cc;
 pub mod config;
+pub mod datagram;
 pub mod event;
 pub mod link;
 pub mod packet;

@@ -11,6 +11,8 @@ pub mod stream {
     pub const QDISC: u64 = 2;
     /// Per-flow ACK-path jitter: JITTER_BASE + flow index.
     pub const JITTER_BASE: u64 = 1 << 16;
+    /// Per-flow datagram on/off periods: DATAGRAM_BASE + flow index.
+    pub const DATAGRAM_BASE: u64 = 1 << 24;
     pub const CC_BASE: u64 = 1 << 32;
 }
 

@@ -129,6 +129,10 @@ def trial_problems(trial: Trial) -> list[str]:
     problems = []
     available = topo.available_algorithms()
     for i, g in enumerate(trial.flows):
+        if g.flow_kind != "tcp":
+            problems.append(f"flows[{i}].kind: {g.flow_kind!r}: the kernel backend runs tcp flows only")
+            continue
+        assert g.cc is not None
         name = kernel_cc(g.cc)
         if not topo.load_algorithm(name):
             problems.append(
@@ -488,18 +492,11 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def sim_schema(trial: Trial) -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
-    """The simulator's flows/router column types for this trial (from a two-sample run)."""
-    from .. import _core
-    from ..runner import flows_frame, router_frame
+    """The flows/router column types of this trial's results, the simulator's and every
+    backend's (:mod:`cctestbed.schema`)."""
+    from ..schema import flow_schema, router_schema
 
-    core = trial.to_core()
-    core.pop("capture", None)
-    core["duration_ns"] = 2 * trial.sample_interval
-    core["link"]["schedule"] = []
-    for f in core["flows"]:
-        f["start_ns"] = 0
-    raw = _core.simulate(json.dumps(core))
-    return dict(flows_frame(raw, trial).schema), dict(router_frame(raw).schema)
+    return flow_schema(trial), router_schema()
 
 
 def _bbr_state(pacing_gain: float, cwnd_gain: float) -> str:
@@ -625,8 +622,9 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         if name == "backend":
             series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
             continue
-        if name in ("cc", "group"):
-            vals = [(gr.cc if name == "cc" else gr.label) for _, gr, _ in expanded]
+        if name in ("cc", "group", "kind"):
+            vals = [(gr.algorithm if name == "cc" else gr.label if name == "group" else gr.flow_kind)
+                    for _, gr, _ in expanded]
             series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
             continue
         v = cols.get(name, cc_cols.get(name))
