@@ -500,6 +500,7 @@ class FlowGroup(_Model):
         fields = type(self).model_fields
         given = {n for n in self.model_fields_set
                  if getattr(self, n) != fields[n].get_default(call_default_factory=True)}
+        shown = self.model_dump(mode="json")  # values in the trial file's units
         problems: list[tuple[str, Any, str]] = []
         if kind == "tcp":
             if self.cc is None:
@@ -508,11 +509,14 @@ class FlowGroup(_Model):
         else:
             for name in TCP_FIELDS:
                 if name in given:
-                    problems.append((name, getattr(self, name), f"a {kind} flow group takes no {name} (TCP only)"))
+                    problems.append((name, shown[name], f"a {kind} flow group takes no {name} (TCP only)"))
         for name, kinds in DATAGRAM_FIELDS.items():
             if name in given and kind not in kinds:
-                problems.append((name, getattr(self, name), f"a {kind} flow group takes no {name} "
+                problems.append((name, shown[name], f"a {kind} flow group takes no {name} "
                                                             f"({' and '.join(kinds)} only)"))
+        if self.max_pacing_rate is not None and self.pacing is False:
+            problems.append(("pacing", False, "a max_pacing_rate turns pacing on (Linux SK_PACING_NEEDED); "
+                                              "drop pacing = false or the cap"))
         if kind == "udp":
             if self.rate is None:
                 problems.append(("rate", None, "missing: a udp flow group needs its sending rate, e.g. rate = \"10Mbit\""))
@@ -520,7 +524,7 @@ class FlowGroup(_Model):
                 problems.append(("on" if self.on is None else "off", None,
                                  "missing: an on/off stream gives both on and off (neither for constant bit rate)"))
             if self.periods is not None and self.on is None:
-                problems.append(("periods", self.periods, "applies to on/off streams only: give on and off"))
+                problems.append(("periods", shown["periods"], "applies to on/off streams only: give on and off"))
         if problems:
             raise _field_errors(problems)
         return self
