@@ -119,3 +119,15 @@ def test_summary_reports_udp_and_ping_and_keeps_tcp_metrics_to_tcp():
     # a TCP-only trial's summary has neither section
     plain = run_trial(trial({"cc": "cubic"}, duration="2s")).summary
     assert "udp" not in plain and "ping" not in plain
+
+
+def test_the_readme_documents_every_declared_column():
+    from pathlib import Path
+
+    from cctestbed.schema import router_columns
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    names = [c.name for c in flow_columns() if not c.name.startswith("cc.")]
+    names += [c.name for c in router_columns() if not c.name.startswith(("drops_", "marks_"))]
+    missing = [n for n in names if f"`{n}`" not in readme]
+    assert not missing, f"columns the core declares but the README does not name: {missing}"
