@@ -39,8 +39,11 @@ def test_udp_leaves_tcp_the_rest_and_reports_its_loss_and_delay():
 
 
 def test_ping_measures_the_base_rtt_and_then_the_queue():
-    empty = run(name="ping-empty", duration="4s", link={"capacity": "20Mbit", "rtt": "30ms", "queue": "1bdp"},
-                flows=[{"kind": "ping", "interval": "10ms"}])
+    # The window starts at 1.5 s: in some runs the first group's host loses what it sends in the
+    # first few hundred milliseconds after the start (a TCP flow of that group then sees its SYN
+    # retransmitted at 1 s); that is the topology's, not the probes'.
+    empty = run(name="ping-empty", duration="4s", steady=["1.5s", "4s"],
+                link={"capacity": "20Mbit", "rtt": "30ms", "queue": "1bdp"}, flows=[{"kind": "ping", "interval": "10ms"}])
     want = 30.0 + 84 * 8 / 20e6 * 1e3
     p = empty.summary["ping"]["ping"]
     print(f"\nkernel: ping on an empty 20 Mbit/s, 30 ms path: RTT p50 {p['rtt_p50_ms']:.3f} p99 {p['rtt_p99_ms']:.3f} ms "
@@ -85,6 +88,6 @@ def test_pacing_caps_hold_per_flow():
 def test_what_the_kernel_cannot_keep_is_refused_before_start():
     t = parse_trial(kernel_trial(flows=[{"kind": "udp", "rate": "10Gbit", "packet_size": "100B"}]))
     problems = trial_problems(t)
-    assert any("datagrams/s in the group" in p and "at most 50,000" in p for p in problems), problems
+    assert any("datagrams/s in the group" in p and "at most 20,000" in p for p in problems), problems
     with pytest.raises(TrialRefused):
         run_kernel_trial(t)

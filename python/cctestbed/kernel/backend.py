@@ -166,7 +166,7 @@ def trial_problems(trial: Trial) -> list[str]:
 
 
 #: Datagrams per second one Python sender keeps on their schedule (kernel/datagrams.py).
-MAX_DATAGRAMS_PER_S = 50_000
+MAX_DATAGRAMS_PER_S = 20_000
 
 
 def datagram_problems(i: int, g: Any, trial: Trial) -> list[str]:
