@@ -131,3 +131,12 @@ def test_the_readme_documents_every_declared_column():
     names += [c.name for c in router_columns() if not c.name.startswith(("drops_", "marks_"))]
     missing = [n for n in names if f"`{n}`" not in readme]
     assert not missing, f"columns the core declares but the README does not name: {missing}"
+
+
+def test_sweep_metrics_give_a_udp_groups_one_way_delay():
+    from cctestbed.metrics import sweep_metrics
+
+    r = run_trial(trial({"cc": "reno"}, {"kind": "udp", "rate": "5Mbit", "group": "bg"}, duration="3s"))
+    m = sweep_metrics(r.flows, r.router, r.info)
+    assert m["groups"]["bg"]["owd_p50_ms"] <= m["groups"]["bg"]["owd_p95_ms"]
+    assert "owd_p50_ms" not in m["groups"]["reno"]
