@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import polars as pl
 
@@ -75,7 +75,3 @@ def flow_schema(trial: Optional["Trial"] = None) -> dict[str, pl.DataType]:
 def router_schema() -> dict[str, pl.DataType]:
     return {c.name: c.dtype for c in router_columns()}
 
-
-def describe(columns: list[Column]) -> list[dict[str, Any]]:
-    """The columns as plain records (name, type, unit, meaning), e.g. for documentation."""
-    return [{"name": c.name, "type": str(c.dtype), "unit": c.unit, "doc": c.doc} for c in columns]

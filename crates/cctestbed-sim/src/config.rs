@@ -787,6 +787,9 @@ impl SimConfig {
                 }
             }
             if let Some(r) = f.max_pacing_rate_bps {
+                if f.traffic != Traffic::Tcp {
+                    errs.push(format!("flows[{i}].max_pacing_rate_bps: {r}: a {} flow is not paced (TCP only)", f.traffic.name()));
+                }
                 if r == 0 {
                     errs.push(format!("flows[{i}].max_pacing_rate_bps: 0: must be > 0"));
                 }

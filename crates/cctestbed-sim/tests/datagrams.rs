@@ -186,3 +186,20 @@ fn same_seed_same_output_and_conservation_with_datagrams() {
     assert!(frac_on > 0.15 && frac_on < 0.7, "on {frac_on} of the time (mean 50 / 130)");
 }
 
+
+#[test]
+fn tcp_only_settings_on_datagram_flows_and_bad_datagrams_are_refused() {
+    let mut capped = udp(1_000_000, 1500);
+    capped.max_pacing_rate_bps = Some(1_000_000);
+    let cases = [
+        (capped, "flows[0].max_pacing_rate_bps: 1000000: a udp flow is not paced"),
+        (udp(0, 1500), "flows[0].traffic.rate_bps: 0: must be > 0"),
+        (udp(1_000_000, 28), "flows[0].traffic.size_bytes: 28: must be from 29 to the mtu (1500)"),
+        (ping(0, 84), "flows[0].traffic.interval_ns: 0: must be > 0"),
+        (FlowConfig { max_pacing_rate_bps: Some(5), pacing: Some(false), ..flow("cubic") }, "flows[0].pacing: false"),
+    ];
+    for (f, want) in cases {
+        let errs = ccsim::simulate(with_flows(dumbbell(10_000_000, 10 * MS, 1.0), vec![f])).err().expect("refused");
+        assert!(errs.iter().any(|e| e.starts_with(want)), "{want:?} not in {errs:?}");
+    }
+}
