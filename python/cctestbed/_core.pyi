@@ -5,7 +5,7 @@ from typing import Any, Optional, TypedDict, type_check_only
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["simulate", "validate", "algorithms", "analyze", "tseq", "__version__"]
+__all__ = ["simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -44,6 +44,17 @@ def simulate(config_json: str) -> SimOutput:
 
 def algorithms() -> dict[str, dict[str, float]]:
     """Algorithm name -> {parameter name: default value}."""
+
+@type_check_only
+class Columns(TypedDict):
+    #: (name, dtype, unit, doc): dtype one of f64, u64, u32, u16; unit "label" for codes into
+    #: ``state_labels``
+    flows: list[tuple[str, str, str, str]]
+    router: list[tuple[str, str, str, str]]
+
+def columns(config_json: Optional[str] = None) -> Columns:
+    """The output columns in order, as the core declares them (telemetry.rs); given a trial's
+    JSON config, its algorithms' ``cc.<key>`` columns too."""
 
 def validate(config_json: str) -> list[str]:
     """Problems the core finds in a JSON config (empty when it is valid)."""

@@ -25,7 +25,6 @@ import polars as pl
 
 from .config import Trial
 from .results import dump_summary, write_dir, write_parquet
-from .runner import FLOW_COLUMNS
 from .summary import TrialInfo, summarize
 
 if TYPE_CHECKING:
@@ -35,16 +34,12 @@ BACKEND = "capture"
 
 @functools.lru_cache(maxsize=1)
 def sim_types() -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
-    """The simulator's column types of flows.parquet and router.parquet (without the algorithms'
-    ``cc.*`` columns and ``backend``), read off a two-sample run: analysed captures keep them."""
-    from .config import parse_trial
-    from .kernel.backend import sim_schema
+    """The column types of flows.parquet and router.parquet (:mod:`cctestbed.schema`, without
+    the algorithms' ``cc.*`` columns and ``backend``): analysed captures keep them."""
+    from .schema import flow_schema, router_schema
 
-    tiny = parse_trial({"name": "schema", "duration": "20ms", "link": {"capacity": "10Mbit", "rtt": "10ms",
-                        "queue": "1bdp"}, "flows": [{"cc": "reno"}]})
-    flows, router = sim_schema(tiny)
     keep = lambda d: {c: t for c, t in d.items() if not c.startswith("cc.") and c != "backend"}  # noqa: E731
-    return keep(flows), keep(router)
+    return keep(flow_schema()), keep(router_schema())
 
 
 #: Which capture gives which column (the README's table is written from this).
@@ -148,8 +143,7 @@ def analyze_captures(
     conns = raw["connections"]
     n = len(raw["flows"]["time_s"])
     cols: dict[str, pl.Series] = {}
-    for c in FLOW_COLUMNS:
-        t = flow_types[c]
+    for c, t in flow_types.items():
         if c in raw["flows"]:
             cols[c] = _column(raw["flows"][c], t, c) if c != "flow" else pl.Series(c, raw["flows"][c], dtype=t)
         else:
@@ -157,12 +151,13 @@ def analyze_captures(
     ids = np.asarray(raw["flows"]["flow"], dtype=np.int64)
     expanded = trial.expanded() if trial is not None else []
     if trial is not None and len(expanded) == len(conns):
-        cols["cc"] = pl.Series("cc", np.asarray([g.cc for _, g, _ in expanded], dtype=object)[ids].tolist(), dtype=pl.String)
+        cols["cc"] = pl.Series("cc", np.asarray([g.algorithm for _, g, _ in expanded], dtype=object)[ids].tolist(), dtype=pl.String)
         cols["group"] = pl.Series("group", np.asarray([g.label for _, g, _ in expanded], dtype=object)[ids].tolist(),
                                   dtype=pl.String)
     else:
         cols["group"] = pl.Series("group", ["tcp"] * n, dtype=pl.String)
-    flows = pl.DataFrame([cols[c] for c in FLOW_COLUMNS] + [pl.Series("backend", [BACKEND] * n, dtype=pl.String)])
+    cols["kind"] = pl.Series("kind", ["tcp"] * n, dtype=pl.String)  # captures are read for TCP only
+    flows = pl.DataFrame([cols[c] for c in flow_types] + [pl.Series("backend", [BACKEND] * n, dtype=pl.String)])
 
     router = None
     if raw["router"] is not None:

@@ -63,6 +63,20 @@ def metric_rows(summary: dict[str, Any]) -> list[tuple[str, Optional[float], str
             (f"{name}: retransmissions %", g["retrans_pct"], ".3f"),
             (f"{name}: Jain index", g["jain"], ".3f"),
         ]
+    for name, g in summary.get("udp", {}).items():
+        rows += [
+            (f"{name} (udp): delivered Mbit/s", mbit(g["delivered_bps"]), ".2f"),
+            (f"{name} (udp): loss %", g["loss_pct"], ".3f"),
+            (f"{name} (udp): one-way delay p50 ms", g["owd_p50_ms"], ".2f"),
+            (f"{name} (udp): one-way delay p95 ms", g["owd_p95_ms"], ".2f"),
+        ]
+    for name, g in summary.get("ping", {}).items():
+        rows += [
+            (f"{name} (ping): RTT p50 ms", g["rtt_p50_ms"], ".2f"),
+            (f"{name} (ping): RTT p95 ms", g["rtt_p95_ms"], ".2f"),
+            (f"{name} (ping): RTT p99 ms", g["rtt_p99_ms"], ".2f"),
+            (f"{name} (ping): loss %", g["loss_pct"], ".3f"),
+        ]
     for f in summary["flows"]:
         rows += [
             (f"flow {f['id']} ({f['group']}): goodput Mbit/s", mbit(f["goodput_bps"]), ".2f"),

@@ -504,10 +504,26 @@ def _delack_shorthand(v: Any) -> Any:
     return {"enabled": v} if isinstance(v, bool) else v
 
 
+#: What a flow group sends: TCP (the default), a UDP stream, or ping probes (see the core's
+#: ``datagram`` module for what each models).
+FlowKind = Literal["tcp", "udp", "ping"]
+FLOW_KINDS: tuple[FlowKind, ...] = typing.get_args(FlowKind)
+#: The fields only TCP flows take: a udp or ping group naming one is refused.
+TCP_FIELDS = ("cc", "params", "size", "rwnd", "pacing", "max_pacing_rate", "initial_cwnd", "delayed_ack", "ecn")
+#: The fields only datagram flows take, and the kinds that take each.
+DATAGRAM_FIELDS = {"rate": ("udp",), "on": ("udp",), "off": ("udp",), "periods": ("udp",),
+                   "interval": ("ping",), "packet_size": ("udp", "ping")}
+#: A ping probe's default size: the IP packet of ``ping``'s default 56 bytes of data.
+PING_PACKET_SIZE = 84
+PING_INTERVAL_NS = 10_000_000
+#: IPv4 and UDP headers: a datagram's payload is its packet size less these.
+UDP_HEADERS = 28
+
+
 class FlowGroup(_Model):
     """``count`` flows alike; the k-th starts at ``start + k * stagger``."""
 
-    cc: str
+    cc: Optional[str] = None
     count: PositiveU32 = 1
     start: NonNegativeTime = 0
     stagger: NonNegativeTime = 0
@@ -522,10 +538,68 @@ class FlowGroup(_Model):
     #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed;
     #: ``"l4s"`` also negotiates it but sends ECT(1), the L4S identifier (RFC 9331).
     ecn: Optional[Union[StrictBool, Literal["l4s"]]] = None
+    #: What the group sends: ``tcp`` (None is tcp), ``udp`` or ``ping``.
+    kind: Optional[FlowKind] = None
+    #: ``SO_MAX_PACING_RATE``: caps the pacing rate, and paces an algorithm that does not.
+    max_pacing_rate: Optional[PositiveRate] = None
+    #: udp: the sending rate (IP packets, as the link capacity counts them).
+    rate: Optional[PositiveRate] = None
+    #: udp and ping: IP packet size (udp: the mtu; ping: 84 B, ``ping``'s default probe).
+    packet_size: Optional[PositiveSize] = None
+    #: udp on/off: mean on and off period lengths (both, or neither for constant bit rate).
+    on: Optional[PositiveTime] = None
+    off: Optional[PositiveTime] = None
+    #: udp on/off: ``fixed`` periods, or ``exponential`` draws of those means.
+    periods: Optional[Literal["fixed", "exponential"]] = None
+    #: ping: time between probes (10 ms).
+    interval: Optional[PositiveTime] = None
+
+    @property
+    def flow_kind(self) -> FlowKind:
+        return self.kind or "tcp"
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> "FlowGroup":
+        kind = self.flow_kind
+        # A field counts as given when it holds other than its default (a normalised trial
+        # written back in full holds every default).
+        fields = type(self).model_fields
+        given = {n for n in self.model_fields_set
+                 if getattr(self, n) != fields[n].get_default(call_default_factory=True)}
+        shown = self.model_dump(mode="json")  # values in the trial file's units
+        problems: list[tuple[str, Any, str]] = []
+        if kind == "tcp":
+            if self.cc is None:
+                problems.append(("cc", None, f"missing: a tcp flow group names its congestion control; "
+                                             f"valid are {', '.join(sorted(algorithms()))}"))
+        else:
+            for name in TCP_FIELDS:
+                if name in given:
+                    problems.append((name, shown[name], f"a {kind} flow group takes no {name} (TCP only)"))
+        for name, kinds in DATAGRAM_FIELDS.items():
+            if name in given and kind not in kinds:
+                problems.append((name, shown[name], f"a {kind} flow group takes no {name} "
+                                                            f"({' and '.join(kinds)} only)"))
+        if self.max_pacing_rate is not None and self.pacing is False:
+            problems.append(("pacing", False, "a max_pacing_rate turns pacing on (Linux SK_PACING_NEEDED); "
+                                              "drop pacing = false or the cap"))
+        if kind == "udp":
+            if self.rate is None:
+                problems.append(("rate", None, "missing: a udp flow group needs its sending rate, e.g. rate = \"10Mbit\""))
+            if (self.on is None) != (self.off is None):
+                problems.append(("on" if self.on is None else "off", None,
+                                 "missing: an on/off stream gives both on and off (neither for constant bit rate)"))
+            if self.periods is not None and self.on is None:
+                problems.append(("periods", shown["periods"], "applies to on/off streams only: give on and off"))
+        if problems:
+            raise _field_errors(problems)
+        return self
 
     @field_validator("cc")
     @classmethod
-    def _known_cc(cls, v: str) -> str:
+    def _known_cc(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
         algos = algorithms()
         if v not in algos:
             raise ValueError(f"unknown algorithm; valid are {', '.join(sorted(algos))}")
@@ -553,7 +627,28 @@ class FlowGroup(_Model):
 
     @property
     def label(self) -> str:
-        return self.group or self.cc
+        return self.group or self.algorithm
+
+    @property
+    def algorithm(self) -> str:
+        """The ``cc`` column's value: the algorithm of a tcp group, the kind of a datagram group."""
+        return self.cc if self.cc is not None else self.flow_kind
+
+    def datagram_size(self, mtu: int) -> int:
+        """A udp or ping group's IP packet size."""
+        if self.packet_size is not None:
+            return self.packet_size
+        return mtu if self.flow_kind == "udp" else PING_PACKET_SIZE
+
+    def traffic_core(self, mtu: int) -> Optional[dict[str, Any]]:
+        """The core's ``traffic`` of a datagram group (None for tcp)."""
+        if self.flow_kind == "udp":
+            assert self.rate is not None
+            return {"kind": "udp", "rate_bps": self.rate, "size_bytes": self.datagram_size(mtu),
+                    "on_ns": self.on, "off_ns": self.off, "exponential": self.periods == "exponential"}
+        if self.flow_kind == "ping":
+            return {"kind": "ping", "interval_ns": self.interval or PING_INTERVAL_NS, "size_bytes": self.datagram_size(mtu)}
+        return None
 
 
 #: Where a trial's packets may be captured.
@@ -696,6 +791,15 @@ class Trial(_Model):
                         f"every flow must start before the end ({units.format_time(self.duration)})",
                     )
                 )
+            if g.flow_kind != "tcp":
+                size = g.datagram_size(self.mtu)
+                if not UDP_HEADERS < size <= self.mtu:
+                    problems.append((f"flows[{i}].packet_size", units.format_size(size),
+                                     f"must be from {UDP_HEADERS + 1} B to the mtu ({self.mtu} B): "
+                                     f"an IP packet with its IPv4 and UDP headers"))
+                if self.capture is not None:
+                    problems.append(("capture", True, f"packet captures record TCP only; flows[{i}] is {g.flow_kind}: "
+                                                      "remove capture or the group"))
             if g.rwnd is not None and g.rwnd < self.mss:
                 problems.append(
                     (f"flows[{i}].rwnd", units.format_size(g.rwnd), f"must be at least one MSS ({self.mss} B)")
@@ -764,8 +868,12 @@ class Trial(_Model):
         def bucket(tb: Optional[TokenBucket]) -> Optional[dict[str, int]]:
             return None if tb is None else {"rate_bps": tb.rate, "burst_bytes": tb.burst}
 
-        flows = []
+        flows: list[dict[str, Any]] = []
         for _, g, start in self.expanded():
+            traffic = g.traffic_core(self.mtu)
+            if traffic is not None:
+                flows.append({"traffic": traffic, "start_ns": start, "extra_delay_ns": g.extra_delay, "group": g.label})
+                continue
             flows.append(
                 {
                     "cc": g.cc,
@@ -785,6 +893,7 @@ class Trial(_Model):
                     "group": g.label,
                     **({"ecn": True} if g.ecn else {}),
                     **({"ect1": True} if g.ecn == "l4s" else {}),
+                    **({"max_pacing_rate_bps": g.max_pacing_rate} if g.max_pacing_rate is not None else {}),
                 }
             )
         return {

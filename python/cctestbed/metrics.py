@@ -8,7 +8,10 @@ Over the steady window, cut into intervals of :data:`INTERVAL_S` (0.5 s) from it
   ``utilization_p25/p50/p75`` and ``share_p25/p50/p75`` are those percentiles for the trial.
 - ``tput_cov``: coefficient of variation (population standard deviation over mean) of the
   per-interval goodput, in total and per group; 0 is a perfectly steady rate.
-- ``groups.<label>.rtt_mean_ms/rtt_p50_ms/rtt_p95_ms``: the group's per-sample RTTs in the window.
+- ``groups.<label>.rtt_mean_ms/rtt_p50_ms/rtt_p95_ms``: the group's per-sample RTTs in the window
+  (a ping group's: its probes' round trips).
+- ``groups.<label>.owd_p50_ms/owd_p95_ms``: a udp group's per-sample one-way delays (only for
+  groups that have them).
 - ``groups.<label>.lost_pct``: segments the group's senders marked lost over segments they sent
   (the router's drops are not attributed to flows; ``total.loss_pct`` in summary.json is the
   router's loss).
@@ -140,6 +143,10 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
             "interval_shares": s,
         }
         g.update(_rtt_stats(inside.filter(pl.col("group") == label)["rtt_ms"]))
+        if "owd_ms" in inside.columns:
+            owd = inside.filter(pl.col("group") == label)["owd_ms"].cast(pl.Float64).fill_nan(None).drop_nulls().to_numpy()
+            if len(owd):
+                g["owd_p50_ms"], g["owd_p95_ms"] = (_num(x) for x in np.percentile(owd, [50, 95]))
         if lost is not None:
             mine = lost.filter(pl.col("flow").is_in(ids.implode()))
             sent = float(mine["sent_segs"].sum())

@@ -81,10 +81,12 @@ def _bin_expr(width: float) -> pl.Expr:
 
 
 def binned_flows(flows: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
-    """Per flow and interval: mean goodput, RTT (samples with no RTT skipped), cwnd, inflight."""
+    """Per flow and interval: mean goodput, RTT and udp one-way delay (samples without one
+    skipped), cwnd, inflight."""
     cols = {
         "goodput_bps": pl.col("goodput_bps").cast(pl.Float64).mean(),
         "rtt_ms": pl.col("rtt_ms").cast(pl.Float64).fill_nan(None).mean(),
+        "owd_ms": pl.col("owd_ms").cast(pl.Float64).fill_nan(None).mean(),
         "cwnd_pkts": pl.col("cwnd_pkts").cast(pl.Float64).mean(),
         "inflight_pkts": pl.col("inflight_pkts").cast(pl.Float64).mean(),
     }
@@ -174,17 +176,24 @@ def plot_trial(
     ax_tp.set_ylabel("goodput (Mbit/s)")
     ax_tp.set_ylim(bottom=0)
 
-    # RTT
+    # RTT (ping probes' too), and udp streams' one-way delay dashed
+    has_owd = False
     for i, f in enumerate(ids):
         d = bf.filter(pl.col("flow") == f)
         ax_rtt.plot(d["t"], d["rtt_ms"], color=colors[i], lw=1.2)
+        if "owd_ms" in d.columns and d["owd_ms"].drop_nulls().len():
+            ax_rtt.plot(d["t"], d["owd_ms"], color=colors[i], lw=1.2, ls="--")
+            has_owd = True
     ax_rtt.axhline(info.rtprop_ms, color="0.3", lw=1, ls="--", label=f"RTprop {info.rtprop_ms:g} ms")
-    ax_rtt.set_ylabel("RTT (ms)")
+    ax_rtt.set_ylabel("RTT, one-way delay (ms)" if has_owd else "RTT (ms)")
     ax_rtt.set_ylim(bottom=0)
     ax_rtt.legend(loc="upper right", fontsize=8)
 
-    # cwnd and inflight
+    # cwnd and inflight (TCP flows only)
+    tcp_ids = set(flows.filter(pl.col("kind") == "tcp")["flow"].unique()) if "kind" in flows.columns else set(ids)
     for i, f in enumerate(ids):
+        if f not in tcp_ids:
+            continue
         d = bf.filter(pl.col("flow") == f)
         ax_cwnd.plot(d["t"], d["cwnd_pkts"], color=colors[i], lw=1.3)
         ax_cwnd.plot(d["t"], d["inflight_pkts"], color=colors[i], lw=0.9, ls=":")

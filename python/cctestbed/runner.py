@@ -10,72 +10,41 @@ import polars as pl
 
 from .config import Trial, load_trial
 from .results import TrialResult
+from .schema import flow_schema, router_schema
 from .summary import TrialInfo, summarize
 
 BACKEND = "sim"
 
-#: Column order of flows.parquet; algorithm columns ``cc.<key>`` follow, sorted, then ``backend``.
-FLOW_COLUMNS = (
-    "time_s",
-    "flow",
-    "cc",
-    "group",
-    "goodput_bps",
-    "delivered_bytes",
-    "send_rate_bps",
-    "sent_bytes",
-    "rtt_ms",
-    "srtt_ms",
-    "min_rtt_ms",
-    "cwnd_pkts",
-    "cwnd_bytes",
-    "inflight_pkts",
-    "inflight_bytes",
-    "pacing_rate_bps",
-    "sent_segs",
-    "retrans_segs",
-    "lost_segs",
-    "rto_count",
-    "state",
-    "ca_state",
-)
-
-
-
-def _ordered(columns: dict[str, Any], first: tuple[str, ...]) -> list[str]:
-    known = [c for c in first if c in columns]
-    rest = sorted(c for c in columns if c not in first and not c.startswith("cc."))
-    algo = sorted(c for c in columns if c.startswith("cc."))
-    return known + rest + algo
-
-
 def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
-    """flows.parquet from the core's ``flows`` columns: state codes as labels, cc/group added."""
+    """flows.parquet from the core's ``flows`` columns: state codes as labels, the trial's
+    columns (cc, group, kind) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
     labels = np.asarray(raw["state_labels"], dtype=object)
     cols: dict[str, Any] = {k: np.asarray(v) for k, v in raw["flows"].items()}
     flow_ids = cols["flow"].astype(np.int64)
     expanded = trial.expanded()
-    cols["cc"] = np.asarray([g.cc for _, g, _ in expanded], dtype=object)[flow_ids]
+    cols["cc"] = np.asarray([g.algorithm for _, g, _ in expanded], dtype=object)[flow_ids]
     cols["group"] = np.asarray([g.label for _, g, _ in expanded], dtype=object)[flow_ids]
+    cols["kind"] = np.asarray([g.flow_kind for _, g, _ in expanded], dtype=object)[flow_ids]
+    cols["backend"] = np.full(len(flow_ids), backend, dtype=object)
     for c in ("state", "ca_state"):
         if c in cols:
             cols[c] = labels[cols[c].astype(np.int64)] if len(labels) else cols[c].astype(str)
     series = []
-    for name in _ordered(cols, FLOW_COLUMNS):
+    for name, dtype in flow_schema(trial).items():
         v = cols[name]
-        series.append(pl.Series(name, v.tolist() if v.dtype == object else v, dtype=pl.String if v.dtype == object else None))
-    series.append(pl.Series("backend", [backend] * len(flow_ids), dtype=pl.String))
+        series.append(pl.Series(name, v.tolist() if v.dtype == object else v, dtype=dtype))
     return pl.DataFrame(series)
 
 
 def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
-    """router.parquet from the core's ``router`` columns, in the core's order (the drop and
-    mark columns, ``drops_<cause>`` and ``marks_<cause>``, come from the core's list of causes)."""
+    """router.parquet from the core's ``router`` columns, in the order of
+    :func:`~cctestbed.schema.router_columns` (the drop and mark columns, ``drops_<cause>`` and
+    ``marks_<cause>``, come from the core's list of causes)."""
     cols = {k: np.asarray(v) for k, v in raw["router"].items()}
     n = len(cols["time_s"])
-    series = [pl.Series(name, v) for name, v in cols.items()]
-    series.append(pl.Series("backend", [backend] * n, dtype=pl.String))
-    return pl.DataFrame(series)
+    cols["backend"] = np.full(n, backend, dtype=object)
+    return pl.DataFrame([pl.Series(name, cols[name].tolist() if name == "backend" else cols[name], dtype=dtype)
+                         for name, dtype in router_schema().items()])
 
 
 def run_trial(

@@ -13,6 +13,13 @@ same code serves single trials and sweeps. Conventions (see the README's summary
   retransmission rate is retransmitted segments over segments sent. Both in percent.
 - Sojourn percentiles are over the per-interval mean sojourn (``sojourn_mean_ms``), as RTT
   percentiles are over per-interval mean RTTs; the maximum is the largest single packet's.
+- Datagram flows (``kind`` udp or ping) count in the utilization, goodput, loss and group
+  shares; the TCP metrics (``rtt``, ``jain``, ``retrans_pct`` of the total and the flows'
+  RTTs) are over the tcp flows only. ``udp.<group>`` reports a udp group's delivered rate,
+  datagram loss (missing at the receivers over sent) and one-way delay percentiles over the
+  per-interval means (``owd_ms``); ``ping.<group>`` the probes' RTT percentiles (over the
+  per-interval means of ``rtt_ms``: with an interval of at least the sample interval, each
+  sample holds one probe) and their loss. These sections appear only when such groups exist.
 - Percentiles interpolate linearly between samples (numpy's default).
 - Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
 """
@@ -255,6 +262,44 @@ def router_metrics(router: pl.DataFrame, info: TrialInfo, t0: float, t1: float) 
     }
 
 
+def of_kind(flows: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The rows of flows of ``kind`` (results without a ``kind`` column hold tcp flows only)."""
+    if "kind" not in flows.columns:
+        return flows if kind == "tcp" else flows.clear()
+    return flows.filter(pl.col("kind") == kind)
+
+
+def datagram_metrics(flows: pl.DataFrame, kind: str, t0: float, t1: float) -> dict[str, Any]:
+    """Per group of ``kind`` (udp or ping): what its flows delivered and lost, and the
+    percentiles of their per-interval delays (udp: one-way; ping: round trip)."""
+    mine = of_kind(flows, kind)
+    out: dict[str, Any] = {}
+    if len(mine) == 0:
+        return out
+    s0, s1 = window_bounds(mine["time_s"], t0, t1)
+    span = s1 - s0
+    deltas = counter_deltas(mine, ["delivered_bytes", "sent_segs", "lost_segs"], t0, t1, by="flow")
+    groups = mine.group_by("flow", maintain_order=True).agg(pl.col("group").first())
+    deltas = deltas.join(groups, on="flow", how="left")
+    inside = window(mine, t0, t1)
+    delay = "owd_ms" if kind == "udp" else "rtt_ms"
+    for label in groups["group"].unique(maintain_order=True).to_list():
+        d = deltas.filter(pl.col("group") == label)
+        samples = inside.filter(pl.col("group") == label)[delay].cast(pl.Float64).fill_nan(None).drop_nulls()
+        sent, lost = float(d["sent_segs"].sum()), float(d["lost_segs"].sum())
+        g: dict[str, Any] = {"flows": len(d), "loss_pct": _pct(lost, sent)}
+        if kind == "udp":
+            g["delivered_bps"] = float(d["delivered_bytes"].sum()) * 8 / span if span > 0 else None
+            g["owd_p50_ms"] = percentile(samples, 0.5)
+            g["owd_p95_ms"] = percentile(samples, 0.95)
+        else:
+            g["rtt_p50_ms"] = percentile(samples, 0.5)
+            g["rtt_p95_ms"] = percentile(samples, 0.95)
+            g["rtt_p99_ms"] = percentile(samples, 0.99)
+        out[str(label)] = g
+    return out
+
+
 def rtt_metrics(flows: pl.DataFrame, t0: float, t1: float) -> dict[str, Optional[float]]:
     """RTT over every flow's per-interval RTT samples in the window."""
     r = window(flows, t0, t1)["rtt_ms"].cast(pl.Float64).fill_nan(None).drop_nulls()
@@ -274,8 +319,10 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
     span = s1 - s0
     pf = per_flow(flows, t0, t1)
     delivered_bits = float(pf["delivered_bytes"].sum()) * 8
-    sent = float(pf["sent_segs"].sum())
-    retrans = float(pf["retrans_segs"].sum())
+    tcp = of_kind(flows, "tcp")
+    pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))
+    sent = float(pf_tcp["sent_segs"].sum())
+    retrans = float(pf_tcp["retrans_segs"].sum())
     rm = router_metrics(router, info, t0, t1)
 
     groups: dict[str, Any] = {}
@@ -307,12 +354,13 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "loss_pct": rm["loss_pct"],
             "mark_pct": rm["mark_pct"],
             "retrans_pct": _pct(retrans, sent),
-            "jain": jain(pf["goodput_bps"].fill_null(0.0)),
+            "jain": jain(pf_tcp["goodput_bps"].fill_null(0.0)),
         },
         "queue": rm["queue"],
         "sojourn": rm["sojourn"],
-        "rtt": rtt_metrics(flows, t0, t1),
+        "rtt": rtt_metrics(tcp, t0, t1),
         "groups": groups,
+        **{kind: m for kind in ("udp", "ping") if (m := datagram_metrics(flows, kind, t0, t1))},
         "flows": [
             {
                 "id": int(r["flow"]),

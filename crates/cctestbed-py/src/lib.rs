@@ -5,6 +5,7 @@
 //! events, so Ctrl-C stops it within a fraction of a second with `KeyboardInterrupt`.
 
 use ccsim::sim::SimOutput;
+use ccsim::telemetry::{algorithm_columns, Column, ColumnData, FlowSeries, RouterSeries};
 use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
@@ -75,30 +76,62 @@ macro_rules! fields {
     };
 }
 
+/// A column's values as a NumPy array.
+fn column_array(py: Python<'_>, data: ColumnData) -> PyObject {
+    match data {
+        ColumnData::F64(v) => v.into_pyarray_bound(py).into_any().unbind(),
+        ColumnData::U64(v) => v.into_pyarray_bound(py).into_any().unbind(),
+        ColumnData::U32(v) => v.into_pyarray_bound(py).into_any().unbind(),
+        ColumnData::U16(v) => v.into_pyarray_bound(py).into_any().unbind(),
+    }
+}
+
+/// Columns as a dict of NumPy arrays, in their declared order.
+fn column_dict<'py>(py: Python<'py>, cols: Vec<(String, ColumnData)>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new_bound(py);
+    for (name, data) in cols {
+        d.set_item(name, column_array(py, data))?;
+    }
+    Ok(d)
+}
+
+/// The declarations as (name, dtype, unit, doc) tuples.
+fn declared(cols: Vec<Column>) -> Vec<(String, &'static str, &'static str, &'static str)> {
+    cols.into_iter().map(|c| (c.name, c.dtype.name(), c.unit, c.doc)).collect()
+}
+
+/// The columns of `flows` and `router` a trial's output holds, in order, each as (name, dtype,
+/// unit, doc): the one declaration of the result schema (telemetry.rs). Without a trial, the
+/// flow columns leave out the algorithms' `cc.<key>` columns.
+#[pyfunction]
+#[pyo3(signature = (config_json=None))]
+fn columns(py: Python<'_>, config_json: Option<&str>) -> PyResult<PyObject> {
+    let keys = match config_json {
+        None => vec![],
+        Some(j) => {
+            let cfg = parse(j)?;
+            let mut per_flow = Vec::new();
+            for (i, f) in cfg.flows.iter().enumerate() {
+                if f.traffic != ccsim::config::Traffic::Tcp {
+                    per_flow.push(&[][..]);
+                    continue;
+                }
+                let cc = ccsim::cc::build(&f.cc, &f.params).map_err(|e| PyValueError::new_err(format!("flows[{i}].{e}")))?;
+                per_flow.push(cc.telemetry_keys());
+            }
+            algorithm_columns(per_flow).0
+        }
+    };
+    let d = PyDict::new_bound(py);
+    d.set_item("flows", declared(FlowSeries::trial_columns(&keys)))?;
+    d.set_item("router", declared(RouterSeries::columns()))?;
+    Ok(d.into())
+}
+
 fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let res = PyDict::new_bound(py);
-    let flows = PyDict::new_bound(py);
-    let f = out.flows;
-    columns!(py, flows, f, [
-        time_s, flow, goodput_bps, delivered_bytes, send_rate_bps, sent_bytes, rtt_ms, srtt_ms,
-        min_rtt_ms, cwnd_pkts, cwnd_bytes, inflight_pkts, inflight_bytes, pacing_rate_bps,
-        sent_segs, retrans_segs, lost_segs, rto_count, state, ca_state,
-    ]);
-    for (name, col) in f.cc {
-        flows.set_item(name, col.into_pyarray_bound(py))?;
-    }
-    res.set_item("flows", flows)?;
-
-    let router = PyDict::new_bound(py);
-    let r = out.router;
-    columns!(py, router, r, [
-        time_s, queue_bytes, queue_pkts, capacity_bps, arrivals_pkts, arrival_bytes,
-        departures_pkts, departed_bytes, departed_payload_bytes,
-    ]);
-    for (name, col) in r.drops.into_iter().chain(r.marks) {
-        router.set_item(name, col.into_pyarray_bound(py))?;
-    }
-    columns!(py, router, r, [sojourn_mean_ms, sojourn_max_ms]);
+    res.set_item("flows", column_dict(py, out.flows.into_columns())?)?;
+    let router = column_dict(py, out.router.into_columns())?;
     res.set_item("router", router)?;
     res.set_item("state_labels", PyList::new_bound(py, out.state_labels))?;
 
@@ -268,6 +301,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(tseq, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

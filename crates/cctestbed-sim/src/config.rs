@@ -499,7 +499,12 @@ pub struct DelayChange {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowConfig {
-    /// Congestion control name (`reno`, `cubic`, ...), see [`crate::cc::ALGORITHMS`].
+    /// What the flow sends: TCP (the default) or datagrams ([`crate::datagram`]). Every other
+    /// field but `start_ns`, `extra_delay_ns` and `group` is TCP's and ignored by datagrams.
+    #[serde(default)]
+    pub traffic: Traffic,
+    /// Congestion control name (`reno`, `cubic`, ...), see [`crate::cc::ALGORITHMS`]; TCP only.
+    #[serde(default)]
     pub cc: String,
     /// Algorithm parameters by name; unknown names are refused.
     #[serde(default)]
@@ -520,6 +525,10 @@ pub struct FlowConfig {
     /// `Some(true)` paces any algorithm as Linux fq would.
     #[serde(default)]
     pub pacing: Option<bool>,
+    /// `SO_MAX_PACING_RATE` in bits per second: caps the pacing rate, and turns pacing on for
+    /// an algorithm that does not pace (Linux `sk_pacing_status` = `SK_PACING_NEEDED`).
+    #[serde(default)]
+    pub max_pacing_rate_bps: Option<u64>,
     #[serde(default = "default_iw")]
     pub initial_cwnd: u32,
     #[serde(default)]
@@ -539,10 +548,61 @@ fn default_iw() -> u32 {
     10
 }
 
+/// What a flow sends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Traffic {
+    /// A TCP connection (the flow's `cc`, window and ACK settings).
+    #[default]
+    Tcp,
+    /// A UDP stream: constant bit rate, or on/off.
+    Udp(UdpConfig),
+    /// Isochronous echo probes measuring the round trip through the queues.
+    Ping(PingConfig),
+}
+
+impl Traffic {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Traffic::Tcp => "tcp",
+            Traffic::Udp(_) => "udp",
+            Traffic::Ping(_) => "ping",
+        }
+    }
+}
+
+/// A UDP stream sending `size_bytes` IP packets at `rate_bps` (IP level, as the link's
+/// capacity), continuously or in on periods separated by off periods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpConfig {
+    pub rate_bps: u64,
+    pub size_bytes: u32,
+    /// Mean length of an on period; `None` sends all the time (constant bit rate).
+    #[serde(default)]
+    pub on_ns: Option<Nanos>,
+    /// Mean length of an off period; with `on_ns`.
+    #[serde(default)]
+    pub off_ns: Option<Nanos>,
+    /// Period lengths drawn from exponential distributions of those means (the trial seed's
+    /// stream for the flow), instead of fixed.
+    #[serde(default)]
+    pub exponential: bool,
+}
+
+/// One probe of `size_bytes` (IP packet) every `interval_ns`, echoed by the receiver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PingConfig {
+    pub interval_ns: Nanos,
+    pub size_bytes: u32,
+}
+
 impl FlowConfig {
     /// A bulk flow of algorithm `cc` with every other setting at its default, starting at 0.
     pub fn bulk(cc: &str) -> Self {
         FlowConfig {
+            traffic: Traffic::Tcp,
             cc: cc.into(),
             params: BTreeMap::new(),
             start_ns: 0,
@@ -550,6 +610,7 @@ impl FlowConfig {
             size_bytes: None,
             rwnd_bytes: None,
             pacing: None,
+            max_pacing_rate_bps: None,
             initial_cwnd: default_iw(),
             delayed_ack: DelayedAckConfig::default(),
             group: None,
@@ -748,9 +809,49 @@ impl SimConfig {
         if self.flows.is_empty() {
             errs.push("flows: empty: give at least one flow".into());
         }
+        let datagrams = self.flows.iter().any(|f| f.traffic != Traffic::Tcp);
+        if datagrams && self.capture.is_some() {
+            errs.push("capture: packet captures record TCP only; a trial with udp or ping flows takes none".into());
+        }
         for (i, f) in self.flows.iter().enumerate() {
-            if let Err(e) = crate::cc::build(&f.cc, &f.params) {
-                errs.push(format!("flows[{i}].{e}"));
+            match &f.traffic {
+                Traffic::Tcp => {
+                    if let Err(e) = crate::cc::build(&f.cc, &f.params) {
+                        errs.push(format!("flows[{i}].{e}"));
+                    }
+                }
+                Traffic::Udp(u) => {
+                    if u.rate_bps == 0 {
+                        errs.push(format!("flows[{i}].traffic.rate_bps: 0: must be > 0"));
+                    }
+                    crate::datagram::check_size(&format!("flows[{i}].traffic"), u.size_bytes, self.mtu, &mut errs);
+                    match (u.on_ns, u.off_ns) {
+                        (None, None) => {}
+                        (Some(on), Some(off)) if on > 0 && off > 0 => {}
+                        (on, off) => errs.push(format!(
+                            "flows[{i}].traffic: on_ns {on:?}, off_ns {off:?}: give both, each > 0, or neither"
+                        )),
+                    }
+                }
+                Traffic::Ping(p) => {
+                    if p.interval_ns <= 0 {
+                        errs.push(format!("flows[{i}].traffic.interval_ns: {}: must be > 0", p.interval_ns));
+                    }
+                    crate::datagram::check_size(&format!("flows[{i}].traffic"), p.size_bytes, self.mtu, &mut errs);
+                }
+            }
+            if let Some(r) = f.max_pacing_rate_bps {
+                if f.traffic != Traffic::Tcp {
+                    errs.push(format!("flows[{i}].max_pacing_rate_bps: {r}: a {} flow is not paced (TCP only)", f.traffic.name()));
+                }
+                if r == 0 {
+                    errs.push(format!("flows[{i}].max_pacing_rate_bps: 0: must be > 0"));
+                }
+                if f.pacing == Some(false) {
+                    errs.push(format!(
+                        "flows[{i}].pacing: false: a max_pacing_rate turns pacing on (Linux SK_PACING_NEEDED); drop one of them"
+                    ));
+                }
             }
             if f.start_ns < 0 {
                 errs.push(format!("flows[{i}].start_ns: {}: must be >= 0", f.start_ns));

@@ -22,6 +22,8 @@ pub const TIMER_KINDS: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     FlowStart(u32),
+    /// A datagram flow's next packet is due.
+    DatagramDue(u32),
     /// The head of a flow's access line reaches the router.
     AccessHead(u32),
     /// The bottleneck finishes a transmission or may begin one (tokens, idle link).

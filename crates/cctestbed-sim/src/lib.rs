@@ -9,6 +9,7 @@
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms; [`jiffies`]: the kernel's
 //!   tick clock, which several of them read;
+//! - [`datagram`]: udp streams (constant bit rate, on/off) and ping probes beside the TCP flows;
 //! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
 //! - [`capture`]: the traffic written as pcap files, and captures read back into series.
 //!
@@ -18,6 +19,7 @@
 pub mod capture;
 pub mod cc;
 pub mod config;
+pub mod datagram;
 pub mod event;
 pub mod jiffies;
 pub mod link;

@@ -13,6 +13,8 @@ pub mod stream {
     pub const JITTER_BASE: u64 = 1 << 16;
     /// Per-flow ACK aggregation (Wi-Fi channel access), streams ACK_AGG_BASE + flow.
     pub const ACK_AGG_BASE: u64 = 1 << 28;
+    /// Per-flow datagram on/off periods: DATAGRAM_BASE + flow index.
+    pub const DATAGRAM_BASE: u64 = 1 << 24;
     pub const CC_BASE: u64 = 1 << 32;
 }
 

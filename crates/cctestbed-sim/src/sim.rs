@@ -9,9 +9,15 @@
 //! The bottleneck serves at the link's rate, or at the opportunities of a trace; ACK
 //! aggregation, when the link has it, holds each flow's ACKs and releases them in bursts.
 //! RTprop of flow i = delay_fwd + delay_rev + extra_delay_i.
+//!
+//! Datagram flows ([`crate::datagram`]: udp streams, ping probes) take the same access line,
+//! bottleneck and forward line as TCP's data; a probe's reply takes the flow's ACK line.
+//! Every flow id indexes every per-flow vector: a datagram flow's TCP sender and receiver
+//! exist but are never opened.
 
 use crate::capture::{CaptureFile, Recorder};
-use crate::config::{Nanos, SimConfig};
+use crate::config::{Nanos, SimConfig, Traffic};
+use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
@@ -59,6 +65,10 @@ pub struct Simulation {
     q: EventQueue,
     pub senders: Vec<Sender>,
     pub receivers: Vec<Receiver>,
+    /// The datagram flows' state, `None` for TCP flows.
+    pub datagrams: Vec<Option<DatagramFlow>>,
+    /// Whether any flow sends datagrams: TCP-only trials skip every look at `datagrams`.
+    any_datagram: bool,
     started: Vec<bool>,
     access: Vec<DelayLine<DataPacket>>,
     forward: DelayLine<DataPacket>,
@@ -87,8 +97,17 @@ impl Simulation {
         let mut receivers = Vec::with_capacity(n);
         let mut access = Vec::with_capacity(n);
         let mut acks = Vec::with_capacity(n);
+        let mut datagrams = Vec::with_capacity(n);
         for (i, f) in cfg.flows.iter().enumerate() {
-            let mut cc = crate::cc::build(&f.cc, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
+            let rng = || SimRng::new(cfg.seed, stream::DATAGRAM_BASE + i as u64);
+            datagrams.push(match &f.traffic {
+                Traffic::Tcp => None,
+                Traffic::Udp(u) => Some(DatagramFlow::udp(i as u32, u.clone(), rng())),
+                Traffic::Ping(p) => Some(DatagramFlow::ping(i as u32, p.clone(), rng())),
+            });
+            // A datagram flow's TCP endpoints are never opened; any algorithm will do.
+            let cc_name = if f.traffic == Traffic::Tcp { f.cc.as_str() } else { "reno" };
+            let mut cc = crate::cc::build(cc_name, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
@@ -117,7 +136,8 @@ impl Simulation {
             SimRng::new(cfg.seed, stream::LINK_LOSS),
             SimRng::new(cfg.seed, stream::QDISC),
         );
-        let telemetry = Telemetry::new(&senders, cfg.sample_interval_ns, cfg.duration_ns);
+        let telemetry = Telemetry::new(&senders, &datagrams, cfg.sample_interval_ns, cfg.duration_ns);
+        let any_datagram = datagrams.iter().any(Option::is_some);
         let mut q = EventQueue::default();
         for (i, f) in cfg.flows.iter().enumerate() {
             q.push(f.start_ns, Event::FlowStart(i as u32));
@@ -138,6 +158,8 @@ impl Simulation {
             q,
             senders,
             receivers,
+            datagrams,
+            any_datagram,
             started: vec![false; n],
             access,
             acks,
@@ -212,7 +234,22 @@ impl Simulation {
         match ev {
             Event::FlowStart(f) => {
                 self.started[f as usize] = true;
-                self.with_sender(now, f, |s, now, io| s.connect(now, io));
+                if let Some(d) = self.datagrams[f as usize].as_mut() {
+                    let first = d.start(now);
+                    self.q.push(first, Event::DatagramDue(f));
+                } else {
+                    self.with_sender(now, f, |s, now, io| s.connect(now, io));
+                }
+            }
+            Event::DatagramDue(f) => {
+                let d = self.datagrams[f as usize].as_mut().expect("a datagram flow");
+                let (p, next) = d.emit(now);
+                if let Some(at) = self.access[f as usize].push(now, p, p.size) {
+                    self.q.push(at, Event::AccessHead(f));
+                }
+                if next <= self.cfg.duration_ns {
+                    self.q.push(next, Event::DatagramDue(f));
+                }
             }
             Event::AccessHead(f) => {
                 let line = &mut self.access[f as usize];
@@ -259,6 +296,14 @@ impl Simulation {
                     if let Some(c) = self.capture.as_mut() {
                         c.data_received(now, &p);
                     }
+                    if self.any_datagram {
+                        if let Some(d) = self.datagrams[f].as_mut() {
+                            if let Some(reply) = d.arrive(now, &p) {
+                                self.send_ack(now, reply);
+                            }
+                            continue;
+                        }
+                    }
                     if p.is_syn() {
                         let syn_ack = self.receivers[f].on_syn(now, &p);
                         self.send_ack(now, syn_ack);
@@ -275,6 +320,15 @@ impl Simulation {
                 }
                 if let Some(at) = self.forward.head_time() {
                     self.q.push(at, Event::ForwardHead);
+                }
+            }
+            Event::AckHead(f) if self.any_datagram && self.datagrams[f as usize].is_some() => {
+                let d = self.datagrams[f as usize].as_mut().expect("a datagram flow");
+                while let Some(reply) = self.acks[f as usize].pop_due(now) {
+                    d.reply(now, &reply);
+                }
+                if let Some(at) = self.acks[f as usize].head_time() {
+                    self.q.push(at, Event::AckHead(f));
                 }
             }
             Event::AckHead(f) => {
@@ -319,7 +373,7 @@ impl Simulation {
                 TimerPop::Stale => {}
             },
             Event::Sample => {
-                self.telemetry.sample(now, &self.senders, &self.receivers, &self.started, &mut self.bottleneck);
+                self.telemetry.sample(now, &self.senders, &self.receivers, &self.datagrams, &self.started, &mut self.bottleneck);
                 let next = now + self.cfg.sample_interval_ns;
                 if next <= self.cfg.duration_ns {
                     self.q.push(next, Event::Sample);
@@ -412,6 +466,13 @@ impl Simulation {
             f.sent_segs = s.stats.sent_pkts;
             f.lost_segs = s.stats.lost_segs;
             f.rto_count = s.stats.rto_count;
+            if let Some(d) = &self.datagrams[i] {
+                f.sent_pkts = d.sent_pkts;
+                f.delivered_pkts = d.received.pkts;
+                f.delivered_bytes = d.received.payload_bytes;
+                f.sent_segs = d.sent_pkts;
+                f.lost_segs = d.lost();
+            }
         }
         for p in self.forward.iter() {
             fin[p.flow as usize].in_transit_pkts += 1;

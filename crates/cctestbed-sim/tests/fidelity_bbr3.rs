@@ -282,6 +282,7 @@ impl Driver {
             paced: true,
             delivered_mstamp_ns: self.now,
             wstamp_ns: self.now,
+            max_pacing_rate: u64::MAX,
         }
     }
 

@@ -10,7 +10,7 @@ in their namespaces, releases them all at one start time, waits for the trial's 
 and turns their samples into ``flows.parquet`` / ``router.parquet`` rows shaped exactly like
 the simulator's (same columns and types, plus ``backend``).
 
-What the kernel cannot measure is left null (``lost_segs``, ``departed_payload_bytes``, the
+What the kernel cannot measure is left null (tcp flows' ``lost_segs``, ``departed_payload_bytes``, the
 algorithms' internal counters other than BBR's ``TCP_CC_INFO`` fields). Two columns differ
 in meaning and are documented as such: ``rtt_ms`` is the kernel's smoothed RTT (``tcpi_rtt``)
 read at the sample time, as the kernel exposes no per-ACK RTT samples (so it equals
@@ -129,6 +129,10 @@ def trial_problems(trial: Trial) -> list[str]:
     problems = []
     available = topo.available_algorithms()
     for i, g in enumerate(trial.flows):
+        if g.flow_kind != "tcp":
+            problems += datagram_problems(i, g, trial)
+            continue
+        assert g.cc is not None
         name = kernel_cc(g.cc)
         if not topo.load_algorithm(name):
             problems.append(
@@ -164,6 +168,26 @@ def trial_problems(trial: Trial) -> list[str]:
         problems.append("link.ack_aggregation: the kernel backend's ACK path is a plain delay; "
                         "aggregated ACKs run on the simulator")
     problems += aqm_problems(trial)
+    return problems
+
+
+#: Datagrams per second one Python sender keeps on their schedule (kernel/datagrams.py).
+MAX_DATAGRAMS_PER_S = 20_000
+
+
+def datagram_problems(i: int, g: Any, trial: Trial) -> list[str]:
+    """Why a udp or ping group cannot run here: more datagrams per second than its one sender
+    process keeps on schedule, or per-flow extra delay (no per-host delay in the topology)."""
+    problems = []
+    size = g.datagram_size(trial.mtu)
+    per_s = g.count * (g.rate / (8 * size) if g.flow_kind == "udp" else 1e9 / (g.interval or 10_000_000))
+    if per_s > MAX_DATAGRAMS_PER_S:
+        problems.append(
+            f"flows[{i}]: {per_s:,.0f} datagrams/s in the group: the kernel backend's sender keeps at most "
+            f"{MAX_DATAGRAMS_PER_S:,} per group on schedule; use larger packets, fewer flows or a lower rate"
+        )
+    if g.extra_delay:
+        problems.append(f"flows[{i}].extra_delay: not supported by the kernel backend")
     return problems
 
 
@@ -354,13 +378,21 @@ def run_kernel_trial(
         procs = []
         flow_ids = _flow_ids(trial)
         for k, g in enumerate(trial.flows):
+            if g.flow_kind != "tcp":
+                procs += _datagram_procs(run, k, g, flow_ids[k], base)
+                continue
             rw = {str(f): g.rwnd for f in flow_ids[k]} if g.rwnd else {}
             sink_spec = {**base, "addr": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE, "rwnd": rw,
                          "out": str(workdir / f"sink{k}.npz")}
             procs.append(run.py(f"sink{k}", names.rcv(k), "traffic", "sink", _write(workdir / f"sink{k}.json", sink_spec)))
         for k, g in enumerate(trial.flows):
+            if g.flow_kind != "tcp":
+                continue
+            assert g.cc is not None
             flows = [{"flow": f, "cc": kernel_cc(g.cc), "start_ns": g.start + j * g.stagger, "size": g.size,
-                      "pacing": g.pacing} for j, f in enumerate(flow_ids[k])]
+                      "pacing": g.pacing,
+                      "max_pacing_rate": None if g.max_pacing_rate is None else g.max_pacing_rate // 8}
+                     for j, f in enumerate(flow_ids[k])]
             snd_spec = {**base, "src": names.ip("snd", k), "dst": names.ip("rcv", k), "port": PORT,
                         "port_base": PORT_BASE, "flows": flows, "out": str(workdir / f"send{k}.npz")}
             procs.append(run.py(f"send{k}", names.snd(k), "traffic", "send", _write(workdir / f"send{k}.json", snd_spec)))
@@ -425,6 +457,24 @@ def run_kernel_trial(
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
             signal.signal(signal.SIGHUP, old_hup)
+
+
+def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, Any]) -> list[Proc]:
+    """A udp or ping group's receiver (``udp-sink``, ``echo``) and sender (``udp-send``,
+    ``ping``), from :mod:`.datagrams`; their files are named as a TCP group's."""
+    names, wd, trial = run.names, run.workdir, run.trial
+    traffic = g.traffic_core(trial.mtu)
+    flows = [{"flow": f, "start_ns": g.start + j * g.stagger, "size": traffic["size_bytes"],
+              **{key: traffic.get(key) for key in ("rate_bps", "on_ns", "off_ns", "exponential", "interval_ns")}}
+             for j, f in enumerate(ids)]
+    recv, send = ("udp-sink", "udp-send") if g.flow_kind == "udp" else ("echo", "ping")
+    rcv_spec = {**base, "addr": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE, "out": str(wd / f"sink{k}.npz")}
+    snd_spec = {**base, "src": names.ip("snd", k), "dst": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE,
+                "seed": trial.seed, "flows": flows, "out": str(wd / f"send{k}.npz")}
+    return [
+        run.py(f"sink{k}", names.rcv(k), "datagrams", recv, _write(wd / f"sink{k}.json", rcv_spec)),
+        run.py(f"send{k}", names.snd(k), "datagrams", send, _write(wd / f"send{k}.json", snd_spec)),
+    ]
 
 
 def _write(path: Path, spec: dict[str, Any]) -> str:
@@ -494,18 +544,11 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def sim_schema(trial: Trial) -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
-    """The simulator's flows/router column types for this trial (from a two-sample run)."""
-    from .. import _core
-    from ..runner import flows_frame, router_frame
+    """The flows/router column types of this trial's results, the simulator's and every
+    backend's (:mod:`cctestbed.schema`)."""
+    from ..schema import flow_schema, router_schema
 
-    core = trial.to_core()
-    core.pop("capture", None)
-    core["duration_ns"] = 2 * trial.sample_interval
-    core["link"]["schedule"] = []
-    for f in core["flows"]:
-        f["start_ns"] = 0
-    raw = _core.simulate(json.dumps(core))
-    return dict(flows_frame(raw, trial).schema), dict(router_frame(raw).schema)
+    return flow_schema(trial), router_schema()
 
 
 def _bbr_state(pacing_gain: float, cwnd_gain: float) -> str:
@@ -532,7 +575,7 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
     def grid(src: list[dict[str, np.ndarray]], col: str, fill: float) -> np.ndarray:
         out = np.full((n_flows, n_ticks), fill, dtype=float)
         for d in src:
-            if len(d.get("tick", [])) == 0:
+            if len(d.get("tick", [])) == 0 or col not in d:
                 continue
             t = d["tick"].astype(int) - 1
             f = d["flow"].astype(int)
@@ -569,12 +612,31 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
     g = {k: grid(send, k, nan) for k in ("snd_mss", "unacked", "sacked", "lost", "retrans", "rtt_us", "snd_cwnd",
                                          "snd_ssthresh", "total_retrans", "pacing_rate", "min_rtt_us", "data_segs_out",
                                          "bytes_sent", "total_rto", "ca_state", "bbr_bw", "bbr_min_rtt_us",
-                                         "bbr_pacing_gain", "bbr_cwnd_gain", "started", "done")}
+                                         "bbr_pacing_gain", "bbr_cwnd_gain", "started", "done", "on",
+                                         "dgram_lost", "delay_sum_ns", "delay_n", "delay_min_ns")}
+    # datagram flows (kernel/datagrams.py): ping's round trips and losses at the sender, udp's
+    # one-way delays and losses at the receiver
+    kinds = np.array([gr.flow_kind for _, gr, _ in expanded])
+    is_udp, is_ping = (kinds == "udp")[:, None], (kinds == "ping")[:, None]
+    rcv = {k: grid(sink, k, nan) for k in ("dgram_lost", "delay_sum_ns", "delay_n")}
+
+    def interval_mean_ms(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+        total, n = ffill(total), ffill(n)
+        d_total = np.diff(total, axis=1, prepend=0.0)
+        d_n = np.diff(n, axis=1, prepend=0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(d_n > 0, d_total / np.maximum(d_n, 1) / 1e6, nan)
+
+    probe_rtt = interval_mean_ms(g["delay_sum_ns"], g["delay_n"])
+    owd = interval_mean_ms(rcv["delay_sum_ns"], rcv["delay_n"])
+    dgram_lost = np.where(is_udp, ffill(rcv["dgram_lost"]), np.where(is_ping, ffill(g["dgram_lost"]), nan))
     sent_bytes = ffill(g["bytes_sent"])
     mss = np.where(np.isnan(g["snd_mss"]), trial.mss, g["snd_mss"])
     inflight = g["unacked"] - g["sacked"] - g["lost"] + g["retrans"]
     ms = lambda us: np.where((us > 0) & (us < 0xFFFFFFFF), us / 1e3, nan)  # noqa: E731
-    paced = np.array([kernel_cc(gr.cc).startswith("bbr") or bool(gr.pacing) for _, gr, _ in expanded])[:, None]
+    paced = np.array([gr.flow_kind == "tcp" and (kernel_cc(gr.algorithm).startswith("bbr") or bool(gr.pacing)
+                                                 or gr.max_pacing_rate is not None)
+                      for _, gr, _ in expanded])[:, None]
     pacing = np.where(paced & (g["pacing_rate"] > 0) & (g["pacing_rate"] < 2**63), g["pacing_rate"] * 8, nan)
     rto = g["total_rto"]
     cols: dict[str, Any] = {
@@ -584,9 +646,10 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         "delivered_bytes": recv,
         "send_rate_bps": rate(sent_bytes, t_send),
         "sent_bytes": sent_bytes,
-        "rtt_ms": ms(g["rtt_us"]),
+        "rtt_ms": np.where(is_ping, probe_rtt, ms(g["rtt_us"])),
         "srtt_ms": ms(g["rtt_us"]),
-        "min_rtt_ms": ms(g["min_rtt_us"]),
+        "min_rtt_ms": np.where(is_ping, ffill(g["delay_min_ns"], nan) / 1e6, ms(g["min_rtt_us"])),
+        "owd_ms": np.where(is_udp, owd, nan),
         "cwnd_pkts": np.nan_to_num(g["snd_cwnd"], nan=0.0),
         "cwnd_bytes": np.nan_to_num(g["snd_cwnd"] * mss, nan=0.0),
         "inflight_pkts": np.nan_to_num(inflight, nan=0.0),
@@ -594,14 +657,24 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         "pacing_rate_bps": pacing,
         "sent_segs": ffill(g["data_segs_out"]),
         "retrans_segs": ffill(g["total_retrans"]),
-        "lost_segs": None,
+        "lost_segs": dgram_lost,
         "rto_count": None if np.all(np.isnan(rto)) else ffill(rto),
     }
     # states
     state = np.empty((n_flows, n_ticks), dtype=object)
     ca = np.empty((n_flows, n_ticks), dtype=object)
     for i, (_, gr, _) in enumerate(expanded):
-        bbr = kernel_cc(gr.cc).startswith("bbr")
+        if gr.flow_kind != "tcp":
+            for j in range(n_ticks):
+                ca[i, j] = "open"
+                if np.isnan(g["started"][i, j]) or not g["started"][i, j]:
+                    state[i, j] = "idle"
+                elif gr.flow_kind == "ping":
+                    state[i, j] = "probing"
+                else:
+                    state[i, j] = "on" if g["on"][i, j] else "off"
+            continue
+        bbr = kernel_cc(gr.algorithm).startswith("bbr")
         for j in range(n_ticks):
             c = g["ca_state"][i, j]
             ca_label = CA_STATES[int(c)] if not np.isnan(c) and int(c) < len(CA_STATES) else "open"
@@ -631,8 +704,9 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         if name == "backend":
             series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
             continue
-        if name in ("cc", "group"):
-            vals = [(gr.cc if name == "cc" else gr.label) for _, gr, _ in expanded]
+        if name in ("cc", "group", "kind"):
+            vals = [(gr.algorithm if name == "cc" else gr.label if name == "group" else gr.flow_kind)
+                    for _, gr, _ in expanded]
             series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
             continue
         v = cols.get(name, cc_cols.get(name))

@@ -10,8 +10,10 @@ JSON spec, print ``ready`` once listening (sink) or set up (sender), read the st
 
 Sender (``python -m cctestbed.kernel.traffic send SPEC``): one socket per flow, bound to
 source port ``port_base + flow`` so the sink and packet captures can tell flows apart; per
-socket ``TCP_CONGESTION``, optional ``SO_MAX_PACING_RATE`` (which turns on the kernel's own
-pacing for algorithms that do not ask for it), staggered connects, bulk or fixed-size
+socket ``TCP_CONGESTION``, optional ``SO_MAX_PACING_RATE`` (``max_pacing_rate`` caps
+``sk_pacing_rate``; any value but ~0 also moves ``sk_pacing_status`` to ``SK_PACING_NEEDED``,
+the kernel's own pacing for algorithms that do not ask for it, so ``pacing = true`` without a
+cap sets the largest value but one), staggered connects, bulk or fixed-size
 transfers. Every ``interval`` it reads ``TCP_INFO`` and, for BBR, ``TCP_CC_INFO``.
 
 Sink (``... sink SPEC``): accepts every flow, reads and discards, and every ``interval`` reads
@@ -38,6 +40,9 @@ TCP_INFO = getattr(socket, "TCP_INFO", 11)
 TCP_CC_INFO = 26
 TCP_WINDOW_CLAMP = getattr(socket, "TCP_WINDOW_CLAMP", 10)
 SO_MAX_PACING_RATE = 47
+#: ``SO_MAX_PACING_RATE`` takes an unsigned long (bytes per second) when given 8 bytes;
+#: ~0 means "no cap" and leaves pacing off (sk_setsockopt), so "pace, uncapped" is ~0 - 1.
+PACE_UNCAPPED = 2**64 - 2
 TCP_INFO_LEN = 280
 
 #: tcp_info fields read (byte offset, struct format), see linux/tcp.h.
@@ -133,6 +138,8 @@ class Flow:
         self.start_ns: int = t0 + spec["start_ns"]
         self.size: Optional[int] = spec.get("size")
         self.pacing: Optional[bool] = spec.get("pacing")
+        #: bytes per second
+        self.max_pacing_rate: Optional[int] = spec.get("max_pacing_rate")
         self.sock: Optional[socket.socket] = None
         self.connected = False
         self.sent = 0
@@ -157,8 +164,9 @@ def run_sender(spec: dict[str, Any]) -> int:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, f.cc.encode())
-        if f.pacing:
-            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 0xFFFFFFFF)
+        if f.max_pacing_rate is not None or f.pacing:
+            cap = f.max_pacing_rate if f.max_pacing_rate is not None else PACE_UNCAPPED
+            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", cap))
         s.bind((spec["src"], spec["port_base"] + f.id))
         s.setblocking(False)
         err = s.connect_ex(dst)

@@ -454,11 +454,12 @@ impl Bbr {
 
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
         self.has_seen_rtt |= info.srtt_ns > 0;
-        self.pacing_rate = self.rate_bytes_per_sec(initial_bw(info, cwnd), self.high_gain);
+        // bbr_bw_to_pacing_rate: capped at sk_max_pacing_rate.
+        self.pacing_rate = self.rate_bytes_per_sec(initial_bw(info, cwnd), self.high_gain).min(info.max_pacing_rate);
     }
 
     fn set_pacing_rate(&mut self, info: &ConnInfo, cwnd: u32, bw: u64, gain: u32) {
-        let rate = self.rate_bytes_per_sec(bw, gain);
+        let rate = self.rate_bytes_per_sec(bw, gain).min(info.max_pacing_rate);
         if !self.has_seen_rtt && info.srtt_ns > 0 {
             self.init_pacing_rate_from_rtt(info, cwnd);
         }

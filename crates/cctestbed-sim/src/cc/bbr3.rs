@@ -497,12 +497,13 @@ impl Bbr3 {
     /// `bbr_init_pacing_rate_from_rtt`: startup gain x cwnd / srtt (1 ms before any sample).
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
         self.has_seen_rtt |= info.srtt_ns > 0;
-        self.pacing_rate = self.bw_to_pacing_rate(initial_bw(info, cwnd), self.startup_pacing_gain);
+        // bbr_bw_to_pacing_rate: capped at sk_max_pacing_rate.
+        self.pacing_rate = self.bw_to_pacing_rate(initial_bw(info, cwnd), self.startup_pacing_gain).min(info.max_pacing_rate);
     }
 
     /// `bbr_set_pacing_rate`: never lowered before the pipe is full.
     fn set_pacing_rate(&mut self, info: &ConnInfo, w: &mut Window, bw: u64, gain: u32) {
-        let rate = self.bw_to_pacing_rate(bw, gain);
+        let rate = self.bw_to_pacing_rate(bw, gain).min(info.max_pacing_rate);
         if !self.has_seen_rtt && info.srtt_ns > 0 {
             self.init_pacing_rate_from_rtt(info, w.cwnd);
         }

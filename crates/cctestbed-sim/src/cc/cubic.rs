@@ -458,6 +458,7 @@ pub(crate) mod tests {
             paced: false,
             delivered_mstamp_ns: now,
             wstamp_ns: now,
+            max_pacing_rate: u64::MAX,
         }
     }
 

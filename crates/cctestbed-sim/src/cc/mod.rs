@@ -80,6 +80,9 @@ pub struct ConnInfo {
     pub delivered_mstamp_ns: Nanos,
     /// Earliest departure time of the next packet under pacing (`tp->tcp_wstamp_ns`).
     pub wstamp_ns: Nanos,
+    /// `sk_max_pacing_rate` in bytes/s (`u64::MAX` when not set), which algorithms that set
+    /// their own pacing rate cap it at (`bbr_bw_to_pacing_rate`).
+    pub max_pacing_rate: u64,
 }
 
 /// The values an algorithm may write.

@@ -47,6 +47,11 @@ macro_rules! causes {
                 match self { $( $name::$v => $s ),* }
             }
         }
+        impl crate::telemetry::CauseSet for $name {
+            fn names() -> &'static [&'static str] {
+                &[$($s),*]
+            }
+        }
     };
 }
 

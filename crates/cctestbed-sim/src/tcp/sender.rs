@@ -149,6 +149,8 @@ pub struct Sender {
     pub w: Window,
     initial_cwnd: u32,
     pacing: bool,
+    /// `sk_max_pacing_rate`, bytes/s: `SO_MAX_PACING_RATE`, `u64::MAX` when not set.
+    max_pacing_rate: u64,
     /// Total segments for a fixed-size transfer, and the last one's payload.
     end: Option<(u64, u32)>,
     rwnd_segs: u64,
@@ -234,7 +236,10 @@ impl Sender {
             let last = (b - (n - 1) * mss as u64) as u32;
             (n, last)
         });
-        let pacing = cfg.pacing.unwrap_or_else(|| cc.wants_pacing());
+        // SO_MAX_PACING_RATE moves sk_pacing_status from SK_PACING_NONE to SK_PACING_NEEDED
+        // (sk_setsockopt), so tcp_needs_internal_pacing paces an algorithm that does not.
+        let pacing = cfg.pacing.unwrap_or_else(|| cc.wants_pacing()) || cfg.max_pacing_rate_bps.is_some();
+        let max_pacing_rate = cfg.max_pacing_rate_bps.map_or(u64::MAX, |bps| bps / 8);
         Sender {
             flow,
             mss,
@@ -243,6 +248,7 @@ impl Sender {
             w: Window { cwnd: cfg.initial_cwnd, ssthresh: u32::MAX, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false },
             initial_cwnd: cfg.initial_cwnd,
             pacing,
+            max_pacing_rate,
             end,
             rwnd_segs: cfg.rwnd_bytes.map_or(u64::MAX, |b| (b / mss as u64).max(1)),
             snd_una: 0,
@@ -353,6 +359,7 @@ impl Sender {
             paced: self.pacing,
             delivered_mstamp_ns: self.delivered_time,
             wstamp_ns: self.next_send_time.max(now),
+            max_pacing_rate: self.max_pacing_rate,
         }
     }
 
@@ -361,10 +368,11 @@ impl Sender {
         if !self.pacing {
             return None;
         }
-        Some(match self.w.pacing_rate {
+        let r = match self.w.pacing_rate {
             Some(r) => r,
             None => self.default_pacing_rate(),
-        })
+        };
+        Some(if self.max_pacing_rate == u64::MAX { r } else { r.min(self.max_pacing_rate as f64) })
     }
 
     /// `sk_pacing_rate` in bytes/s, paced or not: Linux keeps it up to date for every flow
@@ -374,11 +382,8 @@ impl Sender {
             Some(r) => r,
             None => self.default_pacing_rate(),
         };
-        if r.is_finite() {
-            r.max(0.0) as u64
-        } else {
-            u64::MAX
-        }
+        let r = if r.is_finite() { r.max(0.0) as u64 } else { u64::MAX };
+        r.min(self.max_pacing_rate)
     }
 
     /// `tcp_tso_segs`: segments per TSO/GSO skb (see [`super::tso`]), or the algorithm's own
@@ -399,7 +404,8 @@ impl Sender {
         tso::tcp_tso_segs(self.sk_pacing_rate(), self.mss, min_rtt_us, min_tso)
     }
 
-    /// `tcp_update_pacing_rate`: cwnd/srtt scaled by 200 % in slow start, 120 % otherwise.
+    /// `tcp_update_pacing_rate`: cwnd/srtt scaled by 200 % in slow start, 120 % otherwise
+    /// (the cap, `sk_max_pacing_rate`, applies where the rate is read).
     fn default_pacing_rate(&self) -> f64 {
         if self.rtt.srtt == 0 {
             return f64::INFINITY;
