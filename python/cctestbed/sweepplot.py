@@ -53,6 +53,30 @@ METRICS = {
     "queue.p95_bdp": ("queue occupancy, 95th pct (BDP)", 1.0, "queue occupancy (95th percentile)"),
 }
 
+#: A group's metric (``groups.<label>.<key>``) is drawn as the total metric it refines.
+GROUP_METRICS = {
+    "goodput_bps": "total.goodput_bps",
+    "retrans_pct": "total.retrans_pct",
+    "jain": "total.jain",
+    "tput_cov": "total.tput_cov",
+    "rtt_p50_ms": "rtt.p50_ms",
+    "rtt_p95_ms": "rtt.p95_ms",
+    "rtt_mean_ms": "rtt.mean_ms",
+}
+
+
+def metric_style(col: str) -> tuple[tuple[str, float, str], str]:
+    """((y label, scale factor, title phrase), the total metric whose axis rules apply)."""
+    if col in METRICS:
+        return METRICS[col], col
+    m = re.fullmatch(r"groups\.(.+)\.([a-z0-9_]+)", col)
+    base = GROUP_METRICS.get(m.group(2)) if m else None
+    if m and base:
+        label, factor, phrase = METRICS[base]
+        return (f"{m.group(1)}: {label}", factor, f"{m.group(1)}'s {phrase.replace('total ', '')}"), base
+    return (col, 1.0, col), col
+
+
 #: Algorithms keep one colour in every plot.
 ALGO_COLORS = {
     "bbr": "tab:blue", "bbr1": "tab:blue", "cubic": "tab:orange", "reno": "tab:green", "bbr3": "tab:purple",
@@ -325,7 +349,7 @@ def plot_metric(
         return plot_shares(data, dest, x=x, by=by, facet=facet)
     col = data.resolve(y)
     x, by, facets = choose_axes(data, x, by, facet)
-    ylabel, factor, phrase = METRICS.get(col, (col, 1.0, col))
+    (ylabel, factor, phrase), kind = metric_style(col)
     sc, xmap = _x_numbers(data, x)
     keys = _facet_keys(data, facets)
     fig, axs = _grid(len(keys))
@@ -365,13 +389,13 @@ def plot_metric(
         ax.grid(True, alpha=0.3, which="both")
     for ax in axs:
         ax.set_ylabel(ylabel)
-    if col in ("total.loss_pct", "total.retrans_pct", "queue.mean_bdp", "queue.p95_bdp", "rtt.p50_ms",
-               "rtt.p95_ms", "rtt.mean_ms", "total.goodput_bps"):
+    if kind in ("total.loss_pct", "total.retrans_pct", "queue.mean_bdp", "queue.p95_bdp", "rtt.p50_ms",
+                "rtt.p95_ms", "rtt.mean_ms", "total.goodput_bps"):
         axs[0].set_ylim(bottom=0)
     if col == "total.utilization" and len(agg):
         low = float(agg["lo"].min()) * factor
         axs[0].set_ylim(min(90.0, 10 * math.floor(low / 10)), 101)
-    if col == "total.jain":
+    if kind == "total.jain":
         axs[0].set_ylim(0, 1.02)
     _outer_labels(axs)
     _legend(fig, axs, by)
