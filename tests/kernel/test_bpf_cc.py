@@ -90,15 +90,16 @@ def scenario(name: str, queue: str, flows: list[dict[str, Any]], duration: str, 
 
 def test_port_matches_builtin_bbr_reduced():
     """4 BBR flows, 2 BDP, 20 s: the BPF port and the built-in bbr agree on utilization, loss,
-    queue and RTT within the fidelity tolerances (one rep each; the full comparison is bpf_full)."""
+    queue and RTT within the fidelity tolerances (two reps each, so that the built-in's own spread
+    counts as the verdict's does; the full comparison is bpf_full)."""
     if not has_bbr():
         pytest.skip("this kernel has no built-in bbr to compare with")
     cells = compare(scenario("port-2bdp", "2bdp", [{"cc": "bbr", "count": 4, "stagger": "100ms"}], "20s",
-                             ["8s", "20s"]), reps=1)
+                             ["8s", "20s"]), reps=2)
     wanted = {"utilization_pct", "loss_pct", "queue_mean_bdp", "rtt_p50_ms"}
     checked = [c for c in cells if c.metric in wanted]
     assert {c.metric for c in checked} == wanted
-    misses = [f"{c.metric}: built-in {c.kernel_mean:.3g} port {c.sim_mean:.3g} (allowed {c.allowed:.3g})"
+    misses = [f"{c.metric}: built-in {c.kernel_mean} port {c.sim_mean} (allowed {c.allowed})"
               for c in checked if c.verdict != "within"]
     assert not misses, misses
 

@@ -1,0 +1,143 @@
+"""The BPF campaign of docs/validation.md: the thesis' BBR variants and the BPF port of BBR on the
+kernel, beside the simulator.
+
+    sudo .venv/bin/cctestbed sweep fidelity/bpf/NAME.toml -o results/bpf/NAME   # each kernel sweep
+    .venv/bin/python bench/bpf_campaign.py sim       # the same sweeps on the simulator
+    .venv/bin/python bench/bpf_campaign.py report    # tables; fidelity/bpf/summary.json
+
+The summary keeps per point (algorithm x queue, per backend) the mean, min and max over the reps
+of each metric, with the kernel version and the dates of the runs: no telemetry.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ["variants-loss", "variants-share", "port-vs-builtin-cubic", "port-vs-builtin-deep"]
+RESULTS = ROOT / "results" / "bpf"
+SUMMARY = ROOT / "fidelity" / "bpf" / "summary.json"
+METRICS = {
+    "loss_pct": "total.loss_pct",
+    "utilization_pct": "total.utilization",
+    "share_pct": "groups.bbr.share",
+    "queue_mean_bdp": "queue.mean_bdp",
+    "rtt_p50_ms": "rtt.p50_ms",
+    "retrans_pct": "total.retrans_pct",
+    "jain": "total.jain",
+}
+
+
+def run_sim() -> None:
+    import subprocess
+
+    for name in SWEEPS:
+        doc = tomllib.loads((ROOT / "fidelity" / "bpf" / f"{name}.toml").read_text())
+        axes = doc["axes"]
+        ccs = [c for c in axes.get("flows.0.cc", []) if not c.startswith("bpf:")]
+        if not ccs:
+            continue
+        lines = [f'name = "{doc["name"]}-sim"', f'trials = {doc["trials"]}', f'steady = {json.dumps(doc["steady"])}',
+                 "", "[base]", f'duration = "{doc["base"]["duration"]}"', 'backend = "sim"', "", "[base.link]"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in doc["base"]["link"].items()]
+        for f in doc["base"]["flows"]:
+            lines += ["", "[[base.flows]]"] + [f"{k} = {json.dumps(v)}" for k, v in f.items()]
+        lines += ["", "[axes]", f'"flows.0.cc" = {json.dumps(ccs)}']
+        lines += [f'"{k}" = {json.dumps(v)}' for k, v in axes.items() if k != "flows.0.cc"]
+        path = RESULTS / f"{name}-sim.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        subprocess.run([sys.executable, "-m", "cctestbed.cli", "sweep", str(path), "-o", str(RESULTS / f"{name}-sim"),
+                        "--resume"], check=True)
+
+
+def _points(df: pl.DataFrame, backend: str) -> list[dict[str, Any]]:
+    df = df.filter(pl.col("status") == "done")
+    keys = [k for k in ("cc", "queue") if k in df.columns]
+    out = []
+    for key, g in df.group_by(keys, maintain_order=True):
+        row: dict[str, Any] = {"backend": backend, **dict(zip(keys, key)), "reps": len(g)}
+        if "cc" not in keys:
+            row["cc"] = g["flows.0.cc"][0]
+        if "queue" not in keys:
+            row["queue"] = None
+        for m, col in METRICS.items():
+            if col not in g.columns:
+                continue
+            v = [float(x) for x in g[col].to_list() if x is not None]
+            if not v:
+                continue
+            scale = 100.0 if m in ("utilization_pct", "share_pct") else 1.0
+            row[m] = {"mean": round(scale * sum(v) / len(v), 4), "min": round(scale * min(v), 4),
+                      "max": round(scale * max(v), 4)}
+        out.append(row)
+    return out
+
+
+def port_cells(name: str) -> list[dict[str, Any]]:
+    """Fidelity cells, built-in bbr (as the reference) against the port, per queue of one sweep."""
+    from cctestbed.fidelity.measure import metrics_of_dir
+    from cctestbed.fidelity.verdict import cells_for, tolerances
+
+    d = RESULTS / name
+    if not (d / "trials.parquet").exists():
+        return []
+    df = pl.read_parquet(d / "trials.parquet").filter(pl.col("status") == "done")
+    if "cc" not in df.columns:
+        return []
+    out = []
+    queues = df["queue"].unique(maintain_order=True).to_list() if "queue" in df.columns else [None]
+    for q in queues:
+        sub = df if q is None else df.filter(pl.col("queue") == q)
+        reps = {cc: [metrics_of_dir(d / "trials" / k) for k in sub.filter(pl.col("cc") == cc)["key"].to_list()
+                     if (d / "trials" / k).exists()] for cc in ("bbr", "bpf:bbr")}
+        if not reps["bbr"] or not reps["bpf:bbr"]:
+            continue
+        for c in cells_for(f"{name}:{q}", reps["bbr"], reps["bpf:bbr"], tolerances()):
+            out.append({"scenario": c.scenario, "metric": c.metric, "builtin": c.kernel_mean, "port": c.sim_mean,
+                        "builtin_n": c.kernel_n, "port_n": c.sim_n, "allowed": c.allowed, "verdict": c.verdict})
+    return out
+
+
+def report() -> None:
+    import platform
+
+    points: list[dict[str, Any]] = []
+    dates: list[str] = []
+    for name in SWEEPS:
+        for suffix, backend in (("", "kernel"), ("-sim", "sim")):
+            p = RESULTS / f"{name}{suffix}" / "trials.parquet"
+            if p.exists():
+                for row in _points(pl.read_parquet(p), backend):
+                    points.append({"sweep": name, **row})
+        d = RESULTS / name / "trials"
+        if d.exists():
+            for t in d.iterdir():
+                k = t / "kernel.json"
+                if k.exists():
+                    dates.append(str(int(k.stat().st_mtime)))
+    cells = [c for name in ("variants-loss", "port-vs-builtin-cubic", "port-vs-builtin-deep") for c in port_cells(name)]
+    import datetime
+
+    span = sorted(datetime.datetime.fromtimestamp(int(x), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") for x in dates)
+    doc = {"kernel": platform.release(), "runs_utc": [span[0], span[-1]] if span else [],
+           "note": "80 Mbit/s, 25 ms, 60 s trials, steady window 20-60 s; kernel: userspace link emulator",
+           "points": points, "port_vs_builtin": cells}
+    SUMMARY.write_text(json.dumps(doc, indent=1) + "\n")
+    for p in points:
+        print(p["sweep"], p["backend"], p["cc"], p["queue"], p["reps"],
+              {m: p[m]["mean"] for m in METRICS if m in p})
+    for c in cells:
+        if c["metric"] in ("utilization_pct", "loss_pct", "share.bbr", "queue_mean_bdp", "rtt_p50_ms", "retrans_pct"):
+            print(c)
+    print(f"wrote {SUMMARY}")
+
+
+if __name__ == "__main__":
+    {"sim": run_sim, "report": report}[sys.argv[1]]()
