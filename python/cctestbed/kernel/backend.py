@@ -809,6 +809,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
                     "bfifo limit = queue limit x (mtu + 14) / mtu",
         },
         "bottleneck": run.info.get("bottleneck"),
+        "bpf": run.info.get("bpf", {}),
         "host_stack": run.info.get("host_stack"),
         "senders": {},
     }
