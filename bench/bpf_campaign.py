@@ -130,13 +130,38 @@ def report() -> None:
            "note": "80 Mbit/s, 25 ms, 60 s trials, steady window 20-60 s; kernel: userspace link emulator",
            "points": points, "port_vs_builtin": cells}
     SUMMARY.write_text(json.dumps(doc, indent=1) + "\n")
-    for p in points:
-        print(p["sweep"], p["backend"], p["cc"], p["queue"], p["reps"],
-              {m: p[m]["mean"] for m in METRICS if m in p})
-    for c in cells:
-        if c["metric"] in ("utilization_pct", "loss_pct", "share.bbr", "queue_mean_bdp", "rtt_p50_ms", "retrans_pct"):
-            print(c)
+    print(markdown(points, cells))
     print(f"wrote {SUMMARY}")
+
+
+def _cell(points: list[dict[str, Any]], sweep: str, backend: str, cc: str, queue: Any, metric: str) -> str:
+    for p in points:
+        if (p["sweep"], p["backend"], p["cc"], p["queue"]) == (sweep, backend, cc, queue) and metric in p:
+            m = p[metric]
+            if p["reps"] > 1:
+                return f"{m['mean']:.2f} ({m['min']:.2f}-{m['max']:.2f})"
+            return f"{m['mean']:.2f}"
+    return "-"
+
+
+def markdown(points: list[dict[str, Any]], cells: list[dict[str, Any]]) -> str:
+    """The tables of docs/validation.md."""
+    out = ["| cc | backend | loss 0.5 BDP | loss 1 BDP | loss 2 BDP | share vs CUBIC 1.75 BDP | share vs CUBIC 4 BDP |",
+           "|---|---|---|---|---|---|---|"]
+    for cc in ("bbr", "bbr-shallow", "bbr-adaptive", "bbr-stable-rtprop", "bpf:bbr"):
+        for backend in ("sim", "kernel"):
+            if cc == "bpf:bbr" and backend == "sim":
+                continue
+            row = [_cell(points, "variants-loss", backend, cc, q, "loss_pct") for q in ("0.5bdp", "1bdp", "2bdp")]
+            row += [_cell(points, "variants-share", backend, cc, q, "share_pct") for q in ("1.75bdp", "4bdp")]
+            out.append(f"| {cc} | {backend} | " + " | ".join(row) + " |")
+    out += ["", "| scenario | metric | built-in bbr | BPF port | allowed | verdict |", "|---|---|---|---|---|---|"]
+    for c in cells:
+        if c["metric"] in ("utilization_pct", "loss_pct", "share.bbr", "queue_mean_bdp", "rtt_p50_ms", "jain"):
+            f = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
+            out.append(f"| {c['scenario']} | {c['metric']} | {f(c['builtin'])} | {f(c['port'])} | {f(c['allowed'])} | "
+                       f"{c['verdict']} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -89,12 +89,14 @@ def scenario(name: str, queue: str, flows: list[dict[str, Any]], duration: str, 
 
 
 def test_port_matches_builtin_bbr_reduced():
-    """4 BBR flows, 2 BDP, 20 s: the BPF port and the built-in bbr agree on utilization, loss,
+    """4 BBR flows, 0.5 BDP, 20 s: the BPF port and the built-in bbr agree on utilization, loss,
     queue and RTT within the fidelity tolerances (two reps each, so that the built-in's own spread
-    counts as the verdict's does; the full comparison is bpf_full)."""
+    counts as the verdict's does; the full comparison is bpf_full). 0.5 BDP because there BBR's
+    loss is steady (about 11 %) from the first seconds; in deeper queues a short trial's loss is
+    start-up's, and varies from run to run."""
     if not has_bbr():
         pytest.skip("this kernel has no built-in bbr to compare with")
-    cells = compare(scenario("port-2bdp", "2bdp", [{"cc": "bbr", "count": 4, "stagger": "100ms"}], "20s",
+    cells = compare(scenario("port-0.5bdp", "0.5bdp", [{"cc": "bbr", "count": 4, "stagger": "100ms"}], "20s",
                              ["8s", "20s"]), reps=2)
     wanted = {"utilization_pct", "loss_pct", "queue_mean_bdp", "rtt_p50_ms"}
     checked = [c for c in cells if c.metric in wanted]
