@@ -105,6 +105,31 @@ def port_cells(name: str) -> list[dict[str, Any]]:
     return out
 
 
+def sim_vs_kernel(name: str) -> list[dict[str, Any]]:
+    """Fidelity cells of the simulator against the kernel per point (cc x queue) of one sweep."""
+    from cctestbed.fidelity.measure import metrics_of_dir
+    from cctestbed.fidelity.verdict import cells_for, tolerances
+
+    k_dir, s_dir = RESULTS / name, RESULTS / f"{name}-sim"
+    if not (k_dir / "trials.parquet").exists() or not (s_dir / "trials.parquet").exists():
+        return []
+    kd = pl.read_parquet(k_dir / "trials.parquet").filter(pl.col("status") == "done")
+    sd = pl.read_parquet(s_dir / "trials.parquet").filter(pl.col("status") == "done")
+    out = []
+    for (cc, q), g in kd.group_by(["cc", "queue"], maintain_order=True):
+        if str(cc).startswith("bpf:"):
+            continue
+        sg = sd.filter((pl.col("cc") == cc) & (pl.col("queue") == q))
+        kernel = [metrics_of_dir(k_dir / "trials" / k) for k in g["key"].to_list() if (k_dir / "trials" / k).exists()]
+        sim = [metrics_of_dir(s_dir / "trials" / k) for k in sg["key"].to_list() if (s_dir / "trials" / k).exists()]
+        if not kernel or not sim:
+            continue
+        for c in cells_for(f"{name}:{cc}:{q}", kernel, sim, tolerances()):
+            out.append({"scenario": c.scenario, "metric": c.metric, "kernel": c.kernel_mean, "sim": c.sim_mean,
+                        "kernel_n": c.kernel_n, "sim_n": c.sim_n, "allowed": c.allowed, "verdict": c.verdict})
+    return out
+
+
 def report() -> None:
     import platform
 
@@ -128,9 +153,15 @@ def report() -> None:
     span = sorted(datetime.datetime.fromtimestamp(int(x), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") for x in dates)
     doc = {"kernel": platform.release(), "runs_utc": [span[0], span[-1]] if span else [],
            "note": "80 Mbit/s, 25 ms, 60 s trials, steady window 20-60 s; kernel: userspace link emulator",
-           "points": points, "port_vs_builtin": cells}
+           "points": points, "port_vs_builtin": cells,
+           "sim_vs_kernel": [c for n in ("variants-loss", "variants-share") for c in sim_vs_kernel(n)]}
     SUMMARY.write_text(json.dumps(doc, indent=1) + "\n")
     print(markdown(points, cells))
+    print("\nsimulator vs kernel, cells out of tolerance (loss, utilization, share, queue, RTT p50):")
+    for c in doc["sim_vs_kernel"]:
+        if c["verdict"] != "within" and c["metric"] in ("loss_pct", "utilization_pct", "share.bbr", "queue_mean_bdp",
+                                                        "rtt_p50_ms"):
+            print(f"  {c['scenario']} {c['metric']}: sim {c['sim']} kernel {c['kernel']} (allowed {c['allowed']})")
     print(f"wrote {SUMMARY}")
 
 

@@ -258,3 +258,28 @@ def test_readme_reno_example_runs(tmp_path, write_trial):
     assert p.returncode == 2
     assert "flows[0].params.beta" in p.stderr and "valid are beta_pct" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_object_declared_for_link_registration_registers_and_unregisters(tmp_path):
+    """Objects written for BPF-link registration (SEC(".struct_ops.link"), the form newer
+    examples use) are registered without a link like the others, so their lifetime is the
+    trial's, and they unregister."""
+    src = (ROOT / "bpf" / "reno.bpf.c").read_text().replace('SEC(".struct_ops")', 'SEC(".struct_ops.link")')
+    assert ".struct_ops.link" in src
+    (tmp_path / "reno_link.bpf.c").write_text(src)
+    obj = tmp_path / "reno_link.bpf.o"
+    p = subprocess.run(["clang", "-g", "-O2", "-target", "bpf", "-I", str(bpfcc.bpf_dir()), "-c",
+                        str(tmp_path / "reno_link.bpf.c"), "-o", str(obj)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    parsed = bpfcc.inspect(obj)
+    assert parsed.link_names, "the object's map is in .struct_ops.link"
+    patched = tmp_path / "patched.bpf.o"
+    patched.write_bytes(bpfcc.build(parsed, "cctfeed000", {"beta_pct": 60}))
+    map_id = bpfcc.register(patched)
+    try:
+        assert "cctfeed000" in available_algorithms()
+        time.sleep(0.5)
+        assert "cctfeed000" in available_algorithms(), "still registered after bpftool exited"
+    finally:
+        assert bpfcc.unregister(map_id, "cctfeed000")
+    assert "cctfeed000" not in available_algorithms()

@@ -192,6 +192,14 @@ def inspect(path: Path) -> BpfObject:
     for s in ops_secs:
         if s.name == ".struct_ops.link":
             obj.link_names.append(s.name_offset)
+            # the BTF names the section's data too (its DATASEC): renamed with it
+            btf = next((b for b in secs if b.name == ".BTF"), None)
+            if btf is not None:
+                chunk = data[btf.offset:btf.offset + btf.size]
+                at = chunk.find(b"\0.struct_ops.link\0")
+                while at >= 0:
+                    obj.link_names.append(btf.offset + at + 1)
+                    at = chunk.find(b"\0.struct_ops.link\0", at + 1)
         for name, shndx, value, size in syms:
             if shndx == s.index and size > name_off and name:
                 at = s.offset + value + name_off
