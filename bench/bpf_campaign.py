@@ -186,7 +186,9 @@ def markdown(points: list[dict[str, Any]], cells: list[dict[str, Any]]) -> str:
             row = [_cell(points, "variants-loss", backend, cc, q, "loss_pct") for q in ("0.5bdp", "1bdp", "2bdp")]
             row += [_cell(points, "variants-share", backend, cc, q, "share_pct") for q in ("1.75bdp", "4bdp")]
             out.append(f"| {cc} | {backend} | " + " | ".join(row) + " |")
-    out += ["", "| scenario | metric | built-in bbr | BPF port | allowed | verdict |", "|---|---|---|---|---|---|"]
+    n_within = sum(1 for c in cells if c["verdict"] == "within")
+    out += ["", f"port vs built-in: {n_within} of {len(cells)} cells within tolerance (every metric)", "",
+            "| scenario | metric | built-in bbr | BPF port | allowed | verdict |", "|---|---|---|---|---|---|"]
     for c in cells:
         if c["metric"] in ("utilization_pct", "loss_pct", "share.bbr", "queue_mean_bdp", "rtt_p50_ms", "jain"):
             f = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
