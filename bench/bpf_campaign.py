@@ -23,14 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ["variants-loss", "variants-share", "port-vs-builtin-cubic", "port-vs-builtin-deep"]
 RESULTS = ROOT / "results" / "bpf"
 SUMMARY = ROOT / "fidelity" / "bpf" / "summary.json"
-METRICS = {
-    "loss_pct": "total.loss_pct",
-    "utilization_pct": "total.utilization",
-    "share_pct": "groups.bbr.share",
-    "queue_mean_bdp": "queue.mean_bdp",
-    "rtt_p50_ms": "rtt.p50_ms",
-    "retrans_pct": "total.retrans_pct",
-    "jain": "total.jain",
+METRICS = {  # name in the summary -> fidelity metric (cctestbed.fidelity.measure)
+    "loss_pct": "loss_pct",
+    "utilization_pct": "utilization_pct",
+    "share_pct": "share.bbr",
+    "queue_mean_bdp": "queue_mean_bdp",
+    "rtt_p50_ms": "rtt_p50_ms",
+    "retrans_pct": "retrans_pct",
+    "jain": "jain",
 }
 
 
@@ -57,46 +57,45 @@ def run_sim() -> None:
                         "--resume"], check=True)
 
 
-def _points(df: pl.DataFrame, backend: str) -> list[dict[str, Any]]:
-    df = df.filter(pl.col("status") == "done")
-    keys = [k for k in ("cc", "queue") if k in df.columns]
+def _trials(d: Path) -> list[dict[str, Any]]:
+    """Every finished trial of a sweep directory (whatever version of the sweep ran it): its cc,
+    queue, seed and fidelity metrics."""
+    from cctestbed.fidelity.measure import metrics_of_dir
+
     out = []
-    for key, g in df.group_by(keys, maintain_order=True):
-        row: dict[str, Any] = {"backend": backend, **dict(zip(keys, key)), "reps": len(g)}
-        if "cc" not in keys:
-            row["cc"] = g["flows.0.cc"][0]
-        if "queue" not in keys:
-            row["queue"] = None
+    for t in sorted((d / "trials").glob("*")) if (d / "trials").exists() else []:
+        if not (t / "summary.json").exists() or not (t / "trial.toml").exists():
+            continue
+        doc = tomllib.loads((t / "trial.toml").read_text())
+        out.append({"key": t.name, "cc": doc["flows"][0]["cc"], "queue": doc["link"].get("queue"),
+                    "seed": doc.get("seed"), "metrics": metrics_of_dir(t)})
+    return out
+
+
+def _points(trials: list[dict[str, Any]], backend: str) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for t in trials:
+        groups.setdefault((t["cc"], t["queue"]), []).append(t)
+    out = []
+    for (cc, queue), g in groups.items():
+        row: dict[str, Any] = {"backend": backend, "cc": cc, "queue": queue, "reps": len(g),
+                               "seeds": sorted(t["seed"] for t in g)}
         for m, col in METRICS.items():
-            if col not in g.columns:
-                continue
-            v = [float(x) for x in g[col].to_list() if x is not None]
-            if not v:
-                continue
-            scale = 100.0 if m in ("utilization_pct", "share_pct") else 1.0
-            row[m] = {"mean": round(scale * sum(v) / len(v), 4), "min": round(scale * min(v), 4),
-                      "max": round(scale * max(v), 4)}
+            v = [float(t["metrics"][col]) for t in g if t["metrics"].get(col) is not None]
+            if v:
+                row[m] = {"mean": round(sum(v) / len(v), 4), "min": round(min(v), 4), "max": round(max(v), 4)}
         out.append(row)
     return out
 
 
 def port_cells(name: str) -> list[dict[str, Any]]:
     """Fidelity cells, built-in bbr (as the reference) against the port, per queue of one sweep."""
-    from cctestbed.fidelity.measure import metrics_of_dir
     from cctestbed.fidelity.verdict import cells_for, tolerances
 
-    d = RESULTS / name
-    if not (d / "trials.parquet").exists():
-        return []
-    df = pl.read_parquet(d / "trials.parquet").filter(pl.col("status") == "done")
-    if "cc" not in df.columns:
-        return []
+    trials = _trials(RESULTS / name)
     out = []
-    queues = df["queue"].unique(maintain_order=True).to_list() if "queue" in df.columns else [None]
-    for q in queues:
-        sub = df if q is None else df.filter(pl.col("queue") == q)
-        reps = {cc: [metrics_of_dir(d / "trials" / k) for k in sub.filter(pl.col("cc") == cc)["key"].to_list()
-                     if (d / "trials" / k).exists()] for cc in ("bbr", "bpf:bbr")}
+    for q in sorted({t["queue"] for t in trials}, key=str):
+        reps = {cc: [t["metrics"] for t in trials if t["queue"] == q and t["cc"] == cc] for cc in ("bbr", "bpf:bbr")}
         if not reps["bbr"] or not reps["bpf:bbr"]:
             continue
         for c in cells_for(f"{name}:{q}", reps["bbr"], reps["bpf:bbr"], tolerances()):
@@ -107,22 +106,14 @@ def port_cells(name: str) -> list[dict[str, Any]]:
 
 def sim_vs_kernel(name: str) -> list[dict[str, Any]]:
     """Fidelity cells of the simulator against the kernel per point (cc x queue) of one sweep."""
-    from cctestbed.fidelity.measure import metrics_of_dir
     from cctestbed.fidelity.verdict import cells_for, tolerances
 
-    k_dir, s_dir = RESULTS / name, RESULTS / f"{name}-sim"
-    if not (k_dir / "trials.parquet").exists() or not (s_dir / "trials.parquet").exists():
-        return []
-    kd = pl.read_parquet(k_dir / "trials.parquet").filter(pl.col("status") == "done")
-    sd = pl.read_parquet(s_dir / "trials.parquet").filter(pl.col("status") == "done")
+    kt, st = _trials(RESULTS / name), _trials(RESULTS / f"{name}-sim")
     out = []
-    for (cc, q), g in kd.group_by(["cc", "queue"], maintain_order=True):
-        if str(cc).startswith("bpf:"):
-            continue
-        sg = sd.filter((pl.col("cc") == cc) & (pl.col("queue") == q))
-        kernel = [metrics_of_dir(k_dir / "trials" / k) for k in g["key"].to_list() if (k_dir / "trials" / k).exists()]
-        sim = [metrics_of_dir(s_dir / "trials" / k) for k in sg["key"].to_list() if (s_dir / "trials" / k).exists()]
-        if not kernel or not sim:
+    for cc, q in sorted({(t["cc"], t["queue"]) for t in kt if not t["cc"].startswith("bpf:")}, key=str):
+        kernel = [t["metrics"] for t in kt if (t["cc"], t["queue"]) == (cc, q)]
+        sim = [t["metrics"] for t in st if (t["cc"], t["queue"]) == (cc, q)]
+        if not sim:
             continue
         for c in cells_for(f"{name}:{cc}:{q}", kernel, sim, tolerances()):
             out.append({"scenario": c.scenario, "metric": c.metric, "kernel": c.kernel_mean, "sim": c.sim_mean,
@@ -137,10 +128,8 @@ def report() -> None:
     dates: list[str] = []
     for name in SWEEPS:
         for suffix, backend in (("", "kernel"), ("-sim", "sim")):
-            p = RESULTS / f"{name}{suffix}" / "trials.parquet"
-            if p.exists():
-                for row in _points(pl.read_parquet(p), backend):
-                    points.append({"sweep": name, **row})
+            for row in _points(_trials(RESULTS / f"{name}{suffix}"), backend):
+                points.append({"sweep": name, **row})
         d = RESULTS / name / "trials"
         if d.exists():
             for t in d.iterdir():
@@ -171,7 +160,7 @@ def _cell(points: list[dict[str, Any]], sweep: str, backend: str, cc: str, queue
             m = p[metric]
             if p["reps"] > 1:
                 return f"{m['mean']:.2f} ({m['min']:.2f}-{m['max']:.2f})"
-            return f"{m['mean']:.2f}"
+            return f"{m['mean']:.2f} (1 rep)"
     return "-"
 
 
