@@ -144,7 +144,16 @@ def report() -> None:
            "note": "80 Mbit/s, 25 ms, 60 s trials, steady window 20-60 s; kernel: userspace link emulator",
            "points": points, "port_vs_builtin": cells,
            "sim_vs_kernel": [c for n in ("variants-loss", "variants-share") for c in sim_vs_kernel(n)]}
-    SUMMARY.write_text(json.dumps(doc, indent=1) + "\n")
+    lines = ["{"]  # one point or cell per line: small and diffable
+    for i, (k, v) in enumerate(doc.items()):
+        end = "," if i < len(doc) - 1 else ""
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            lines.append(f"{json.dumps(k)}: [")
+            lines += [f"  {json.dumps(x)}{',' if j < len(v) - 1 else ''}" for j, x in enumerate(v)]
+            lines.append(f"]{end}")
+        else:
+            lines.append(f"{json.dumps(k)}: {json.dumps(v)}{end}")
+    SUMMARY.write_text("\n".join(lines + ["}"]) + "\n")
     print(markdown(points, cells))
     print("\nsimulator vs kernel, cells out of tolerance (loss, utilization, share, queue, RTT p50):")
     for c in doc["sim_vs_kernel"]:
