@@ -28,6 +28,10 @@
  *    TCP_CC_INFO returns nothing: the kernel backend reads no BBR internals for these flows.
  *  - bbr_rate_bytes_per_sec takes the pacing margin in basis points (kernel: whole percent),
  *    so the simulator's fractional margins are representable; 100 bp = tcp_bbr.c's 1 %.
+ *  - bbr_init's cmpxchg(&sk->sk_pacing_status, NONE, NEEDED) is a test and a store: BPF has no
+ *    compare-and-exchange on a tcp_sock field; init runs under the socket lock.
+ *  - bbr_tso_segs_goal's MAX_TCP_HEADER is x86-64's 320, a kernel build constant (as in the
+ *    simulator's tcp/tso.rs).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
