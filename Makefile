@@ -18,14 +18,39 @@ $(VENV)/.deps: Makefile pyproject.toml
 build: venv kernel-deps
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 	cargo build --release --quiet -p cctestbed-linkemu
+	@$(MAKE) --no-print-directory bpf
 
-# The kernel backend's system tools (iproute2, ethtool, tcpdump, sysctl), from Debian's packages
+# The BPF congestion controls (bpf/*.bpf.c: the BPF port of BBR with the thesis' variants, the
+# README's Reno), compiled against a vmlinux.h that bpftool generates from the running kernel's
+# BTF. Without clang, bpftool, libbpf-dev or kernel BTF they are not built, and the kernel tests
+# that need them are skipped and say why.
+BPF_OUT  := target/bpf
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BPF_OUT)/%.bpf.o,$(wildcard bpf/*.bpf.c))
+.PHONY: bpf
+bpf:
+	@if command -v clang >/dev/null 2>&1 && command -v bpftool >/dev/null 2>&1 && \
+	    [ -e /usr/include/bpf/bpf_helpers.h ] && [ -r /sys/kernel/btf/vmlinux ]; then \
+	  $(MAKE) --no-print-directory $(BPF_OBJS); \
+	else echo "BPF congestion controls not built (they need clang, bpftool, libbpf-dev: make kernel-deps; and kernel BTF)"; fi
+
+$(BPF_OUT)/vmlinux.h: /sys/kernel/btf/vmlinux
+	@mkdir -p $(BPF_OUT)
+	bpftool btf dump file $< format c > $@.tmp && mv $@.tmp $@
+
+$(BPF_OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_OUT)/vmlinux.h
+	clang -g -O2 -Wall -target bpf -I $(BPF_OUT) -c $< -o $@
+
+# The kernel backend's system tools (iproute2, ethtool, tcpdump, sysctl) and the BPF toolchain
+# for congestion controls written in BPF (clang compiles them, libbpf-dev gives the headers they
+# include, bpftool generates vmlinux.h and registers/unregisters them), from Debian's packages
 # when missing; without apt or root the kernel tests are skipped and say why.
 .PHONY: kernel-deps
 kernel-deps:
 	@missing=""; \
-	for t in ip:iproute2 tc:iproute2 ethtool:ethtool tcpdump:tcpdump sysctl:procps; do \
-	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	for t in ip:iproute2 tc:iproute2 ethtool:ethtool tcpdump:tcpdump sysctl:procps clang:clang bpftool:bpftool \
+	         /usr/include/bpf/bpf_helpers.h:libbpf-dev; do \
+	  c=$${t%%:*}; if [ "$${c#/}" != "$$c" ]; then [ -e "$$c" ]; else command -v $$c >/dev/null 2>&1; fi \
+	    || missing="$$missing $${t#*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \

@@ -155,7 +155,7 @@ def _run(
     capture: Optional[bool],
     allow_large: bool,
 ) -> None:
-    from .config import ConfigError, load_trial, parse_trial
+    from .config import ConfigError, load_trial, parse_trial, sim_problems
     from .runner import run_trial
 
     try:
@@ -167,6 +167,8 @@ def _run(
         if capture is not None and bool(trial.capture) != capture:
             trial = parse_trial({**trial.model_dump(mode="json", exclude_none=True), "capture": capture},
                                 allow_large=allow_large)
+        if trial.backend != "kernel" and sim_problems(trial):
+            raise ConfigError(sim_problems(trial))
     except ConfigError as e:
         if e.source is None:
             e.source = str(trial_file)

@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import polars as pl
 
-from .config import Trial, load_trial
+from .config import ConfigError, Trial, load_trial, sim_problems
 from .results import TrialResult
 from .schema import flow_schema, router_schema
 from .summary import TrialInfo, summarize
@@ -66,6 +66,9 @@ def run_trial(
         from .kernel.backend import run_kernel_trial
 
         return run_kernel_trial(trial)
+    problems = sim_problems(trial)
+    if problems:
+        raise ConfigError(problems)
     raw = _core.simulate(trial.to_core_json())
     flows = flows_frame(raw, trial)
     router = router_frame(raw)

@@ -46,6 +46,9 @@ def _core_columns(trial: Optional["Trial"]) -> dict[str, list[tuple[str, str, st
         return _core.columns()
     core = trial.to_core()
     core.pop("capture", None)
+    for f in core["flows"]:  # a BPF object (kernel backend only) has no cc.* columns of its own
+        if str(f.get("cc", "")).startswith("bpf:"):
+            f["cc"], f["params"] = "reno", {}
     return _core.columns(json.dumps(core))
 
 

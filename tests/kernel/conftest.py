@@ -19,6 +19,8 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kernel: runs real Linux TCP in network namespaces (root)")
+    config.addinivalue_line("markers", "bpf_full: the full BPF BBR vs built-in bbr comparison (about 25 min); "
+                                       "runs only with -m bpf_full")
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,3 +53,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = unavailable()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+            elif item.get_closest_marker("bpf_full") and "bpf_full" not in (config.getoption("markexpr") or ""):
+                item.add_marker(pytest.mark.skip(reason="the full comparison takes about 25 minutes: pytest -m bpf_full"))

@@ -41,6 +41,7 @@ import polars as pl
 from ..config import Trial, load_trial
 from ..results import TrialResult
 from ..summary import TrialInfo, summarize
+from . import bpfcc
 from . import topology as topo
 
 BACKEND = "kernel"
@@ -124,23 +125,79 @@ def choose_link_emulator(requested: Optional[str]) -> str:
     return mode
 
 
+@dataclass
+class BpfPlan:
+    """One flow group's BPF congestion control: which object, with which read-only values."""
+
+    group: int
+    object: Path
+    values: dict[str, int]
+    name: str = ""
+    map_id: Optional[int] = None
+
+
+def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
+    """The flow groups that run a BPF congestion control (``bpf:`` objects, and the thesis'
+    BBR variants or ``bbr`` with params as the BPF port of BBR), and what is wrong with them."""
+    plans: dict[int, BpfPlan] = {}
+    problems: list[str] = []
+    support: Optional[str] = None
+    checked = False
+    for i, g in enumerate(trial.flows):
+        is_user = g.cc.startswith(bpfcc.BPF_PREFIX)
+        if not is_user and not bpfcc.uses_bbr_port(g.cc, g.params):
+            continue
+        if not checked:
+            support, checked = bpfcc.kernel_support(), True
+        if support is not None:
+            problems.append(f"flows[{i}].cc: {g.cc!r}: runs as a BPF congestion control, but {support}")
+            continue
+        if is_user:
+            path = bpfcc.resolve_object(g.cc[len(bpfcc.BPF_PREFIX):])
+            try:
+                obj = bpfcc.inspect(path)
+            except bpfcc.BpfError as e:
+                problems.append(f"flows[{i}].cc: {g.cc!r}: {e}")
+                continue
+            values, bad = bpfcc.encode_values(obj, g.params, f"flows[{i}].params")
+        else:
+            path = bpfcc.resolve_object(bpfcc.BBR_OBJECT)
+            if not path.exists():
+                problems.append(
+                    f"flows[{i}].cc: {g.cc!r}: runs as the BPF port of BBR, which is not built ({path} is missing): "
+                    "run `make build` (it needs clang, bpftool and libbpf-dev: `make kernel-deps`)"
+                )
+                continue
+            values, bad = bpfcc.bbr_values(g.cc, g.params, f"flows[{i}].params")
+        problems += bad
+        plans[i] = BpfPlan(i, path, values)
+    return plans, problems
+
+
 def trial_problems(trial: Trial) -> list[str]:
     """What in the trial the kernel backend cannot reproduce, one reason each."""
     problems = []
     available = topo.available_algorithms()
+    plans, bpf_problems = bpf_plans(trial)
+    problems += bpf_problems
     for i, g in enumerate(trial.flows):
         if g.flow_kind != "tcp":
             problems += datagram_problems(i, g, trial)
             continue
         assert g.cc is not None
         name = kernel_cc(g.cc)
-        if not topo.load_algorithm(name):
+        bpf = i in plans or g.cc.startswith(bpfcc.BPF_PREFIX)
+        if not bpf and not topo.load_algorithm(name):
             problems.append(
                 f"flows[{i}].cc: {g.cc!r}: this kernel has no such congestion control; "
-                f"available are {', '.join(available) or 'none'}"
+                f"available are {', '.join(available) or 'none'} (and, through BPF, "
+                f"{', '.join(bpfcc.BBR_VARIANTS)}, bbr with params, bpf:OBJECT)"
             )
-        if g.params:
-            problems.append(f"flows[{i}].params: the kernel's algorithms take no per-flow parameters")
+        if g.params and not bpf:
+            problems.append(
+                f"flows[{i}].params: the kernel's built-in {name} takes no per-flow parameters "
+                "(BBR with params runs as the BPF port of BBR; other algorithms only as bpf:OBJECT)"
+            )
         if g.extra_delay:
             problems.append(f"flows[{i}].extra_delay: not supported by the kernel backend")
         if g.pacing is False and name.startswith("bbr"):
@@ -331,9 +388,13 @@ def run_kernel_trial(
         raise KernelUnavailable("capture = true needs tcpdump: run `make kernel-deps` (apt-get install tcpdump)")
 
     names = topo.Names(topo.new_id(), len(trial.flows))
+    plans, _ = bpf_plans(trial)
+    for k, plan in plans.items():
+        plan.name = bpfcc.unique_name(names.id, k)
     workdir = Path(f"/tmp/cctestbed-{names.id}")
     workdir.mkdir(mode=0o755)
-    reg = topo.register(names, workdir)
+    # the registry names the congestion controls before they exist, so cleanup finds them by name
+    reg = topo.register(names, workdir, struct_ops=[{"name": p.name, "id": None} for p in plans.values()])
     run = Run(trial, names, workdir, mode, capture)
     limit_bytes, limit_pkts = trial.link.queue_limits()
     bdp = trial.link.bdp_bytes()
@@ -348,6 +409,11 @@ def run_kernel_trial(
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
     old_hup = signal.signal(signal.SIGHUP, _raise_terminated)
     try:
+        if plans:
+            say("registering the BPF congestion controls")
+            _register_bpf(plans, workdir, reg)
+            run.info["bpf"] = {str(k): {"name": p.name, "object": str(p.object), "map_id": p.map_id,
+                                        "values": p.values} for k, p in plans.items()}
         say("building the namespaces")
         topology.build()
         run.info["host_stack"] = topology.host_stack()
@@ -389,7 +455,8 @@ def run_kernel_trial(
             if g.flow_kind != "tcp":
                 continue
             assert g.cc is not None
-            flows = [{"flow": f, "cc": kernel_cc(g.cc), "start_ns": g.start + j * g.stagger, "size": g.size,
+            cc_name = plans[k].name if k in plans else kernel_cc(g.cc)
+            flows = [{"flow": f, "cc": cc_name, "start_ns": g.start + j * g.stagger, "size": g.size,
                       "pacing": g.pacing,
                       "max_pacing_rate": None if g.max_pacing_rate is None else g.max_pacing_rate // 8}
                      for j, f in enumerate(flow_ids[k])]
@@ -450,6 +517,9 @@ def run_kernel_trial(
         try:
             run.stop_all()
             topology.teardown()
+            for p in plans.values():
+                if p.map_id is not None:
+                    bpfcc.unregister(p.map_id, p.name)
             if not keep_workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             reg.unlink(missing_ok=True)
@@ -475,6 +545,20 @@ def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, An
         run.py(f"sink{k}", names.rcv(k), "datagrams", recv, _write(wd / f"sink{k}.json", rcv_spec)),
         run.py(f"send{k}", names.snd(k), "datagrams", send, _write(wd / f"send{k}.json", snd_spec)),
     ]
+
+
+def _register_bpf(plans: dict[int, BpfPlan], workdir: Path, reg: Path) -> None:
+    """Registers each group's BPF congestion control under its own name, recording each map id
+    in the registry as soon as the kernel has it."""
+    for k, p in plans.items():
+        obj = bpfcc.inspect(p.object)
+        patched = workdir / f"cc{k}.bpf.o"
+        patched.write_bytes(bpfcc.build(obj, p.name, p.values))
+        try:
+            p.map_id = bpfcc.register(patched)
+        except bpfcc.BpfError as e:
+            raise KernelRunError(f"flows[{k}].cc: {e}") from None
+        topo.update_registry(reg, struct_ops=[{"name": q.name, "id": q.map_id} for q in plans.values()])
 
 
 def _write(path: Path, spec: dict[str, Any]) -> str:
@@ -802,6 +886,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
                     "bfifo limit = queue limit x (mtu + 14) / mtu",
         },
         "bottleneck": run.info.get("bottleneck"),
+        "bpf": run.info.get("bpf", {}),
         "host_stack": run.info.get("host_stack"),
         "senders": {},
     }

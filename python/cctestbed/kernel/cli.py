@@ -54,7 +54,7 @@ def cleanup(
         False, "--all", help="Also remove trials whose owner is still running (stops them)."
     ),
 ) -> None:
-    """Remove leftovers of killed kernel trials: namespaces, veths, processes, work files."""
+    """Remove leftovers of killed kernel trials: namespaces, veths, processes, BPF congestion controls, work files."""
     import os
 
     from .topology import cleanup as do_cleanup
@@ -63,7 +63,7 @@ def cleanup(
         err.print("[bold red]error[/]: cleanup requires root: run with sudo (sudo cctestbed cleanup)", markup=True)
         raise typer.Exit(2)
     done = do_cleanup(everything=everything)
-    if not done["trials"] and not done["namespaces"]:
+    if not done["trials"] and not done["namespaces"] and not done.get("congestion_controls"):
         out.print("nothing to clean up")
         return
     if done["trials"]:
@@ -72,6 +72,8 @@ def cleanup(
         out.print(f"removed {len(done['namespaces'])} namespace(s) and their interfaces and processes:")
         for ns in done["namespaces"]:
             out.print(f"  {ns}")
+    if done.get("congestion_controls"):
+        out.print(f"unregistered BPF congestion control(s): {', '.join(done['congestion_controls'])}")
 
 
 def compare(

@@ -34,7 +34,8 @@ same number of them; smaller frames (the sender's pure ACKs, SYN, FIN) are charg
 more than in the simulator, which at bulk-transfer rates is negligible.
 
 The registry (``/run/cctestbed/<id>.json``, written *before* anything is created) names the
-owning process and everything the trial made; :func:`cleanup` removes whatever belongs to
+owning process and everything the trial made, BPF congestion controls included (by name
+before they are registered, with their map ids once they are); :func:`cleanup` removes whatever belongs to
 an owner that is no longer alive (or everything, with ``everything=True``).
 """
 
@@ -183,13 +184,45 @@ def alive(pid: int) -> bool:
         return False
 
 
-def register(names: Names, workdir: Path) -> Path:
+def register(names: Names, workdir: Path, struct_ops: Optional[list[dict[str, Any]]] = None) -> Path:
+    """Writes the trial's registry entry; ``struct_ops`` names the BPF congestion controls it will
+    register (``{"name", "id"}``, the id filled in by :func:`update_registry` once known)."""
     REGISTRY.mkdir(parents=True, exist_ok=True)
     path = REGISTRY / f"{names.id}.json"
     pid = os.getpid()
-    path.write_text(json.dumps({"id": names.id, "pid": pid, "start": _proc_start(pid),
-                                "namespaces": names.all_ns(), "workdir": str(workdir)}))
+    _write_entry(path, {"id": names.id, "pid": pid, "start": _proc_start(pid),
+                        "namespaces": names.all_ns(), "workdir": str(workdir), "struct_ops": struct_ops or []})
     return path
+
+
+def _write_entry(path: Path, entry: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entry))
+    os.replace(tmp, path)
+
+
+def update_registry(path: Path, **changes: Any) -> None:
+    """Rewrites fields of a registry entry (atomically: cleanup may read it at any time)."""
+    entry = json.loads(path.read_text())
+    entry.update(changes)
+    _write_entry(path, entry)
+
+
+def remove_struct_ops(listed: Sequence[dict[str, Any]]) -> list[str]:
+    """Unregisters the BPF congestion controls a registry entry names. Returns the names removed."""
+    from . import bpfcc
+
+    wanted = [e for e in listed if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    if not wanted:
+        return []
+    present = bpfcc.registered()
+    removed = []
+    for e in wanted:
+        ids = [i for i, n in present.items() if n == e["name"]]
+        for i in ids:
+            if bpfcc.unregister(i, e["name"]):
+                removed.append(e["name"])
+    return removed
 
 
 def _owner_alive(entry: dict[str, Any]) -> bool:
@@ -235,9 +268,13 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
     Namespaces named ``cct-*`` that no live registry entry claims are leftovers too.
     Returns {"trials": ids, "namespaces": names removed}.
     """
+    from . import bpfcc
+
     removed_ids: list[str] = []
     removed_ns: list[str] = []
+    removed_cc: list[str] = []
     claimed: set[str] = set()
+    claimed_cc: set[str] = set()
     if REGISTRY.is_dir():
         for path in sorted(REGISTRY.glob("*.json")):
             try:
@@ -247,8 +284,10 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
                 continue
             if not everything and _owner_alive(entry):
                 claimed.update(entry.get("namespaces", []))
+                claimed_cc.update(e.get("name") for e in entry.get("struct_ops", []) if isinstance(e, dict))
                 continue
             removed_ns += destroy_namespaces(entry.get("namespaces", []))
+            removed_cc += remove_struct_ops(entry.get("struct_ops", []))
             wd = entry.get("workdir")
             if wd and Path(wd).name.startswith("cctestbed-"):
                 shutil.rmtree(wd, ignore_errors=True)
@@ -256,7 +295,12 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
             removed_ids.append(str(entry.get("id")))
     orphans = [ns for ns in list_netns() if ns.startswith(PREFIX) and ns not in claimed]
     removed_ns += destroy_namespaces(orphans)
-    return {"trials": removed_ids, "namespaces": sorted(set(removed_ns))}
+    # congestion controls under the testbed's names that no live trial claims (a trial killed
+    # between registering one and recording it)
+    for map_id, name in bpfcc.registered().items():
+        if bpfcc.is_testbed_name(name) and name not in claimed_cc and bpfcc.unregister(map_id, name):
+            removed_cc.append(name)
+    return {"trials": removed_ids, "namespaces": sorted(set(removed_ns)), "congestion_controls": sorted(set(removed_cc))}
 
 
 # --- building -----------------------------------------------------------------------------------

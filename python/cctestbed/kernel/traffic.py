@@ -256,8 +256,15 @@ def run_sender(spec: dict[str, Any]) -> int:
     finally:
         _save(spec["out"], cols)
         errors = {f.id: f.error for f in flows if f.error}
+        in_use = {}  # the congestion control each socket ran at the end, as the kernel names it
+        for f in flows:
+            if f.sock is not None:
+                try:
+                    in_use[f.id] = f.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
+                except OSError:
+                    pass
         with open(spec["out"] + ".json", "w") as fh:
-            json.dump({"errors": errors, "sent": {f.id: f.sent for f in flows}}, fh)
+            json.dump({"errors": errors, "sent": {f.id: f.sent for f in flows}, "cc": in_use}, fh)
         for f in flows:
             if f.sock is not None:
                 # RST rather than FIN: nothing lingers once the trial is over.

@@ -1,0 +1,95 @@
+"""BPF congestion controls without root: the schema takes ``bpf:OBJECT``, the simulator refuses it,
+and the objects `make build` compiles carry what the loader writes (parameters, name)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cctestbed.config import ConfigError, algorithms, parse_trial
+from cctestbed.kernel import bpfcc
+from cctestbed.runner import run_trial
+
+BBR_OBJ = bpfcc.bpf_dir() / "bbr.bpf.o"
+RENO_OBJ = bpfcc.bpf_dir() / "reno.bpf.o"
+needs_objects = pytest.mark.skipif(
+    shutil.which("bpftool") is None or not BBR_OBJ.exists() or not RENO_OBJ.exists(),
+    reason="BPF objects not built or bpftool missing: `make build` (clang, bpftool, libbpf-dev via make kernel-deps)",
+)
+
+
+def test_simulator_refuses_a_bpf_object(cli, write_trial, trial_dict, tmp_path):
+    path = write_trial(trial_dict(flows=[{"cc": "cubic"}, {"cc": "bpf:my/cc.bpf.o", "params": {"beta": 7}}]))
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert "flows[1].cc: 'bpf:my/cc.bpf.o': a BPF congestion control runs on the kernel backend only" in r.output
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"flows\[1\]\.cc: 'bpf:my/cc.bpf.o'"):
+        run_trial(parse_trial(trial_dict(flows=[{"cc": "cubic"}, {"cc": "bpf:my/cc.bpf.o"}])))
+
+
+def test_schema_takes_bpf_objects_and_says_so_for_unknown_algorithms(trial_dict):
+    t = parse_trial(trial_dict(flows=[{"cc": "bpf:x.bpf.o", "params": {"anything": 3}}], backend="kernel"))
+    assert t.flows[0].cc == "bpf:x.bpf.o" and t.flows[0].params == {"anything": 3}
+    with pytest.raises(ConfigError) as e:
+        parse_trial(trial_dict(flows=[{"cc": "bpf:"}]))
+    assert "flows[0].cc: 'bpf:': bpf: needs an object" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse_trial(trial_dict(flows=[{"cc": "bbr9"}]))
+    assert "bpf:PATH" in str(e.value)
+
+
+def test_every_simulator_bbr_parameter_has_a_place_in_the_port():
+    for cc in ("bbr", *bpfcc.BBR_VARIANTS):
+        assert set(algorithms()[cc]) == set(bpfcc.BBR_PARAMS), cc
+
+
+def test_variant_values():
+    shallow, _ = bpfcc.bbr_values("bbr-shallow", {}, "flows[0].params")
+    assert shallow["bbr_cwnd_gain"] == 384 and shallow["bbr_adaptive_cap"] == 0
+    assert shallow["bbr_high_gain"] == 739 and shallow["bbr_drain_gain"] == 88  # tcp_bbr.c's integers
+    adaptive, _ = bpfcc.bbr_values("bbr-adaptive", {"adaptive_step": 0.1}, "flows[0].params")
+    assert adaptive["bbr_adaptive_cap"] == 1 and adaptive["bbr_adaptive_step"] == 26
+    stable, problems = bpfcc.bbr_values("bbr-stable-rtprop", {"stable_rtprop_probes": 40}, "flows[2].params")
+    assert stable["bbr_stable_rtprop"] == 1
+    assert problems and problems[0].startswith("flows[2].params.stable_rtprop_probes: 40")
+    assert bpfcc.uses_bbr_port("bbr", {"cwnd_gain": 1.5}) and not bpfcc.uses_bbr_port("bbr", {})
+
+
+@needs_objects
+def test_the_port_declares_every_parameter_the_loader_writes():
+    obj = bpfcc.inspect(BBR_OBJ)
+    assert {v for v, _ in bpfcc.BBR_PARAMS.values()} <= set(obj.rodata)
+    # the object's defaults are the simulator's bbr defaults
+    defaults, problems = bpfcc.bbr_values("bbr", {}, "p")
+    assert not problems
+    assert {k: obj.rodata[k].default for k in defaults} == defaults
+
+
+@needs_objects
+def test_build_writes_the_name_and_the_parameters(tmp_path):
+    obj = bpfcc.inspect(RENO_OBJ)
+    assert obj.rodata["beta_pct"].default == 50 and obj.ops[0][1] == "bpf_reno"
+    values, problems = bpfcc.encode_values(obj, {"beta_pct": 70, "nope": 1, }, "flows[0].params")
+    assert values == {"beta_pct": 70}
+    assert problems == ["flows[0].params.nope: 1: reno.bpf.o has no such parameter; valid are beta_pct"]
+    _, problems = bpfcc.encode_values(obj, {"beta_pct": 70.5}, "flows[0].params")
+    assert "must be a whole number" in problems[0]
+    _, problems = bpfcc.encode_values(obj, {"beta_pct": 2.0**40}, "flows[0].params")
+    assert "32-bit" in problems[0]
+    out = tmp_path / "patched.bpf.o"
+    out.write_bytes(bpfcc.build(obj, "cct0a1b2c3", values))
+    again = bpfcc.inspect(out)
+    assert again.rodata["beta_pct"].default == 70 and again.ops[0][1] == "cct0a1b2c3"
+    with pytest.raises(bpfcc.BpfError, match="invalid congestion control name"):
+        bpfcc.build(obj, "a-name-far-too-long", {})
+
+
+def test_inspect_refuses_what_is_not_a_bpf_object(tmp_path):
+    p = tmp_path / "x.o"
+    p.write_bytes(b"hello")
+    with pytest.raises(bpfcc.BpfError, match="not a 64-bit little-endian ELF"):
+        bpfcc.inspect(p)
+    with pytest.raises(bpfcc.BpfError, match="cannot read"):
+        bpfcc.inspect(tmp_path / "missing.o")
