@@ -144,6 +144,8 @@ def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
     support: Optional[str] = None
     checked = False
     for i, g in enumerate(trial.flows):
+        if g.cc is None:  # a udp or ping group
+            continue
         is_user = g.cc.startswith(bpfcc.BPF_PREFIX)
         if not is_user and not bpfcc.uses_bbr_port(g.cc, g.params):
             continue
