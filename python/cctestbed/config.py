@@ -1258,7 +1258,7 @@ def core_problems(trial: Trial) -> list[str]:
     out: list[str] = []
     core = trial.to_core()
     for f in core["flows"]:  # a BPF object is the kernel's to check; the rest of its group is the core's
-        if str(f["cc"]).startswith(BPF_PREFIX):
+        if str(f.get("cc", "")).startswith(BPF_PREFIX):
             f["cc"], f["params"] = "reno", {}
     try:
         found = _core.validate(json.dumps(core, sort_keys=True))
