@@ -18,9 +18,10 @@
  *    instead of icsk_ca_priv: the variants need more than the 104 bytes there, and plain
  *    fields replace tcp_bbr.c's bit fields (same ranges where they matter: the ACK epoch
  *    count saturates at 0xFFFFF, the aggregation window count at 0x1F).
- *  - Timers (min_rtt_stamp, probe_rtt_done_stamp) use bpf_ktime_get_ns(), the clock TCP's
- *    own timestamps come from, where tcp_bbr.c uses jiffies (tcp_jiffies32, msecs_to_jiffies):
- *    BPF cannot read HZ portably. The 10 s and 200 ms timers gain 1-4 ms of resolution.
+ *  - Timers (min_rtt_stamp, probe_rtt_done_stamp) are jiffies as in tcp_bbr.c, read with
+ *    bpf_jiffies64() for tcp_jiffies32; the loader converts the 10 s window and the 200 ms
+ *    hold with the running kernel's CONFIG_HZ (from /proc/config.gz), rounding the hold up as
+ *    msecs_to_jiffies does, and stamps compare as after() does.
  *  - get_random_u32_below() becomes bpf_get_prandom_u32() % bbr_cycle_rand.
  *  - minmax_running_max (lib/win_minmax.c) is written out here; kernel functions other than
  *    the few kfuncs of bpf_tcp_ca.c cannot be called.
@@ -70,8 +71,8 @@ const volatile __u32 bbr_probe_gain = BBR_UNIT * 5 / 4;            /* bbr_pacing
 const volatile __u32 bbr_drain_cycle_gain = BBR_UNIT * 3 / 4;      /* bbr_pacing_gain[1] */
 const volatile __u32 bbr_cycle_rand = 7;
 const volatile __u32 bbr_bw_rtts = CYCLE_LEN + 2;
-const volatile __u64 bbr_min_rtt_win_ns = 10000000000ULL;          /* 10 s */
-const volatile __u64 bbr_probe_rtt_mode_ns = 200000000ULL;         /* 200 ms */
+const volatile __u64 bbr_min_rtt_win_jiffies = 10 * 250;         /* 10 s at HZ = 250 */
+const volatile __u64 bbr_probe_rtt_mode_jiffies = 50;            /* 200 ms at HZ = 250 */
 const volatile __u32 bbr_cwnd_min_target = 4;
 const volatile __u32 bbr_full_bw_thresh = BBR_UNIT * 5 / 4;
 const volatile __u32 bbr_full_bw_cnt = 3;
@@ -103,8 +104,8 @@ struct mm_sample {
 
 struct bbr_st {
 	struct mm_sample bw[3];          /* max filter of delivery rate, lib/win_minmax.c */
-	__u64 min_rtt_stamp;             /* ns */
-	__u64 probe_rtt_done_stamp;      /* ns; 0 = not yet in the PROBE_RTT hold */
+	__u64 min_rtt_stamp;             /* jiffies */
+	__u64 probe_rtt_done_stamp;      /* jiffies; 0 = not yet in the PROBE_RTT hold */
 	__u64 cycle_mstamp;
 	__u64 ack_epoch_mstamp;
 	__u32 min_rtt_us;
@@ -713,7 +714,7 @@ static __always_inline void bbr_judge_probe(struct bbr_st *bbr)
 static __always_inline void bbr_check_probe_rtt_done(struct sock *sk, struct bbr_st *bbr)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = bpf_jiffies64();
 
 	if (!(bbr->probe_rtt_done_stamp && now > bbr->probe_rtt_done_stamp))
 		return;
@@ -727,8 +728,8 @@ static __always_inline void bbr_check_probe_rtt_done(struct sock *sk, struct bbr
 static __always_inline void bbr_update_min_rtt(struct sock *sk, struct bbr_st *bbr, const struct rate_sample *rs)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	__u64 now = bpf_ktime_get_ns();
-	bool filter_expired = now > bbr->min_rtt_stamp + bbr_min_rtt_win_ns;
+	__u64 now = bpf_jiffies64();
+	bool filter_expired = now > bbr->min_rtt_stamp + bbr_min_rtt_win_jiffies;
 	long rtt_us = rs->rtt_us;
 
 	if (rtt_us >= 0) {
@@ -746,7 +747,7 @@ static __always_inline void bbr_update_min_rtt(struct sock *sk, struct bbr_st *b
 			bbr->min_rtt_stamp = now;
 		}
 	}
-	if (bbr_probe_rtt_mode_ns > 0 && filter_expired && !bbr->idle_restart && bbr->mode != MODE_PROBE_RTT) {
+	if (bbr_probe_rtt_mode_jiffies > 0 && filter_expired && !bbr->idle_restart && bbr->mode != MODE_PROBE_RTT) {
 		bbr->mode = MODE_PROBE_RTT;
 		bbr_save_cwnd(sk, bbr);
 		bbr->probe_rtt_done_stamp = 0;
@@ -757,7 +758,7 @@ static __always_inline void bbr_update_min_rtt(struct sock *sk, struct bbr_st *b
 		/* ignore low rate samples during this mode */
 		tp->app_limited = app ? app : 1;
 		if (!bbr->probe_rtt_done_stamp && tcp_packets_in_flight(tp) <= bbr_cwnd_min_target) {
-			bbr->probe_rtt_done_stamp = now + bbr_probe_rtt_mode_ns;
+			bbr->probe_rtt_done_stamp = now + bbr_probe_rtt_mode_jiffies;
 			bbr->probe_rtt_round_done = 0;
 			bbr->next_rtt_delivered = tp->delivered;
 		} else if (bbr->probe_rtt_done_stamp) {
@@ -849,7 +850,7 @@ void BPF_PROG(bbr_init, struct sock *sk)
 	bbr->probe_rtt_done_stamp = 0;
 	bbr->probe_rtt_round_done = 0;
 	bbr->min_rtt_us = tp->rtt_min.s[0].v;        /* tcp_min_rtt(): ~0U without a sample */
-	bbr->min_rtt_stamp = bpf_ktime_get_ns();
+	bbr->min_rtt_stamp = bpf_jiffies64();
 	minmax_reset(bbr->bw, bbr->rtt_cnt, 0);
 	bbr->has_seen_rtt = 0;
 	bbr_init_pacing_rate_from_rtt(sk, bbr);

@@ -25,6 +25,7 @@ renamed ``.struct_ops`` in the copy.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -82,6 +83,9 @@ def kernel_support() -> Optional[str]:
         btf = Path("/sys/kernel/btf/vmlinux").read_bytes()
     except OSError as e:
         return f"cannot read /sys/kernel/btf/vmlinux: {e.strerror or e}"
+    if kernel_hz() is None:
+        return ("the kernel's CONFIG_HZ is unknown (no /proc/config.gz, no /boot/config-RELEASE): the BPF port "
+                "of BBR keeps its timers in jiffies as tcp_bbr.c does")
     if b"bpf_struct_ops_tcp_congestion_ops\0" not in btf:
         return ("this kernel cannot load congestion controls from BPF (no struct_ops for tcp_congestion_ops; "
                 "Linux 5.6+ with CONFIG_BPF_JIT and CONFIG_BPF_SYSCALL is needed)")
@@ -334,8 +338,32 @@ def _ppm(x: float) -> int:
     return round(x * 1_000_000)
 
 
-def _ns(x: float) -> int:
-    return round(x * 1e9)
+@functools.lru_cache(maxsize=1)
+def kernel_hz() -> Optional[int]:
+    """The running kernel's CONFIG_HZ (jiffies per second), from /proc/config.gz or
+    /boot/config-RELEASE; None if neither says."""
+    import gzip
+
+    for path, opener in ((Path("/proc/config.gz"), gzip.open), (Path(f"/boot/config-{os.uname().release}"), open)):
+        try:
+            with opener(path, "rt") as f:  # type: ignore[operator]
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _jiffies(seconds: float) -> int:
+    """A window in seconds as jiffies (``bbr_min_rtt_win_sec * HZ``)."""
+    return round(seconds * (kernel_hz() or 250))
+
+
+def _jiffies_up(seconds: float) -> int:
+    """A hold in seconds as jiffies, rounded up as ``msecs_to_jiffies`` does."""
+    hz = kernel_hz() or 250
+    return -(-round(seconds * 1000) * hz // 1000)
 
 
 def _whole(x: float) -> int:
@@ -352,8 +380,8 @@ BBR_PARAMS: dict[str, tuple[str, Any]] = {
     "drain_cycle_gain": ("bbr_drain_cycle_gain", _gain),
     "cycle_rand": ("bbr_cycle_rand", _whole),
     "bw_filter_rounds": ("bbr_bw_rtts", _whole),
-    "probe_rtt_interval": ("bbr_min_rtt_win_ns", _ns),
-    "probe_rtt_duration": ("bbr_probe_rtt_mode_ns", _ns),
+    "probe_rtt_interval": ("bbr_min_rtt_win_jiffies", _jiffies),
+    "probe_rtt_duration": ("bbr_probe_rtt_mode_jiffies", _jiffies_up),
     "cwnd_min_target": ("bbr_cwnd_min_target", _whole),
     "full_bw_thresh": ("bbr_full_bw_thresh", _gain),
     "full_bw_cnt": ("bbr_full_bw_cnt", _whole),
