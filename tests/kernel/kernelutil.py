@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from typing import Any, Optional
 
@@ -32,3 +33,18 @@ def our_namespaces(trial_id: Optional[str] = None) -> list[str]:
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
     prefix = f"cct-{trial_id}-" if trial_id else "cct-"
     return [n for n in names if n.startswith(prefix) and "pytest" not in n]
+
+
+def registry_entry(pid: int) -> Optional[dict[str, Any]]:
+    """The trial registry entry (``/run/cctestbed/<id>.json``) owned by process ``pid``, if it
+    has written one yet: how a test finds its own trial among others running at once."""
+    from cctestbed.kernel.topology import REGISTRY
+
+    for entry in REGISTRY.glob("*.json"):
+        try:
+            doc = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("pid") == pid:
+            return doc
+    return None

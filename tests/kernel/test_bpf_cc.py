@@ -10,7 +10,6 @@ asked for: ``pytest tests/kernel/test_bpf_cc.py -m bpf_full``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,14 +20,14 @@ from typing import Any, Optional
 
 import polars as pl
 import pytest
-from kernelutil import has_bbr, kernel_trial
+from kernelutil import has_bbr, kernel_trial, registry_entry
 
 from cctestbed.config import parse_trial
 from cctestbed.fidelity.measure import scenario_metrics
 from cctestbed.fidelity.verdict import cells_for, tolerances
 from cctestbed.kernel import bpfcc
 from cctestbed.kernel.backend import run_kernel_trial
-from cctestbed.kernel.topology import REGISTRY, available_algorithms
+from cctestbed.kernel.topology import available_algorithms
 from cctestbed.summary import TrialInfo
 
 CLI = [sys.executable, "-m", "cctestbed.cli"]
@@ -179,17 +178,10 @@ def _start(path: Path, out: Path) -> tuple[subprocess.Popen, str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        for entry in REGISTRY.glob("*.json"):
-            try:
-                doc = json.loads(entry.read_text())
-            except (OSError, ValueError):
-                continue
-            ops = doc.get("struct_ops", [])
-            if doc.get("pid") == proc.pid and ops and ops[0].get("id") is not None:
-                name = ops[0]["name"]
-                if name in available_algorithms():
-                    time.sleep(3.0)  # traffic under way
-                    return proc, name
+        ops = (registry_entry(proc.pid) or {}).get("struct_ops", [])
+        if ops and ops[0].get("id") is not None and ops[0]["name"] in available_algorithms():
+            time.sleep(3.0)  # traffic under way
+            return proc, ops[0]["name"]
         time.sleep(0.2)
     proc.kill()
     raise AssertionError("the trial did not register its congestion control")

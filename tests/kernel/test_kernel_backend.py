@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from kernelutil import has_bbr, kernel_trial, our_namespaces
+from kernelutil import has_bbr, kernel_trial, our_namespaces, registry_entry
 
 from cctestbed.config import parse_trial
 from cctestbed.kernel.backend import run_kernel_trial
@@ -133,13 +133,9 @@ def start_and_wait_for_traffic(path: Path, out: Path) -> tuple[subprocess.Popen,
     mine: list[str] = []
     pids: set[int] = set()
     while time.monotonic() < deadline and proc.poll() is None:
-        for entry in REGISTRY.glob("*.json"):
-            try:
-                doc = json.loads(entry.read_text())
-            except (OSError, ValueError):
-                continue
-            if doc.get("pid") == proc.pid:
-                mine = doc["namespaces"]
+        doc = registry_entry(proc.pid)
+        if doc is not None:
+            mine = doc["namespaces"]
         if mine and set(mine) <= set(our_namespaces()):
             pids = {int(x) for n in mine for x in subprocess.run(["ip", "netns", "pids", n], capture_output=True,
                                                                  text=True).stdout.split()}
