@@ -174,10 +174,24 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
         # queued ones fail with it without having run).
         started: set[Any] = set()
         broken = False
+
+        def submit(j: dict[str, Any]) -> bool:
+            """Hand ``j`` to the pool; False (and ``j`` back at the head of the retry queue) when
+            the pool broke since it was last looked at: submit then raises BrokenProcessPool."""
+            try:
+                in_flight[pool.submit(run_job, j)] = j
+                return True
+            except BrokenProcessPool:
+                retry.appendleft(j)
+                return False
+
         try:
             with _sigint_ignored():  # the workers start (on the first submits) deaf to Ctrl-C
-                for j in first:
-                    in_flight[pool.submit(run_job, j)] = j
+                for i, j in enumerate(first):
+                    if not submit(j):
+                        broken = True
+                        retry.extendleft(reversed(first[i + 1:]))
+                        break
             while in_flight:
                 done, _ = wait(in_flight, timeout=0.25, return_when=FIRST_COMPLETED)
                 started.update(f for f in in_flight if f.running())
@@ -193,7 +207,9 @@ def run_local(jobs: Iterable[dict[str, Any]], workers: int) -> Iterator[dict[str
                 if broken:
                     break
                 while len(in_flight) < workers * JOBS_AHEAD and (job := take()) is not None:
-                    in_flight[pool.submit(run_job, job)] = job
+                    if not submit(job):
+                        broken = True
+                        break
         finally:
             if broken:
                 pool.shutdown(wait=False, cancel_futures=True)
