@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ["variants-loss", "variants-share", "port-vs-builtin-cubic", "port-vs-builtin-deep"]
+SWEEPS = ["variants-loss", "variants-share", "variants-budget", "port-vs-builtin-cubic", "port-vs-builtin-deep"]
 RESULTS = ROOT / "results" / "bpf"
 SUMMARY = ROOT / "fidelity" / "bpf" / "summary.json"
 METRICS = {  # name in the summary -> fidelity metric (cctestbed.fidelity.measure)
@@ -40,7 +40,7 @@ def run_sim() -> None:
     for name in SWEEPS:
         doc = tomllib.loads((ROOT / "fidelity" / "bpf" / f"{name}.toml").read_text())
         axes = doc["axes"]
-        ccs = [c for c in axes.get("flows.0.cc", []) if not c.startswith("bpf:")]
+        ccs = [c for c in axes.get("flows.0.cc", [doc["base"]["flows"][0]["cc"]]) if not c.startswith("bpf:")]
         if not ccs:
             continue
         lines = [f'name = "{doc["name"]}-sim"', f'trials = {doc["trials"]}', f'steady = {json.dumps(doc["steady"])}',
@@ -49,12 +49,27 @@ def run_sim() -> None:
         for f in doc["base"]["flows"]:
             lines += ["", "[[base.flows]]"] + [f"{k} = {json.dumps(v)}" for k, v in f.items()]
         lines += ["", "[axes]", f'"flows.0.cc" = {json.dumps(ccs)}']
-        lines += [f'"{k}" = {json.dumps(v)}' for k, v in axes.items() if k != "flows.0.cc"]
+        lines += [f'"{k}" = {_toml(v)}' for k, v in axes.items() if k != "flows.0.cc"]
         path = RESULTS / f"{name}-sim.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
         subprocess.run([sys.executable, "-m", "cctestbed.cli", "sweep", str(path), "-o", str(RESULTS / f"{name}-sim"),
                         "--resume"], check=True)
+
+
+def _toml(v: Any) -> str:
+    """A TOML value: JSON's scalars and arrays, inline tables for dicts."""
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def label(flow: dict[str, Any]) -> str:
+    """A flow group's algorithm as the tables name it: its cc, with its params when it has any."""
+    params = flow.get("params") or {}
+    return flow["cc"] + ("" if not params else " (" + ", ".join(f"{k} = {v:g}" for k, v in sorted(params.items())) + ")")
 
 
 def _trials(d: Path) -> list[dict[str, Any]]:
@@ -67,7 +82,7 @@ def _trials(d: Path) -> list[dict[str, Any]]:
         if not (t / "summary.json").exists() or not (t / "trial.toml").exists():
             continue
         doc = tomllib.loads((t / "trial.toml").read_text())
-        out.append({"key": t.name, "cc": doc["flows"][0]["cc"], "queue": doc["link"].get("queue"),
+        out.append({"key": t.name, "cc": label(doc["flows"][0]), "queue": doc["link"].get("queue"),
                     "seed": doc.get("seed"), "metrics": metrics_of_dir(t)})
     return out
 
@@ -143,7 +158,7 @@ def report() -> None:
     doc = {"kernel": platform.release(), "runs_utc": [span[0], span[-1]] if span else [],
            "note": "80 Mbit/s, 25 ms, 60 s trials, steady window 20-60 s; kernel: userspace link emulator",
            "points": points, "port_vs_builtin": cells,
-           "sim_vs_kernel": [c for n in ("variants-loss", "variants-share") for c in sim_vs_kernel(n)]}
+           "sim_vs_kernel": [c for n in ("variants-loss", "variants-share", "variants-budget") for c in sim_vs_kernel(n)]}
     lines = ["{"]  # one point or cell per line: small and diffable
     for i, (k, v) in enumerate(doc.items()):
         end = "," if i < len(doc) - 1 else ""
@@ -184,6 +199,14 @@ def markdown(points: list[dict[str, Any]], cells: list[dict[str, Any]]) -> str:
             row = [_cell(points, "variants-loss", backend, cc, q, "loss_pct") for q in ("0.5bdp", "1bdp", "2bdp")]
             row += [_cell(points, "variants-share", backend, cc, q, "share_pct") for q in ("1.75bdp", "4bdp")]
             out.append(f"| {cc} | {backend} | " + " | ".join(row) + " |")
+    out += ["", "| 4 flows, 0.5 BDP | backend | loss | utilization |", "|---|---|---|---|"]
+    budget = [("variants-loss", "bbr"), ("variants-loss", "bbr-shallow"),
+              ("variants-budget", label({"cc": "bbr", "params": {"tso_budget": 0}})),
+              ("variants-budget", label({"cc": "bbr", "params": {"cwnd_gain": 1.5, "tso_budget": 0}}))]
+    for sweep, cc in budget:
+        for backend in ("sim", "kernel"):
+            out.append(f"| {cc} | {backend} | {_cell(points, sweep, backend, cc, '0.5bdp', 'loss_pct')} | "
+                       f"{_cell(points, sweep, backend, cc, '0.5bdp', 'utilization_pct')} |")
     n_within = sum(1 for c in cells if c["verdict"] == "within")
     out += ["", f"port vs built-in: {n_within} of {len(cells)} cells within tolerance (every metric)", "",
             "| scenario | metric | built-in bbr | BPF port | allowed | verdict |", "|---|---|---|---|---|---|"]
