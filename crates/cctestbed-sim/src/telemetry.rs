@@ -306,6 +306,9 @@ series! {
         /// Reverse bottleneck: mean sojourn of the packets that left its queue in the interval, NaN if none.
         #[unit = "ms"]
         pub rev_sojourn_mean_ms: Vec<f64>,
+        /// Reverse bottleneck: largest sojourn of the packets that left its queue in the interval, NaN if none.
+        #[unit = "ms"]
+        pub rev_sojourn_max_ms: Vec<f64>,
     }
     extra {}
 }
@@ -558,7 +561,9 @@ impl Telemetry {
                 for (i, col) in r.rev_drops.cols.iter_mut().enumerate() {
                     col.push(st.drops.0[i]);
                 }
-                r.rev_sojourn_mean_ms.push(sojourn_since(b, &mut self.prev_rev_sojourn).0);
+                let (mean, max) = sojourn_since(b, &mut self.prev_rev_sojourn);
+                r.rev_sojourn_mean_ms.push(mean);
+                r.rev_sojourn_max_ms.push(max);
             }
             None => {
                 for col in [&mut r.rev_queue_bytes, &mut r.rev_queue_pkts, &mut r.rev_capacity_bps, &mut r.rev_arrivals_pkts] {
@@ -570,6 +575,7 @@ impl Telemetry {
                     col.push(0);
                 }
                 r.rev_sojourn_mean_ms.push(f64::NAN);
+                r.rev_sojourn_max_ms.push(f64::NAN);
             }
         }
     }

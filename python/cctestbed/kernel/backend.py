@@ -790,8 +790,8 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         if name == "backend":
             series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
             continue
-        if name in ("cc", "group", "kind"):
-            vals = [(gr.algorithm if name == "cc" else gr.label if name == "group" else gr.flow_kind)
+        if name in ("cc", "group", "kind", "direction"):
+            vals = [{"cc": gr.algorithm, "group": gr.label, "kind": gr.flow_kind, "direction": gr.flow_direction}[name]
                     for _, gr, _ in expanded]
             series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
             continue
