@@ -160,3 +160,13 @@ def test_the_plot_draws_both_directions(tmp_path):
     fig = r.plot()
     labels = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
     assert {"1: up (reverse)", "reverse payload capacity", "reverse mean", "reverse"} <= labels
+
+
+def test_an_unconstrained_reverse_path_reports_no_queue_with_the_same_keys():
+    s = run_trial(trial({"cc": "cubic"}, {"kind": "udp", "rate": "2Mbit", "direction": "reverse", "group": "bg"},
+                        reverse=None, duration="3s")).summary
+    rev = s["reverse"]
+    assert rev["capacity_bps"] is None and rev["utilization"] is None and rev["loss_pct"] is None
+    assert set(rev["queue"]) == {"mean_bdp", "p95_bdp", "mean_bytes", "p95_bytes"} and not any(rev["queue"].values())
+    assert rev["goodput_bps"] == pytest.approx(2e6 * (1500 - 28) / 1500, rel=0.02)
+    assert s["groups"]["bg"]["share"] is None and s["groups"]["bg"]["direction"] == "reverse"

@@ -116,12 +116,12 @@ def _totals_table(summary: dict[str, Any]) -> Table:
     )
     rev = summary.get("reverse")
     if rev is not None:  # traffic both ways: the lines above are the forward direction's
-        rq = rev["queue"] or {}
+        rq = rev["queue"]
         t.add_row(
             "reverse",
             f"utilization {_fmt(rev['utilization'], '.1f', 100)} %, goodput "
             f"{'-' if rev['goodput_bps'] is None else human_rate(rev['goodput_bps'])}, "
-            f"loss {_fmt(rev['loss_pct'], '.3f')} %, queue mean {_fmt(rq.get('mean_bytes'), '.0f', 1e-3)} KB, "
+            f"loss {_fmt(rev['loss_pct'], '.3f')} %, queue mean {_fmt(rq['mean_bytes'], '.0f', 1e-3)} KB, "
             f"RTT p50 {_fmt(rev['rtt']['p50_ms'], '.1f')} ms",
         )
     return t

@@ -434,7 +434,8 @@ def reverse_metrics(flows: pl.DataFrame, router: pl.DataFrame, pf: pl.DataFrame,
                     cap_bits: float, span: float) -> dict[str, Any]:
     """The reverse direction as ``total``, ``queue``, ``sojourn`` and ``rtt`` report the forward
     one: the reverse flows over the reverse link (whose BDP is its capacity over the RTprop).
-    On an unconstrained reverse path there is no capacity, queue or loss to report (None)."""
+    On an unconstrained reverse path there is no capacity, queue or loss to report (None, with the
+    keys a constrained one has, so that sweeps flatten both alike)."""
     t0, t1 = info.steady_s
     rev = in_direction(flows, "reverse")
     pf_rev = pf.filter(pl.col("flow").is_in(rev["flow"].unique().implode()))
@@ -448,8 +449,8 @@ def reverse_metrics(flows: pl.DataFrame, router: pl.DataFrame, pf: pl.DataFrame,
         "mark_pct": None,
         "retrans_pct": totals["retrans_pct"],
         "jain": totals["jain"],
-        "queue": None,
-        "sojourn": None,
+        "queue": dict.fromkeys(("mean_bdp", "p95_bdp", "mean_bytes", "p95_bytes")),
+        "sojourn": dict.fromkeys(("p50_ms", "p95_ms", "max_ms")),
         "rtt": rtt_metrics(of_kind(rev, "tcp"), t0, t1),
     }
     rr = reverse_router(router)
