@@ -31,11 +31,11 @@ def test_reverse_data_delays_forward_acks_by_the_reverse_queue():
     # window-limited far below 80 Mbit/s (no queue of its own) and ACKs every segment, so its
     # RTT is RTprop + Q/C. The simulator's test explains the band an ACK's wait lies in
     # ((Q - 2 MTU)/C to (Q + MTU)/C, -2.4 to +1.2 ms at 10 Mbit/s). The simulator's median is
-    # Q/C + 0.15 ms; the kernel's sits 2.4 to 4.6 ms above Q/C in four runs on this loaded 2-core
-    # machine, its lowest per-interval RTT at Q/C + 1.7 ms, with the same reverse queue (98.5 KB
-    # sampled) but 2 points more ACKs dropped by it (17.6 % of arrivals against 15.6 %): an RTT
-    # sample after a dropped ACK runs from an earlier segment (tcp_clean_rtx_queue's first newly
-    # acked one), and the kernel's window-limited sender spaces its segments wider. -3 to +6 ms.
+    # Q/C + 0.15 ms; the kernel's sat 2.6 to 4.6 ms above Q/C in four runs on this loaded 2-core
+    # machine (10th percentile Q/C + 1.7 ms), with the same reverse queue (98.5 KB sampled) but
+    # 2 points more ACKs dropped by it (17.6 % of arrivals against 15.6 %). A likely part of the
+    # gap: an RTT sample after a dropped ACK runs from an earlier segment (tcp_clean_rtx_queue's
+    # first newly acked one). -3 to +6 ms.
     doc = dict(name="rev-acks", duration="12s", steady=["4s", "12s"], link=LINK,
                flows=[{"cc": "cubic", "rwnd": "32KB", "delayed_ack": False},
                       {"kind": "udp", "rate": "12Mbit", "direction": "reverse", "group": "up"}])
