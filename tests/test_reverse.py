@@ -170,3 +170,15 @@ def test_an_unconstrained_reverse_path_reports_no_queue_with_the_same_keys():
     assert set(rev["queue"]) == {"mean_bdp", "p95_bdp", "mean_bytes", "p95_bytes"} and not any(rev["queue"].values())
     assert rev["goodput_bps"] == pytest.approx(2e6 * (1500 - 28) / 1500, rel=0.02)
     assert s["groups"]["bg"]["share"] is None and s["groups"]["bg"]["direction"] == "reverse"
+
+
+def test_a_sweep_varies_the_reverse_link_and_the_direction(tmp_path):
+    from cctestbed.sweep import parse_sweep
+
+    raw = {"name": "s", "trials": 1,
+           "base": trial({"cc": "cubic", "group": "down"}, {"cc": "cubic", "group": "up", "direction": "reverse"}),
+           "axes": {"link.reverse.queue": ["20KB", "100KB"], "flows.1.direction": ["forward", "reverse"]}}
+    sweep = parse_sweep(raw)
+    cores = [sweep.point_trial(i)[1].to_core() for i in range(sweep.n_points)]
+    assert sorted((c["link"]["reverse"]["queue"]["limit_bytes"], c["flows"][1].get("direction", "forward"))
+                  for c in cores) == [(20_000, "forward"), (20_000, "reverse"), (100_000, "forward"), (100_000, "reverse")]
