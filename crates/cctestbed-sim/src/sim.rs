@@ -142,8 +142,12 @@ impl Simulation {
             let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
             // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
-            // serialisation at the bottleneck.
-            let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
+            // serialisation at the bottleneck its data crosses (none on an unconstrained path).
+            let data_rate = match f.direction {
+                Direction::Forward => cfg.link.capacity_bps,
+                Direction::Reverse => cfg.link.reverse.as_ref().map_or(0, |r| r.capacity_bps),
+            };
+            let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(data_rate).unwrap_or(0);
             // A reverse flow's ACKs come back over the forward path.
             let ack_delay = match f.direction {
                 Direction::Forward => cfg.link.delay_rev_ns,
