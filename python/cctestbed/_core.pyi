@@ -2,6 +2,8 @@
 
 from typing import Any, Optional, TypedDict, type_check_only
 
+from typing_extensions import NotRequired
+
 import numpy.typing as npt
 
 __version__: str
@@ -26,6 +28,8 @@ class Final(TypedDict):
     flows: list[FlowFinal]
     #: counters, with one ``drops_<cause>`` and ``marks_<cause>`` per cause the core declares
     router: dict[str, int]
+    #: the same for the reverse bottleneck, present only with ``link.reverse``
+    reverse_router: NotRequired[dict[str, int]]
     events: int
 
 @type_check_only

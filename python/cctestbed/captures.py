@@ -157,6 +157,7 @@ def analyze_captures(
     else:
         cols["group"] = pl.Series("group", ["tcp"] * n, dtype=pl.String)
     cols["kind"] = pl.Series("kind", ["tcp"] * n, dtype=pl.String)  # captures are read for TCP only
+    cols["direction"] = pl.Series("direction", ["forward"] * n, dtype=pl.String)  # the data path is the captured one
     flows = pl.DataFrame([cols[c] for c in flow_types] + [pl.Series("backend", [BACKEND] * n, dtype=pl.String)])
 
     router = None

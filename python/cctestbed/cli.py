@@ -114,6 +114,16 @@ def _totals_table(summary: dict[str, Any]) -> Table:
         f"p50 {_fmt(rtt['p50_ms'], '.1f')} ms, p95 {_fmt(rtt['p95_ms'], '.1f')} ms, "
         f"min {_fmt(rtt['min_ms'], '.1f')} ms",
     )
+    rev = summary.get("reverse")
+    if rev is not None:  # traffic both ways: the lines above are the forward direction's
+        rq = rev["queue"]
+        t.add_row(
+            "reverse",
+            f"utilization {_fmt(rev['utilization'], '.1f', 100)} %, goodput "
+            f"{'-' if rev['goodput_bps'] is None else human_rate(rev['goodput_bps'])}, "
+            f"loss {_fmt(rev['loss_pct'], '.3f')} %, queue mean {_fmt(rq['mean_bytes'], '.0f', 1e-3)} KB, "
+            f"RTT p50 {_fmt(rev['rtt']['p50_ms'], '.1f')} ms",
+        )
     return t
 
 
@@ -237,12 +247,17 @@ def validate(
         if e.source is None:
             e.source = str(trial_file)
         _refuse(e)
-    limit_bytes, limit_pkts = trial.link.queue_limits()
-    limit = human_size(limit_bytes) if limit_bytes is not None else f"{limit_pkts} packets"
+    def shown(limits: tuple[Optional[int], Optional[int]]) -> str:
+        limit_bytes, limit_pkts = limits
+        return human_size(limit_bytes) if limit_bytes is not None else f"{limit_pkts} packets"
+
+    rev = trial.link.reverse
+    reverse = (f", reverse {human_rate(rev.capacity)} with queue limit {shown(trial.link.reverse_queue_limits())}"
+               if rev is not None else "")
     out.print(
         f"[green]ok[/]: {trial.name}: {len(trial.expanded())} flow(s), {human_rate(trial.link.capacity)}, "
         f"RTprop {human_time(trial.link.rtprop_ns)}, BDP {human_size(trial.link.bdp_bytes())}, "
-        f"queue limit {limit}, {human_time(trial.duration)}"
+        f"queue limit {shown(trial.link.queue_limits())}{reverse}, {human_time(trial.duration)}"
     )
 
 

@@ -430,6 +430,34 @@ class AckAggregation(_Model):
         return {"model": "wifi", "interval_ns": self.interval, "max_acks": self.max_acks or 64}
 
 
+def _queue_limits(queue: str, capacity: int, rtprop_ns: int) -> tuple[Optional[int], Optional[int]]:
+    """(limit_bytes, limit_packets) of a canonical queue size; a BDP multiple is of ``capacity``
+    over ``rtprop_ns``, rounded to the byte."""
+    kind, amount = units.parse_queue(queue)
+    if kind == "packets":
+        return None, int(amount)
+    if kind == "bytes":
+        return int(amount), None
+    exact = Fraction(Decimal(repr(amount))) * capacity * rtprop_ns / (8 * 10**9)
+    return int(exact + Fraction(1, 2)), None
+
+
+class ReverseLink(_Model):
+    """The reverse path's own bottleneck (``link.reverse``): what goes right to left, the reverse
+    flows' data and the forward flows' ACKs, queues here, on the same router model as the
+    forward link (rate, hard limit, random loss, queue discipline)."""
+
+    capacity: PositiveRate
+    queue: Annotated[str, BeforeValidator(_canonical_queue)]
+    loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
+    aqm: Annotated[Optional[Aqm], BeforeValidator(_aqm_shorthand)] = None
+
+    def describe(self) -> str:
+        extra = [d for d in (self.aqm.describe() if self.aqm else "",
+                             self.loss.describe() if self.loss.model != "none" else "") if d]
+        return f"reverse {units.human_rate(self.capacity)}, queue {self.queue}" + "".join(f", {d}" for d in extra)
+
+
 class Link(_Delays):
     """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
 
@@ -447,6 +475,8 @@ class Link(_Delays):
     #: absolute path; ``capacity`` is then the trace's mean rate.
     trace: Optional[str] = None
     ack_aggregation: Optional[AckAggregation] = None
+    #: The reverse path's own bottleneck; absent, that path is unconstrained (a plain delay).
+    reverse: Optional[ReverseLink] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -496,13 +526,14 @@ class Link(_Delays):
 
     def queue_limits(self) -> tuple[Optional[int], Optional[int]]:
         """(limit_bytes, limit_packets) for the core."""
-        kind, amount = units.parse_queue(self.queue)
-        if kind == "packets":
-            return None, int(amount)
-        if kind == "bytes":
-            return int(amount), None
-        exact = Fraction(Decimal(repr(amount))) * self.capacity * self.rtprop_ns / (8 * 10**9)
-        return int(exact + Fraction(1, 2)), None
+        return _queue_limits(self.queue, self.capacity, self.rtprop_ns)
+
+    def reverse_queue_limits(self) -> tuple[Optional[int], Optional[int]]:
+        """The reverse bottleneck's (limit_bytes, limit_packets); a BDP multiple is of the
+        reverse capacity over the same RTprop. (None, None) without ``link.reverse``."""
+        if self.reverse is None:
+            return None, None
+        return _queue_limits(self.reverse.queue, self.reverse.capacity, self.rtprop_ns)
 
 
 class DelayedAck(_Model):
@@ -527,6 +558,9 @@ TCP_FIELDS = ("cc", "params", "size", "rwnd", "pacing", "max_pacing_rate", "init
 #: The fields only datagram flows take, and the kinds that take each.
 DATAGRAM_FIELDS = {"rate": ("udp",), "on": ("udp",), "off": ("udp",), "periods": ("udp",),
                    "interval": ("ping",), "packet_size": ("udp", "ping")}
+#: Which way a flow group's data goes: ``forward`` (left to right, through ``link``) or
+#: ``reverse`` (right to left, through ``link.reverse``; its ACKs queue in the forward one).
+FlowDirection = Literal["forward", "reverse"]
 #: A ping probe's default size: the IP packet of ``ping``'s default 56 bytes of data.
 PING_PACKET_SIZE = 84
 PING_INTERVAL_NS = 10_000_000
@@ -567,6 +601,12 @@ class FlowGroup(_Model):
     periods: Optional[Literal["fixed", "exponential"]] = None
     #: ping: time between probes (10 ms).
     interval: Optional[PositiveTime] = None
+    #: ``forward`` (None is forward) or ``reverse``.
+    direction: Optional[FlowDirection] = None
+
+    @property
+    def flow_direction(self) -> FlowDirection:
+        return self.direction or "forward"
 
     @property
     def flow_kind(self) -> FlowKind:
@@ -767,6 +807,7 @@ class Trial(_Model):
             problems.append(
                 ("link.queue", self.link.queue, f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)")
             )
+        problems += self._reverse_problems()
         for name in ("shaper", "policer"):
             tb: Optional[TokenBucket] = getattr(self.link, name)
             if tb is not None and tb.burst < self.mtu:
@@ -834,6 +875,34 @@ class Trial(_Model):
             raise _field_errors(problems, absolute=True)
         return self
 
+    def _reverse_problems(self) -> list[tuple[str, Any, str]]:
+        """``link.reverse`` holds a packet and fits the core; reverse tcp flows have a bottleneck
+        to find; captures record the forward path only."""
+        problems: list[tuple[str, Any, str]] = []
+        rev = self.link.reverse
+        if rev is not None:
+            limit_bytes, _ = self.link.reverse_queue_limits()
+            if limit_bytes is not None and limit_bytes > MAX_SIZE_BYTES:
+                problems.append(("link.reverse.queue", rev.queue,
+                                 f"is {limit_bytes} B; out of range; valid are up to {units.format_size(MAX_SIZE_BYTES)}"))
+            elif limit_bytes is not None and limit_bytes < self.mtu:
+                problems.append(("link.reverse.queue", rev.queue,
+                                 f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)"))
+        for i, g in enumerate(self.flows):
+            if g.flow_direction != "reverse":
+                continue
+            if rev is None and g.flow_kind == "tcp":
+                problems.append((f"flows[{i}].direction", "reverse",
+                                 "a reverse tcp flow needs link.reverse (the reverse path's capacity and queue): "
+                                 "without it that path is unconstrained and the flow would find no bottleneck"))
+            if self.capture is not None:
+                problems.append(("capture", True, f"packet captures record the forward path only; flows[{i}] is "
+                                                  "reverse: remove capture or the group"))
+        if rev is not None and self.capture is not None:
+            problems.append(("capture", True, "packet captures record the forward path only; "
+                                              "a trial with link.reverse takes none"))
+        return problems
+
     def _sampling_problems(self) -> list[tuple[str, Any, str]]:
         """Telemetry must have samples: the interval fits in the duration and the steady window."""
         iv = self.sample_interval
@@ -897,8 +966,10 @@ class Trial(_Model):
         flows: list[dict[str, Any]] = []
         for _, g, start in self.expanded():
             traffic = g.traffic_core(self.mtu)
+            direction = {"direction": "reverse"} if g.flow_direction == "reverse" else {}
             if traffic is not None:
-                flows.append({"traffic": traffic, "start_ns": start, "extra_delay_ns": g.extra_delay, "group": g.label})
+                flows.append({"traffic": traffic, "start_ns": start, "extra_delay_ns": g.extra_delay, "group": g.label,
+                              **direction})
                 continue
             flows.append(
                 {
@@ -920,6 +991,7 @@ class Trial(_Model):
                     **({"ecn": True} if g.ecn else {}),
                     **({"ect1": True} if g.ecn == "l4s" else {}),
                     **({"max_pacing_rate_bps": g.max_pacing_rate} if g.max_pacing_rate is not None else {}),
+                    **direction,
                 }
             )
         return {
@@ -948,9 +1020,21 @@ class Trial(_Model):
                 **({"aqm": link.aqm.to_core()} if link.aqm is not None else {}),
                 **({"trace": {"opportunities_ms": list(link.trace_opportunities() or ())}} if link.trace else {}),
                 **({"ack_aggregation": link.ack_aggregation.to_core()} if link.ack_aggregation else {}),
+                **({"reverse": self._reverse_core()} if link.reverse is not None else {}),
             },
             "flows": flows,
             **({"capture": self._capture_core()} if self.capture_config is not None else {}),
+        }
+
+    def _reverse_core(self) -> dict[str, Any]:
+        rev = self.link.reverse
+        assert rev is not None
+        limit_bytes, limit_pkts = self.link.reverse_queue_limits()
+        return {
+            "capacity_bps": rev.capacity,
+            "queue": {"limit_bytes": limit_bytes, "limit_packets": limit_pkts},
+            "loss": rev.loss.to_core(),
+            **({"aqm": rev.aqm.to_core()} if rev.aqm is not None else {}),
         }
 
     def _capture_core(self) -> dict[str, Any]:
@@ -1001,6 +1085,8 @@ class Trial(_Model):
         agg = self.link.ack_aggregation
         if agg is not None:
             parts.append(f"ACKs aggregated ({agg.model}, {units.human_time(agg.interval)})")
+        if self.link.reverse is not None:
+            parts.append(self.link.reverse.describe())
         return ", ".join(parts)
 
     def to_toml(self) -> str:

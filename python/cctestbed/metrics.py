@@ -16,6 +16,8 @@ Over the steady window, cut into intervals of :data:`INTERVAL_S` (0.5 s) from it
   (the router's drops are not attributed to flows; ``total.loss_pct`` in summary.json is the
   router's loss).
 
+With traffic in both directions the totals are the forward flows' and a reverse group's shares
+are of the reverse link's capacity (none on an unconstrained reverse path), as in summary.json.
 Counters are read as in :mod:`cctestbed.summary`: the last sample at or before each interval edge.
 An interval that would run past the window's end is left out.
 """
@@ -28,7 +30,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import polars as pl
 
-from .summary import EPS, TrialInfo, counter_deltas, payload_capacity_bits, window
+from .summary import EPS, TrialInfo, counter_deltas, in_direction, payload_capacity_bits, window
 
 INTERVAL_S = 0.5
 
@@ -112,11 +114,16 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
     cap = capacity_per_interval(info, edges)
     spans = np.diff(edges)
 
-    def shares(bytes_: np.ndarray) -> list[Optional[float]]:
-        return [_num(x) for x in np.where(cap > 0, 8 * bytes_ / np.where(cap > 0, cap, 1), np.nan)]
+    rev_bps = info.reverse_capacity_bps or 0
+    rev_cap = np.array([payload_capacity_bits([(0.0, rev_bps)], a, b, info.mss, info.mtu)
+                        for a, b in zip(edges[:-1], edges[1:])])
+    reverse_groups = set(in_direction(flows, "reverse")["group"].unique().to_list()) if info.bidirectional else set()
+
+    def shares(bytes_: np.ndarray, of: np.ndarray = cap) -> list[Optional[float]]:
+        return [_num(x) for x in np.where(of > 0, 8 * bytes_ / np.where(of > 0, of, 1), np.nan)]
 
     by_group = delivered_per_interval(flows, edges, "group") if len(flows) else {}
-    total_bytes = sum(by_group.values(), np.zeros(len(edges) - 1))
+    total_bytes = sum((b for label, b in by_group.items() if label not in reverse_groups), np.zeros(len(edges) - 1))
     util = shares(total_bytes)
     u25, u50, u75 = quartiles(util)
     total = {
@@ -132,7 +139,7 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
     lost = counter_deltas(flows, ["sent_segs", "lost_segs"], t0, t1, by="flow") if have_lost else None
     groups: dict[str, Any] = {}
     for label, b in by_group.items():
-        s = shares(b)
+        s = shares(b, rev_cap if label in reverse_groups else cap)
         q25, q50, q75 = quartiles(s)
         ids = flows.filter(pl.col("group") == label)["flow"].unique()
         g: dict[str, Any] = {

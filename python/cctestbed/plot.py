@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from .summary import TrialInfo, drop_columns
+from .summary import TrialInfo, drop_columns, in_direction, reverse_router
 
 BIN_S = 0.5
 
@@ -132,8 +132,13 @@ def plot_trial(
     info: TrialInfo,
     title: Optional[str] = None,
     queue_limit_bytes: Optional[float] = None,
+    reverse_queue_limit_bytes: Optional[float] = None,
 ) -> Figure:
-    """The stacked plot of one trial; returns a matplotlib Figure (not shown, not saved)."""
+    """The stacked plot of one trial; returns a matplotlib Figure (not shown, not saved).
+
+    With traffic in both directions (``info.bidirectional``) reverse flows are labelled so, the
+    goodput totals and payload capacities are per direction (reverse dotted), and the queue
+    and loss panels add the reverse bottleneck's (purple) when the trial has one."""
     width = BIN_S
     if len(flows) > 1:
         times = flows["time_s"].unique().sort()
@@ -149,9 +154,13 @@ def plot_trial(
         .sort("flow")
     )
     labels = {}
+    both = info.bidirectional
+    reverse_ids = set(in_direction(flows, "reverse")["flow"].unique().to_list()) if both else set()
     for r in meta.iter_rows(named=True):
         name = r.get("group") or r.get("cc") or ""
-        labels[r["flow"]] = f"{r['flow']}: {name}" if name else f"flow {r['flow']}"
+        labels[r["flow"]] = (f"{r['flow']}: {name}" if name else f"flow {r['flow']}") + (
+            " (reverse)" if r["flow"] in reverse_ids else "")
+    brr = binned_router(reverse_router(router), width) if both and info.reverse_capacity_bps else None
 
     bbr = _has_bbr_model(flows)
     spans = state_spans(flows)
@@ -170,9 +179,15 @@ def plot_trial(
     if len(br):
         ax_tp.plot(br["t"], br["capacity_bps"] * mss_over_mtu / 1e6, color="0.3", lw=1, ls="--",
                    label="payload capacity")
-    total = bf.group_by("t").agg(pl.col("goodput_bps").sum()).sort("t")
-    if len(ids) > 1:
-        ax_tp.plot(total["t"], total["goodput_bps"] / 1e6, color="black", lw=1, alpha=0.6, label="total")
+    if brr is not None and len(brr):
+        ax_tp.plot(brr["t"], brr["capacity_bps"] * mss_over_mtu / 1e6, color="0.3", lw=1, ls=":",
+                   label="reverse payload capacity")
+    for which, ls in (("forward", "-"), ("reverse", ":")):
+        members = [f for f in ids if (f in reverse_ids) == (which == "reverse")]
+        if len(members) > 1:
+            total = bf.filter(pl.col("flow").is_in(members)).group_by("t").agg(pl.col("goodput_bps").sum()).sort("t")
+            ax_tp.plot(total["t"], total["goodput_bps"] / 1e6, color="black", lw=1, ls=ls, alpha=0.6,
+                       label=f"total {which}" if both else "total")
     ax_tp.set_ylabel("goodput (Mbit/s)")
     ax_tp.set_ylim(bottom=0)
 
@@ -223,9 +238,14 @@ def plot_trial(
     if queue_limit_bytes:
         ax_q.axhline(queue_limit_bytes / 1e3, color="tab:red", lw=1, ls="--",
                      label=f"limit {queue_limit_bytes / max(info.bdp_bytes, 1e-9):.3g} BDP")
+    if brr is not None and len(brr):
+        ax_q.plot(brr["t"], brr["queue_mean"] / 1e3, color="tab:purple", lw=1.2, label="reverse mean")
+        if reverse_queue_limit_bytes:
+            ax_q.axhline(reverse_queue_limit_bytes / 1e3, color="tab:purple", lw=1, ls="--",
+                         label=f"reverse limit {reverse_queue_limit_bytes / 1e3:.3g} KB")
     ax_q.set_ylabel("queue (KB)")
     ax_q.set_ylim(bottom=0)
-    ax_q.legend(loc="lower right", fontsize=8, ncol=3)
+    ax_q.legend(loc="best" if brr is not None else "lower right", fontsize=8, ncol=3)
     if info.bdp_bytes > 0:
         sec = ax_q.secondary_yaxis(
             "right", functions=(lambda kb: kb * 1e3 / info.bdp_bytes, lambda bdp: bdp * info.bdp_bytes / 1e3)
@@ -234,7 +254,11 @@ def plot_trial(
 
     # Loss
     if len(br):
-        ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", lw=1.2, drawstyle="steps-pre")
+        ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", lw=1.2, drawstyle="steps-pre",
+                     label="forward" if brr is not None else None)
+    if brr is not None and len(brr):
+        ax_loss.plot(brr["t"], brr["loss_pct"], color="tab:purple", lw=1.2, drawstyle="steps-pre", label="reverse")
+        ax_loss.legend(loc="upper right", fontsize=8, ncol=2)
     ax_loss.set_ylabel("loss at router (%)")
     ax_loss.set_ylim(bottom=0)
 

@@ -97,14 +97,19 @@ class TrialResult:
         """The stacked time plot (throughput, RTT, cwnd/inflight, queue, loss)."""
         from .plot import plot_trial
 
-        limit_bytes, limit_pkts = self.trial.link.queue_limits()
-        limit = float(limit_bytes) if limit_bytes is not None else float(limit_pkts or 0) * self.trial.mtu
+        mtu = self.trial.mtu
+
+        def in_bytes(limits: tuple[Optional[int], Optional[int]]) -> Optional[float]:
+            limit_bytes, limit_pkts = limits
+            return (float(limit_bytes) if limit_bytes is not None else float(limit_pkts or 0) * mtu) or None
+
         return plot_trial(
             self.flows,
             self.router,
             self.info,
             title=f"{self.trial.name}: {self.trial.describe()}",
-            queue_limit_bytes=limit or None,
+            queue_limit_bytes=in_bytes(self.trial.link.queue_limits()),
+            reverse_queue_limit_bytes=in_bytes(self.trial.link.reverse_queue_limits()),
         )
 
     def save(self, directory: Union[str, Path], force: bool = False) -> Path:

@@ -17,7 +17,7 @@ BACKEND = "sim"
 
 def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
     """flows.parquet from the core's ``flows`` columns: state codes as labels, the trial's
-    columns (cc, group, kind) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
+    columns (cc, group, kind, direction) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
     labels = np.asarray(raw["state_labels"], dtype=object)
     cols: dict[str, Any] = {k: np.asarray(v) for k, v in raw["flows"].items()}
     flow_ids = cols["flow"].astype(np.int64)
@@ -25,6 +25,7 @@ def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl
     cols["cc"] = np.asarray([g.algorithm for _, g, _ in expanded], dtype=object)[flow_ids]
     cols["group"] = np.asarray([g.label for _, g, _ in expanded], dtype=object)[flow_ids]
     cols["kind"] = np.asarray([g.flow_kind for _, g, _ in expanded], dtype=object)[flow_ids]
+    cols["direction"] = np.asarray([g.flow_direction for _, g, _ in expanded], dtype=object)[flow_ids]
     cols["backend"] = np.full(len(flow_ids), backend, dtype=object)
     for c in ("state", "ca_state"):
         if c in cols:

@@ -35,6 +35,7 @@ FLOW_TRIAL_COLUMNS = (
     Column("cc", pl.String(), "label", "the congestion control of a tcp flow; the kind (udp, ping) of a datagram flow"),
     Column("group", pl.String(), "label", "the flow group's label (group, else cc)"),
     Column("kind", pl.String(), "label", "what the flow sends: tcp, udp or ping"),
+    Column("direction", pl.String(), "label", "which way the data goes: forward (left to right) or reverse"),
 )
 BACKEND_COLUMN = Column("backend", pl.String(), "label", "sim, kernel, or capture (cctestbed analyze)")
 

@@ -20,12 +20,19 @@ same code serves single trials and sweeps. Conventions (see the README's summary
   per-interval means (``owd_ms``); ``ping.<group>`` the probes' RTT percentiles (over the
   per-interval means of ``rtt_ms``: with an interval of at least the sample interval, each
   sample holds one probe) and their loss. These sections appear only when such groups exist.
+- Traffic in both directions (a trial with reverse flows or ``link.reverse``): ``total``,
+  ``queue``, ``sojourn`` and ``rtt`` are the forward direction's (forward flows over the
+  forward link); ``reverse`` reports the reverse flows over the reverse link the same way (its
+  utilization is None on an unconstrained reverse path); each group's share is of its own
+  direction's capacity, and groups and flows carry their ``direction``. Trials without reverse
+  traffic keep the document as it was.
 - Percentiles interpolate linearly between samples (numpy's default).
 - Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
@@ -67,6 +74,10 @@ class TrialInfo:
     backend: str = "sim"
     #: Piecewise-constant capacity: (from second, bps), the first entry at 0.
     schedule: tuple[tuple[float, int], ...] = field(default=())
+    #: Whether the trial has traffic in both directions (reverse flows, or ``link.reverse``).
+    bidirectional: bool = False
+    #: The reverse bottleneck's capacity (``link.reverse``); None when unconstrained.
+    reverse_capacity_bps: Optional[int] = None
 
     @classmethod
     def from_trial(cls, trial: Any, backend: str = "sim") -> "TrialInfo":
@@ -84,6 +95,8 @@ class TrialInfo:
             mtu=trial.mtu,
             backend=backend,
             schedule=tuple(trial.capacity_schedule()),
+            bidirectional=trial.link.reverse is not None or any(g.flow_direction == "reverse" for g in trial.flows),
+            reverse_capacity_bps=None if trial.link.reverse is None else trial.link.reverse.capacity,
         )
 
     def capacity_steps(self) -> list[tuple[float, int]]:
@@ -262,6 +275,24 @@ def router_metrics(router: pl.DataFrame, info: TrialInfo, t0: float, t1: float) 
     }
 
 
+#: The reverse bottleneck's router columns carry this prefix (the core's ``rev_`` columns).
+REVERSE_PREFIX = "rev_"
+
+
+def reverse_router(router: pl.DataFrame) -> pl.DataFrame:
+    """The reverse bottleneck's columns under the forward ones' names, so that
+    :func:`router_metrics` reads them as it reads the forward link's."""
+    rev = [c for c in router.columns if c.startswith(REVERSE_PREFIX)]
+    return router.select("time_s", *(pl.col(c).alias(c[len(REVERSE_PREFIX):]) for c in rev))
+
+
+def in_direction(flows: pl.DataFrame, direction: str) -> pl.DataFrame:
+    """The rows of flows going ``direction`` (results without a ``direction`` column go forward)."""
+    if "direction" not in flows.columns:
+        return flows if direction == "forward" else flows.clear()
+    return flows.filter(pl.col("direction") == direction)
+
+
 def of_kind(flows: pl.DataFrame, kind: str) -> pl.DataFrame:
     """The rows of flows of ``kind`` (results without a ``kind`` column hold tcp flows only)."""
     if "kind" not in flows.columns:
@@ -311,6 +342,20 @@ def rtt_metrics(flows: pl.DataFrame, t0: float, t1: float) -> dict[str, Optional
     }
 
 
+def direction_totals(flows: pl.DataFrame, pf: pl.DataFrame, cap_bits: float, span: float) -> dict[str, Any]:
+    """Utilization, goodput, retransmission rate and Jain's index of the flows in ``flows``
+    (one direction's, or all), with ``pf`` their :func:`per_flow` rows."""
+    delivered_bits = float(pf["delivered_bytes"].sum()) * 8
+    tcp = of_kind(flows, "tcp")
+    pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))
+    return {
+        "utilization": delivered_bits / cap_bits if cap_bits > 0 else None,
+        "goodput_bps": delivered_bits / span if span > 0 else None,
+        "retrans_pct": _pct(float(pf_tcp["retrans_segs"].sum()), float(pf_tcp["sent_segs"].sum())),
+        "jain": jain(pf_tcp["goodput_bps"].fill_null(0.0)),
+    }
+
+
 def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
     """The ``summary.json`` document (see the README for the contract)."""
     t0, t1 = info.steady_s
@@ -318,26 +363,32 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
     cap_bits = payload_capacity_bits(info.capacity_steps(), s0, s1, info.mss, info.mtu)
     span = s1 - s0
     pf = per_flow(flows, t0, t1)
-    delivered_bits = float(pf["delivered_bytes"].sum()) * 8
-    tcp = of_kind(flows, "tcp")
-    pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))
-    sent = float(pf_tcp["sent_segs"].sum())
-    retrans = float(pf_tcp["retrans_segs"].sum())
+    both = info.bidirectional
+    fwd = in_direction(flows, "forward") if both else flows
+    pf_fwd = pf.filter(pl.col("flow").is_in(fwd["flow"].unique().implode())) if both else pf
+    totals = direction_totals(fwd, pf_fwd, cap_bits, span)
     rm = router_metrics(router, info, t0, t1)
+    rev_cap_bits = (payload_capacity_bits([(0.0, info.reverse_capacity_bps)], s0, s1, info.mss, info.mtu)
+                    if info.reverse_capacity_bps else 0.0)
+    direction_of = dict(zip(*flows.group_by("flow", maintain_order=True).agg(pl.col("direction").first())
+                            .get_columns())) if both and "direction" in flows.columns else {}
 
     groups: dict[str, Any] = {}
     for label in pf["group"].unique(maintain_order=True).to_list():
         g = pf.filter(pl.col("group") == label) if label is not None else pf.filter(pl.col("group").is_null())
         bits = float(g["delivered_bytes"].sum()) * 8
+        reverse = both and direction_of.get(g["flow"][0]) == "reverse"
+        share_of = rev_cap_bits if reverse else cap_bits
         groups[str(label)] = {
-            "share": bits / cap_bits if cap_bits > 0 else None,
+            "share": bits / share_of if share_of > 0 else None,
             "goodput_bps": bits / span if span > 0 else None,
             "flows": len(g),
             "retrans_pct": _pct(float(g["retrans_segs"].sum()), float(g["sent_segs"].sum())),
             "jain": jain(g["goodput_bps"].fill_null(0.0)),
+            **({"direction": "reverse" if reverse else "forward"} if both else {}),
         }
 
-    return {
+    out: dict[str, Any] = {
         "trial": {
             "name": info.name,
             "seed": info.seed,
@@ -347,18 +398,20 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "bdp_bytes": info.bdp_bytes,
             "rtprop_ms": info.rtprop_ms,
             "capacity_bps": info.capacity_bps,
+            **({"reverse_capacity_bps": info.reverse_capacity_bps} if both else {}),
         },
         "total": {
-            "utilization": delivered_bits / cap_bits if cap_bits > 0 else None,
-            "goodput_bps": delivered_bits / span if span > 0 else None,
+            "utilization": totals["utilization"],
+            "goodput_bps": totals["goodput_bps"],
             "loss_pct": rm["loss_pct"],
             "mark_pct": rm["mark_pct"],
-            "retrans_pct": _pct(retrans, sent),
-            "jain": jain(pf_tcp["goodput_bps"].fill_null(0.0)),
+            "retrans_pct": totals["retrans_pct"],
+            "jain": totals["jain"],
         },
         "queue": rm["queue"],
         "sojourn": rm["sojourn"],
-        "rtt": rtt_metrics(tcp, t0, t1),
+        "rtt": rtt_metrics(of_kind(fwd, "tcp"), t0, t1),
+        **({"reverse": reverse_metrics(flows, router, pf, info, rev_cap_bits, span)} if both else {}),
         "groups": groups,
         **{kind: m for kind in ("udp", "ping") if (m := datagram_metrics(flows, kind, t0, t1))},
         "flows": [
@@ -366,6 +419,7 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
                 "id": int(r["flow"]),
                 "cc": r["cc"],
                 "group": r["group"],
+                **({"direction": direction_of.get(r["flow"], "forward")} if both else {}),
                 "goodput_bps": _num(r["goodput_bps"]),
                 "retrans_pct": _num(r["retrans_pct"]),
                 "rtt_p50_ms": _num(r["rtt_p50_ms"]),
@@ -373,3 +427,35 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             for r in pf.iter_rows(named=True)
         ],
     }
+    return out
+
+
+def reverse_metrics(flows: pl.DataFrame, router: pl.DataFrame, pf: pl.DataFrame, info: TrialInfo,
+                    cap_bits: float, span: float) -> dict[str, Any]:
+    """The reverse direction as ``total``, ``queue``, ``sojourn`` and ``rtt`` report the forward
+    one: the reverse flows over the reverse link (whose BDP is its capacity over the RTprop).
+    On an unconstrained reverse path there is no capacity, queue or loss to report (None, with the
+    keys a constrained one has, so that sweeps flatten both alike)."""
+    t0, t1 = info.steady_s
+    rev = in_direction(flows, "reverse")
+    pf_rev = pf.filter(pl.col("flow").is_in(rev["flow"].unique().implode()))
+    totals = direction_totals(rev, pf_rev, cap_bits, span)
+    out: dict[str, Any] = {
+        "capacity_bps": info.reverse_capacity_bps,
+        "utilization": totals["utilization"],
+        "goodput_bps": totals["goodput_bps"] if len(pf_rev) else None,
+        "flows": len(pf_rev),
+        "loss_pct": None,
+        "mark_pct": None,
+        "retrans_pct": totals["retrans_pct"],
+        "jain": totals["jain"],
+        "queue": dict.fromkeys(("mean_bdp", "p95_bdp", "mean_bytes", "p95_bytes")),
+        "sojourn": dict.fromkeys(("p50_ms", "p95_ms", "max_ms")),
+        "rtt": rtt_metrics(of_kind(rev, "tcp"), t0, t1),
+    }
+    rr = reverse_router(router)
+    if info.reverse_capacity_bps and "queue_bytes" in rr.columns:
+        bdp = info.reverse_capacity_bps * info.rtprop_ms / 8e3
+        rm = router_metrics(rr, dataclasses.replace(info, bdp_bytes=bdp), t0, t1)
+        out.update(loss_pct=rm["loss_pct"], mark_pct=rm["mark_pct"], queue=rm["queue"], sojourn=rm["sojourn"])
+    return out

@@ -29,6 +29,8 @@
 //! shift for frames of one size, so the queue sees the same arrivals, one transmission time
 //! later, and every frame reaches the receiver when it would over a real link. The rate is
 //! the trial's initial capacity; after a capacity change the shift is that of the initial rate.
+//! A trial with a reverse bottleneck (`link.reverse`: the same HTB and fifo on `left`'s egress)
+//! gives its rate as `--serialization-rev-bps`, and reverse frames are shifted the same way.
 //!
 //! Counters are kept in a small memory-mapped file (`--stats`, little-endian `u64` slots,
 //! see [`Slot`]) that the router sampler reads every sample interval; at exit a JSON report
@@ -37,7 +39,8 @@
 //! time + delay).
 //!
 //! Usage: `cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N
-//! [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P]`.
+//! [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P] [--serialization-bps R]
+//! [--serialization-rev-bps R]`.
 //! SIGINT/SIGTERM end it cleanly.
 
 use ccsim::config::{LossConfig, Nanos};
@@ -131,6 +134,9 @@ struct Args {
     rt_priority: i32,
     /// Bottleneck rate whose transmission time each forward frame is delayed by (0: none).
     serialization_bps: u64,
+    /// The same for reverse frames: the reverse bottleneck's rate (0: none, an unconstrained
+    /// reverse path).
+    serialization_rev_bps: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -145,6 +151,7 @@ fn parse_args() -> Result<Args, String> {
         report: None,
         rt_priority: 50,
         serialization_bps: 0,
+        serialization_rev_bps: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -154,7 +161,7 @@ fn parse_args() -> Result<Args, String> {
             println!(
                 "usage: cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N \
                  [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)] \
-                 [--serialization-bps RATE]"
+                 [--serialization-bps RATE] [--serialization-rev-bps RATE]"
             );
             std::process::exit(0);
         }
@@ -171,6 +178,9 @@ fn parse_args() -> Result<Args, String> {
             "--report" => a.report = Some(val),
             "--rt-priority" => a.rt_priority = num(&val)? as i32,
             "--serialization-bps" => a.serialization_bps = val.parse().map_err(|e| format!("--serialization-bps: {e}"))?,
+            "--serialization-rev-bps" => {
+                a.serialization_rev_bps = val.parse().map_err(|e| format!("--serialization-rev-bps: {e}"))?
+            }
             _ => return Err(format!("unknown option {key}")),
         }
         i += 2;
@@ -501,9 +511,9 @@ fn run(a: Args) -> Result<(), String> {
                         stats.add(rx_p, 1);
                         stats.add(rx_b, len as u64);
                         let idx = slab.put(frame);
-                        // Forward frames enter the line one transmission time late (see the
-                        // module docs); the line keeps them in order.
-                        let shift = if d == 0 { transmission_ns(len, a.serialization_bps) } else { 0 };
+                        // Frames enter the line one transmission time at their bottleneck's rate
+                        // late (see the module docs); the line keeps them in order.
+                        let shift = transmission_ns(len, if d == 0 { a.serialization_bps } else { a.serialization_rev_bps });
                         let due = at + shift + if d == 0 { a.delay_fwd } else { a.delay_rev };
                         dirs[d].line.push(at + shift, (idx, due), len as u32);
                     }

@@ -128,6 +128,23 @@ fn columns(py: Python<'_>, config_json: Option<&str>) -> PyResult<PyObject> {
     Ok(d.into())
 }
 
+/// A bottleneck's end-of-run counters and the bytes it still holds.
+fn router_final<'py>(py: Python<'py>, rf: &ccsim::qdisc::RouterStats, queued_bytes: u64) -> PyResult<Bound<'py, PyDict>> {
+    let rd = PyDict::new_bound(py);
+    fields!(rd, rf, [
+        arrivals_pkts, arrival_bytes, departures_pkts, departed_bytes, departed_payload_bytes,
+        dropped_bytes,
+    ]);
+    for &c in ccsim::qdisc::DropCause::ALL {
+        rd.set_item(format!("drops_{}", c.name()), rf.drops[c])?;
+    }
+    for &c in ccsim::qdisc::MarkCause::ALL {
+        rd.set_item(format!("marks_{}", c.name()), rf.marks[c])?;
+    }
+    rd.set_item("queued_bytes", queued_bytes)?;
+    Ok(rd)
+}
+
 fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     let res = PyDict::new_bound(py);
     res.set_item("flows", column_dict(py, out.flows.into_columns())?)?;
@@ -146,20 +163,10 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
         flows_fin.append(d)?;
     }
     fin.set_item("flows", flows_fin)?;
-    let rf = out.router_final;
-    let rd = PyDict::new_bound(py);
-    fields!(rd, rf, [
-        arrivals_pkts, arrival_bytes, departures_pkts, departed_bytes, departed_payload_bytes,
-        dropped_bytes,
-    ]);
-    for &c in ccsim::qdisc::DropCause::ALL {
-        rd.set_item(format!("drops_{}", c.name()), rf.drops[c])?;
+    fin.set_item("router", router_final(py, &out.router_final, out.router_queued_bytes)?)?;
+    if let Some((rf, queued)) = &out.reverse_final {
+        fin.set_item("reverse_router", router_final(py, rf, *queued)?)?;
     }
-    for &c in ccsim::qdisc::MarkCause::ALL {
-        rd.set_item(format!("marks_{}", c.name()), rf.marks[c])?;
-    }
-    rd.set_item("queued_bytes", out.router_queued_bytes)?;
-    fin.set_item("router", rd)?;
     fin.set_item("events", out.events)?;
     res.set_item("final", fin)?;
     let caps = PyList::empty_bound(py);

@@ -82,6 +82,59 @@ pub struct LinkConfig {
     /// ACKs held and released in bursts on their way back (Wi-Fi, cellular, cable uplinks).
     #[serde(default)]
     pub ack_aggregation: Option<AckAggregationConfig>,
+    /// The right-to-left path's own bottleneck, which reverse flows' data and forward flows'
+    /// ACKs cross; `None` leaves that path unconstrained (a plain delay line).
+    #[serde(default)]
+    pub reverse: Option<ReverseLinkConfig>,
+}
+
+/// The reverse path's bottleneck: the same router model as the forward one ([`crate::link::Bottleneck`])
+/// with its own rate, queue limit, queue discipline and random loss.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseLinkConfig {
+    pub capacity_bps: u64,
+    pub queue: QueueConfig,
+    #[serde(default)]
+    pub loss: LossConfig,
+    #[serde(default)]
+    pub aqm: Option<AqmConfig>,
+}
+
+impl ReverseLinkConfig {
+    /// The reverse bottleneck as a [`LinkConfig`] for [`crate::link::Bottleneck::new`]: its own
+    /// rate, queue, loss and discipline, none of the forward link's shaping or schedules.
+    pub fn as_link(&self, fwd: &LinkConfig) -> LinkConfig {
+        LinkConfig {
+            capacity_bps: self.capacity_bps,
+            delay_fwd_ns: fwd.delay_rev_ns,
+            delay_rev_ns: fwd.delay_fwd_ns,
+            queue: self.queue.clone(),
+            loss: self.loss.clone(),
+            shaper: None,
+            policer: None,
+            schedule: vec![],
+            delay_schedule: vec![],
+            access_rate_bps: None,
+            jitter_ns: 0,
+            aqm: self.aqm.clone(),
+            trace: None,
+            ack_aggregation: None,
+            reverse: None,
+        }
+    }
+}
+
+/// Which way a flow's data crosses the dumbbell.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Left to right: data through the forward bottleneck, ACKs back over the reverse path.
+    #[default]
+    Forward,
+    /// Right to left: data through the reverse path (`link.reverse`), ACKs through the forward
+    /// bottleneck, queued with the forward flows' data.
+    Reverse,
 }
 
 /// A link trace in Mahimahi's format: one delivery opportunity of
@@ -542,6 +595,9 @@ pub struct FlowConfig {
     /// With `ecn`: data leaves ECT(1), the L4S identifier (RFC 9331), instead of ECT(0).
     #[serde(default)]
     pub ect1: bool,
+    /// Which way the data goes.
+    #[serde(default)]
+    pub direction: Direction,
 }
 
 fn default_iw() -> u32 {
@@ -616,6 +672,7 @@ impl FlowConfig {
             group: None,
             ecn: false,
             ect1: false,
+            direction: Direction::Forward,
         }
     }
 }
@@ -663,6 +720,37 @@ fn sixteen() -> u32 {
     16
 }
 
+/// A queue limit's problems, `at` naming it (`link.queue`, `link.reverse.queue`).
+fn check_queue(at: &str, q: &QueueConfig, mtu: u32, errs: &mut Vec<String>) {
+    match (q.limit_bytes, q.limit_packets) {
+        (None, None) => errs.push(format!("{at}: no limit: give limit_bytes or limit_packets")),
+        (Some(b), _) if b < mtu as u64 => {
+            errs.push(format!("{at}.limit_bytes: {b}: must hold at least one packet ({mtu} bytes)"))
+        }
+        (_, Some(0)) => errs.push(format!("{at}.limit_packets: 0: must be >= 1")),
+        _ => {}
+    }
+}
+
+/// A loss model's problems, `at` naming it (`link.loss`, `link.reverse.loss`).
+fn check_loss(at: &str, loss: &LossConfig, errs: &mut Vec<String>) {
+    match *loss {
+        LossConfig::None => {}
+        LossConfig::Bernoulli { p } => {
+            if !(0.0..=1.0).contains(&p) {
+                errs.push(format!("{at}.p: {p}: must be in [0, 1]"));
+            }
+        }
+        LossConfig::GilbertElliott { p, r, loss_good, loss_bad } => {
+            for (n, v) in [("p", p), ("r", r), ("loss_good", loss_good), ("loss_bad", loss_bad)] {
+                if !(0.0..=1.0).contains(&v) {
+                    errs.push(format!("{at}.{n}: {v}: must be in [0, 1]"));
+                }
+            }
+        }
+    }
+}
+
 impl SimConfig {
     /// A dumbbell of `capacity_bps` with two-way propagation delay `rtt_ns` split evenly, and a
     /// drop-tail queue of `queue_bdp` bandwidth-delay products (at least one packet); 10 s, seed
@@ -694,6 +782,7 @@ impl SimConfig {
                 aqm: None,
                 trace: None,
                 ack_aggregation: None,
+                reverse: None,
             },
             flows: vec![],
             capture: None,
@@ -753,29 +842,23 @@ impl SimConfig {
         if l.jitter_ns < 0 {
             errs.push(format!("link.jitter_ns: {}: must be >= 0", l.jitter_ns));
         }
-        match (l.queue.limit_bytes, l.queue.limit_packets) {
-            (None, None) => errs.push("link.queue: no limit: give limit_bytes or limit_packets".into()),
-            (Some(b), _) if b < self.mtu as u64 => errs.push(format!(
-                "link.queue.limit_bytes: {b}: must hold at least one packet ({} bytes)",
-                self.mtu
-            )),
-            (_, Some(0)) => errs.push("link.queue.limit_packets: 0: must be >= 1".into()),
-            _ => {}
+        check_queue("link.queue", &l.queue, self.mtu, &mut errs);
+        check_loss("link.loss", &l.loss, &mut errs);
+        if let Some(r) = &l.reverse {
+            if r.capacity_bps == 0 {
+                errs.push("link.reverse.capacity_bps: 0: must be > 0".into());
+            }
+            check_queue("link.reverse.queue", &r.queue, self.mtu, &mut errs);
+            check_loss("link.reverse.loss", &r.loss, &mut errs);
+            if let Some(a) = &r.aqm {
+                let mut aqm_errs = Vec::new();
+                a.check(&mut aqm_errs);
+                errs.extend(aqm_errs.into_iter().map(|e| e.replacen("link.", "link.reverse.", 1)));
+            }
         }
-        match l.loss {
-            LossConfig::None => {}
-            LossConfig::Bernoulli { p } => {
-                if !(0.0..=1.0).contains(&p) {
-                    errs.push(format!("link.loss.p: {p}: must be in [0, 1]"));
-                }
-            }
-            LossConfig::GilbertElliott { p, r, loss_good, loss_bad } => {
-                for (n, v) in [("p", p), ("r", r), ("loss_good", loss_good), ("loss_bad", loss_bad)] {
-                    if !(0.0..=1.0).contains(&v) {
-                        errs.push(format!("link.loss.{n}: {v}: must be in [0, 1]"));
-                    }
-                }
-            }
+        let reverse = l.reverse.is_some() || self.flows.iter().any(|f| f.direction == Direction::Reverse);
+        if reverse && self.capture.is_some() {
+            errs.push("capture: packet captures record the forward path only; a trial with link.reverse or reverse flows takes none".into());
         }
         for (name, tb) in [("shaper", &l.shaper), ("policer", &l.policer)] {
             if let Some(tb) = tb {

@@ -30,6 +30,10 @@ pub enum Event {
     BottleneckWake,
     /// The head of the line from the router to the receivers arrives.
     ForwardHead,
+    /// The reverse bottleneck finishes a transmission or may begin one.
+    ReverseWake,
+    /// The head of the line from the reverse path to the reverse flows' receivers arrives.
+    BackwardHead,
     /// The head of a flow's ACK line reaches its sender.
     AckHead(u32),
     /// A flow's aggregated ACKs leave for its ACK line.

@@ -45,6 +45,9 @@ impl Ecn {
 /// ACK point, the SYN-ACK) and the final ACK. They carry no data; data segments count from 0.
 const SYN_SEQ: u64 = u64::MAX;
 const HANDSHAKE_ACK_SEQ: u64 = u64::MAX - 1;
+/// Sequence numbers from here up to the handshake's mark ACK carriers ([`DataPacket::ack_carrier`]);
+/// data segments never reach them (2^63 segments).
+const ACK_CARRIER_TAG: u64 = 1 << 63;
 /// A SYN or SYN-ACK as Linux sends it: IPv4 (20) + TCP (20) + MSS (4), SACK-permitted and
 /// timestamps (12, with padding), window scale (4) options.
 pub const SYN_SIZE: u32 = 60;
@@ -65,6 +68,20 @@ impl DataPacket {
 
     pub fn is_syn(&self) -> bool {
         self.seq == SYN_SEQ
+    }
+
+    /// What stands for a pure ACK (or SYN-ACK, or ping reply) of `flow` in a bottleneck's
+    /// queue: an [`ACK_SIZE`] packet, not ECN-capable, whose sequence number carries `id`, the
+    /// key under which the simulation keeps the ACK itself until the packet leaves the queue.
+    /// The queue disciplines thus see ACKs as the small packets they are, with one queue model.
+    pub fn ack_carrier(flow: u32, id: u64, now: Nanos) -> Self {
+        debug_assert!(id < HANDSHAKE_ACK_SEQ - ACK_CARRIER_TAG);
+        DataPacket { flow, seq: ACK_CARRIER_TAG | id, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+    }
+
+    /// The id of the ACK this packet stands for, if it is an [`Self::ack_carrier`].
+    pub fn carried_ack(&self) -> Option<u64> {
+        (self.seq >= ACK_CARRIER_TAG && self.seq < HANDSHAKE_ACK_SEQ).then_some(self.seq - ACK_CARRIER_TAG)
     }
 
     pub fn is_handshake_ack(&self) -> bool {

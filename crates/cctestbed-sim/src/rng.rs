@@ -9,6 +9,9 @@ pub mod stream {
     pub const LINK_LOSS: u64 = 1;
     /// The bottleneck's queue discipline (fq_codel's hash perturbation, RED's and PIE's draws).
     pub const QDISC: u64 = 2;
+    /// The reverse bottleneck's random loss and queue discipline (`link.reverse`).
+    pub const REV_LINK_LOSS: u64 = 3;
+    pub const REV_QDISC: u64 = 4;
     /// Per-flow ACK-path jitter: JITTER_BASE + flow index.
     pub const JITTER_BASE: u64 = 1 << 16;
     /// Per-flow ACK aggregation (Wi-Fi channel access), streams ACK_AGG_BASE + flow.

@@ -10,13 +10,23 @@
 //! aggregation, when the link has it, holds each flow's ACKs and releases them in bursts.
 //! RTprop of flow i = delay_fwd + delay_rev + extra_delay_i.
 //!
+//! Reverse flows (`direction = "reverse"`) send from the right: their data takes their access
+//! line, then the reverse path (the reverse bottleneck of `link.reverse` when the trial has one,
+//! then a line of delay_rev) to the receivers on the left, and their ACKs cross the forward
+//! bottleneck, queued with the forward data, before a line of delay_fwd. With a reverse
+//! bottleneck the forward flows' ACKs queue in it behind the reverse data. An ACK in a
+//! bottleneck is a small packet standing for it ([`DataPacket::ack_carrier`]); the ACK itself
+//! waits beside the queue until that packet leaves, so the one queue model (loss, discipline,
+//! rate) serves both kinds of packet. Without reverse flows and `link.reverse` every ACK takes
+//! its ACK line directly, as above.
+//!
 //! Datagram flows ([`crate::datagram`]: udp streams, ping probes) take the same access line,
 //! bottleneck and forward line as TCP's data; a probe's reply takes the flow's ACK line.
 //! Every flow id indexes every per-flow vector: a datagram flow's TCP sender and receiver
 //! exist but are never opened.
 
 use crate::capture::{CaptureFile, Recorder};
-use crate::config::{Nanos, SimConfig, Traffic};
+use crate::config::{Direction, Nanos, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
@@ -25,6 +35,7 @@ use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
+use std::collections::VecDeque;
 
 /// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.
 
@@ -55,6 +66,9 @@ pub struct SimOutput {
     pub router_final: RouterStats,
     /// Router bytes queued or in service at the end.
     pub router_queued_bytes: u64,
+    /// The reverse bottleneck's counters and bytes queued or in service at the end, when the
+    /// trial has one (`link.reverse`).
+    pub reverse_final: Option<(RouterStats, u64)>,
     pub events: u64,
     /// The packet captures the trial asked for (empty without `capture`).
     pub captures: Vec<CaptureFile>,
@@ -77,6 +91,22 @@ pub struct Simulation {
     ack_agg: Vec<AckAggregator<AckPacket>>,
     pub bottleneck: Bottleneck,
     bottleneck_wake: Option<Nanos>,
+    /// The line from the reverse path to the receivers of reverse flows (delay_rev).
+    backward: DelayLine<DataPacket>,
+    /// The reverse path's bottleneck (`link.reverse`); `None` leaves the path unconstrained.
+    pub rev_bottleneck: Option<Bottleneck>,
+    rev_wake: Option<Nanos>,
+    /// Each flow's direction.
+    dir: Vec<Direction>,
+    /// Whether any ACK crosses a bottleneck (a reverse flow, or `link.reverse`); without it
+    /// every ACK goes straight to its ACK line.
+    routed_acks: bool,
+    /// Per flow, the ACKs whose carriers are in a bottleneck, in the order they entered it
+    /// (every discipline keeps a flow's packets in order), with the carriers' ids.
+    acks_in_router: Vec<VecDeque<(u64, AckPacket)>>,
+    next_ack_id: u64,
+    /// ACKs released together by an aggregator, on their way into a bottleneck.
+    ack_scratch: Vec<AckPacket>,
     delack: Vec<Timer>,
     out: Vec<DataPacket>,
     timers: Vec<(Nanos, TimerKind)>,
@@ -112,8 +142,17 @@ impl Simulation {
             let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
             // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
-            // serialisation at the bottleneck.
-            let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(cfg.link.capacity_bps).unwrap_or(0);
+            // serialisation at the bottleneck its data crosses (none on an unconstrained path).
+            let data_rate = match f.direction {
+                Direction::Forward => cfg.link.capacity_bps,
+                Direction::Reverse => cfg.link.reverse.as_ref().map_or(0, |r| r.capacity_bps),
+            };
+            let handshake_ser = (ACK_SIZE as u64 * 8 * 1_000_000_000).checked_div(data_rate).unwrap_or(0);
+            // A reverse flow's ACKs come back over the forward path.
+            let ack_delay = match f.direction {
+                Direction::Forward => cfg.link.delay_rev_ns,
+                Direction::Reverse => cfg.link.delay_fwd_ns,
+            };
             let handshake_rtt = cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns + f.extra_delay_ns + handshake_ser as Nanos;
             let echo = match (f.ecn, wants_ce) {
                 (false, _) => EcnEcho::Off,
@@ -123,7 +162,7 @@ impl Simulation {
             receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt).with_ecn(echo));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
-            acks.push(DelayLine::new(cfg.link.delay_rev_ns, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
+            acks.push(DelayLine::new(ack_delay, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
         let ack_agg = match &cfg.link.ack_aggregation {
             Some(a) => (0..n).map(|i| AckAggregator::new(a.clone(), SimRng::new(cfg.seed, stream::ACK_AGG_BASE + i as u64))).collect(),
@@ -136,6 +175,12 @@ impl Simulation {
             SimRng::new(cfg.seed, stream::LINK_LOSS),
             SimRng::new(cfg.seed, stream::QDISC),
         );
+        let rev_bottleneck = cfg.link.reverse.as_ref().map(|r| {
+            let link = r.as_link(&cfg.link);
+            Bottleneck::new(&link, n, cfg.mtu, SimRng::new(cfg.seed, stream::REV_LINK_LOSS), SimRng::new(cfg.seed, stream::REV_QDISC))
+        });
+        let dir: Vec<Direction> = cfg.flows.iter().map(|f| f.direction).collect();
+        let routed_acks = rev_bottleneck.is_some() || dir.contains(&Direction::Reverse);
         let telemetry = Telemetry::new(&senders, &datagrams, cfg.sample_interval_ns, cfg.duration_ns);
         let any_datagram = datagrams.iter().any(Option::is_some);
         let mut q = EventQueue::default();
@@ -154,6 +199,14 @@ impl Simulation {
             capture,
             in_service: None,
             forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
+            backward: DelayLine::new(cfg.link.delay_rev_ns, None),
+            rev_bottleneck,
+            rev_wake: None,
+            dir,
+            routed_acks,
+            acks_in_router: if routed_acks { vec![VecDeque::new(); n] } else { Vec::new() },
+            next_ack_id: 0,
+            ack_scratch: Vec::new(),
             cfg,
             q,
             senders,
@@ -251,6 +304,14 @@ impl Simulation {
                     self.q.push(next, Event::DatagramDue(f));
                 }
             }
+            Event::AccessHead(f) if self.routed_acks && self.dir[f as usize] == Direction::Reverse => {
+                while let Some(p) = self.access[f as usize].pop_due(now) {
+                    self.enter_reverse(now, p);
+                }
+                if let Some(at) = self.access[f as usize].head_time() {
+                    self.q.push(at, Event::AccessHead(f));
+                }
+            }
             Event::AccessHead(f) => {
                 let line = &mut self.access[f as usize];
                 while let Some(p) = line.pop_due(now) {
@@ -278,7 +339,9 @@ impl Simulation {
                 }
                 let (p, next) = self.bottleneck.wake(now);
                 if let Some(p) = p {
-                    if let Some(at) = self.forward.push(now, p, p.size) {
+                    if self.routed_acks && p.carried_ack().is_some() {
+                        self.ack_leaves_router(now, p);
+                    } else if let Some(at) = self.forward.push(now, p, p.size) {
                         self.q.push(at, Event::ForwardHead);
                     }
                 }
@@ -292,34 +355,36 @@ impl Simulation {
             }
             Event::ForwardHead => {
                 while let Some(p) = self.forward.pop_due(now) {
-                    let f = p.flow as usize;
-                    if let Some(c) = self.capture.as_mut() {
-                        c.data_received(now, &p);
-                    }
-                    if self.any_datagram {
-                        if let Some(d) = self.datagrams[f].as_mut() {
-                            if let Some(reply) = d.arrive(now, &p) {
-                                self.send_ack(now, reply);
-                            }
-                            continue;
-                        }
-                    }
-                    if p.is_syn() {
-                        let syn_ack = self.receivers[f].on_syn(now, &p);
-                        self.send_ack(now, syn_ack);
-                        continue;
-                    }
-                    if p.is_handshake_ack() {
-                        self.receivers[f].on_handshake_ack(now);
-                        continue;
-                    }
-                    for ack in self.receivers[f].on_data(now, &p).all() {
-                        self.send_ack(now, ack);
-                    }
-                    self.sync_delack(f);
+                    self.deliver(now, p);
                 }
                 if let Some(at) = self.forward.head_time() {
                     self.q.push(at, Event::ForwardHead);
+                }
+            }
+            Event::ReverseWake => {
+                if self.rev_wake != Some(now) {
+                    return;
+                }
+                let b = self.rev_bottleneck.as_mut().expect("a reverse bottleneck");
+                let (p, next) = b.wake(now);
+                if let Some(p) = p {
+                    if p.carried_ack().is_some() {
+                        self.ack_leaves_router(now, p);
+                    } else if let Some(at) = self.backward.push(now, p, p.size) {
+                        self.q.push(at, Event::BackwardHead);
+                    }
+                }
+                self.rev_wake = next;
+                if let Some(at) = next {
+                    self.q.push(at, Event::ReverseWake);
+                }
+            }
+            Event::BackwardHead => {
+                while let Some(p) = self.backward.pop_due(now) {
+                    self.deliver(now, p);
+                }
+                if let Some(at) = self.backward.head_time() {
+                    self.q.push(at, Event::BackwardHead);
                 }
             }
             Event::AckHead(f) if self.any_datagram && self.datagrams[f as usize].is_some() => {
@@ -348,14 +413,23 @@ impl Simulation {
             }
             Event::AckRelease(f) => {
                 let (out, next) = self.ack_agg[f as usize].release(now);
-                for ack in out {
-                    if let Some(at) = self.acks[f as usize].push(now, ack, ACK_SIZE) {
-                        self.q.push(at, Event::AckHead(f));
+                if self.routed_acks {
+                    self.ack_scratch.extend(out);
+                } else {
+                    for ack in out {
+                        if let Some(at) = self.acks[f as usize].push(now, ack, ACK_SIZE) {
+                            self.q.push(at, Event::AckHead(f));
+                        }
                     }
                 }
                 if let Some(at) = next {
                     self.q.push(at, Event::AckRelease(f));
                 }
+                let mut released = std::mem::take(&mut self.ack_scratch);
+                for ack in released.drain(..) {
+                    self.ack_onward(now, ack);
+                }
+                self.ack_scratch = released;
             }
             Event::Timer(f, TimerKind::DelAck) => match self.delack[f as usize].on_pop(now) {
                 TimerPop::Fire => {
@@ -373,7 +447,15 @@ impl Simulation {
                 TimerPop::Stale => {}
             },
             Event::Sample => {
-                self.telemetry.sample(now, &self.senders, &self.receivers, &self.datagrams, &self.started, &mut self.bottleneck);
+                self.telemetry.sample(
+                    now,
+                    &self.senders,
+                    &self.receivers,
+                    &self.datagrams,
+                    &self.started,
+                    &mut self.bottleneck,
+                    self.rev_bottleneck.as_mut(),
+                );
                 let next = now + self.cfg.sample_interval_ns;
                 if next <= self.cfg.duration_ns {
                     self.q.push(next, Event::Sample);
@@ -386,10 +468,117 @@ impl Simulation {
             Event::DelayChange(i) => {
                 let c = &self.cfg.link.delay_schedule[i as usize];
                 self.forward.set_delay(c.delay_fwd_ns);
-                for line in &mut self.acks {
-                    line.set_delay(c.delay_rev_ns);
+                self.backward.set_delay(c.delay_rev_ns);
+                for (line, d) in self.acks.iter_mut().zip(&self.dir) {
+                    line.set_delay(match d {
+                        Direction::Forward => c.delay_rev_ns,
+                        Direction::Reverse => c.delay_fwd_ns,
+                    });
                 }
             }
+        }
+    }
+
+    /// A packet arrives at the receiving side (the forward line's end, or the backward line's).
+    fn deliver(&mut self, now: Nanos, p: DataPacket) {
+        let f = p.flow as usize;
+        if let Some(c) = self.capture.as_mut() {
+            c.data_received(now, &p);
+        }
+        if self.any_datagram {
+            if let Some(d) = self.datagrams[f].as_mut() {
+                if let Some(reply) = d.arrive(now, &p) {
+                    self.send_ack(now, reply);
+                }
+                return;
+            }
+        }
+        if p.is_syn() {
+            let syn_ack = self.receivers[f].on_syn(now, &p);
+            self.send_ack(now, syn_ack);
+            return;
+        }
+        if p.is_handshake_ack() {
+            self.receivers[f].on_handshake_ack(now);
+            return;
+        }
+        for ack in self.receivers[f].on_data(now, &p).all() {
+            self.send_ack(now, ack);
+        }
+        self.sync_delack(f);
+    }
+
+    /// A reverse flow's packet leaves its access line: into the reverse bottleneck, or straight
+    /// onto the backward line when the reverse path is unconstrained.
+    fn enter_reverse(&mut self, now: Nanos, p: DataPacket) {
+        match self.rev_bottleneck.as_mut() {
+            Some(b) => {
+                b.arrive(now, p);
+                self.start_reverse(now);
+            }
+            None => {
+                if let Some(at) = self.backward.push(now, p, p.size) {
+                    self.q.push(at, Event::BackwardHead);
+                }
+            }
+        }
+    }
+
+    /// Starts the reverse bottleneck if it is idle and a packet waits.
+    fn start_reverse(&mut self, now: Nanos) {
+        if self.rev_wake.is_none() {
+            if let Some(at) = self.rev_bottleneck.as_mut().and_then(|b| b.try_begin(now)) {
+                self.rev_wake = Some(at);
+                self.q.push(at, Event::ReverseWake);
+            }
+        }
+    }
+
+    /// An ACK on its way back, after any aggregation: a reverse flow's crosses the forward
+    /// bottleneck, a forward flow's the reverse one when there is one, else its ACK line.
+    fn ack_onward(&mut self, now: Nanos, ack: AckPacket) {
+        let f = ack.flow as usize;
+        if self.routed_acks {
+            let reverse = self.dir[f] == Direction::Reverse;
+            if reverse || self.rev_bottleneck.is_some() {
+                let id = self.next_ack_id;
+                self.next_ack_id += 1;
+                self.acks_in_router[f].push_back((id, ack));
+                let carrier = DataPacket::ack_carrier(ack.flow, id, now);
+                if reverse {
+                    self.bottleneck.arrive(now, carrier);
+                    if self.bottleneck_wake.is_none() {
+                        if let Some(at) = self.bottleneck.try_begin(now) {
+                            self.bottleneck_wake = Some(at);
+                            self.q.push(at, Event::BottleneckWake);
+                        }
+                    }
+                } else {
+                    self.rev_bottleneck.as_mut().expect("checked").arrive(now, carrier);
+                    self.start_reverse(now);
+                }
+                return;
+            }
+        }
+        if let Some(at) = self.acks[f].push(now, ack, ACK_SIZE) {
+            self.q.push(at, Event::AckHead(ack.flow));
+        }
+    }
+
+    /// An ACK's carrier left a bottleneck: the ACK goes on along its flow's ACK line. ACKs
+    /// whose carriers the queue dropped are skipped (they sit before it in the flow's order).
+    fn ack_leaves_router(&mut self, now: Nanos, p: DataPacket) {
+        let id = p.carried_ack().expect("an ACK carrier");
+        let waiting = &mut self.acks_in_router[p.flow as usize];
+        let ack = loop {
+            let (k, ack) = waiting.pop_front().expect("the carrier's ACK waits beside the queue");
+            debug_assert!(k <= id, "a flow's ACKs leave in order");
+            if k == id {
+                break ack;
+            }
+        };
+        if let Some(at) = self.acks[p.flow as usize].push(now, ack, ACK_SIZE) {
+            self.q.push(at, Event::AckHead(p.flow));
         }
     }
 
@@ -428,9 +617,7 @@ impl Simulation {
             }
             return;
         }
-        if let Some(at) = self.acks[ack.flow as usize].push(now, ack, ACK_SIZE) {
-            self.q.push(at, Event::AckHead(ack.flow));
-        }
+        self.ack_onward(now, ack);
     }
 
     fn with_sender(&mut self, now: Nanos, f: u32, op: impl FnOnce(&mut Sender, Nanos, &mut Io)) {
@@ -453,7 +640,13 @@ impl Simulation {
         for (i, f) in fin.iter_mut().enumerate() {
             let s = &self.senders[i];
             let r = &self.receivers[i];
-            let FlowRouterStats { drops, queued, marks, .. } = self.bottleneck.per_flow()[i];
+            // A flow's data crosses one bottleneck (the other holds its ACKs); none on an
+            // unconstrained reverse path.
+            let data_router = match self.dir[i] {
+                Direction::Forward => Some(&self.bottleneck),
+                Direction::Reverse => self.rev_bottleneck.as_ref(),
+            };
+            let FlowRouterStats { drops, queued, marks, .. } = data_router.map_or_else(FlowRouterStats::default, |b| b.per_flow()[i]);
             // Packets, handshake included, for conservation; segments below count data only.
             f.sent_pkts = s.stats.sent_pkts + s.stats.handshake_pkts;
             f.delivered_pkts = r.arrived_pkts + r.handshake_pkts;
@@ -474,7 +667,7 @@ impl Simulation {
                 f.lost_segs = d.lost();
             }
         }
-        for p in self.forward.iter() {
+        for p in self.forward.iter().chain(self.backward.iter()) {
             fin[p.flow as usize].in_transit_pkts += 1;
         }
         let (_, qb) = self.bottleneck.queue_len();
@@ -486,6 +679,10 @@ impl Simulation {
             flow_final: fin,
             router_final: *self.bottleneck.stats(),
             router_queued_bytes: qb + in_service,
+            reverse_final: self.rev_bottleneck.as_ref().map(|b| {
+                let in_service = b.in_service().map_or(0, |p| p.size as u64);
+                (*b.stats(), b.queue_len().1 + in_service)
+            }),
             events: self.q.processed,
             captures: self.capture.map_or_else(Vec::new, |c| c.finish()),
         }

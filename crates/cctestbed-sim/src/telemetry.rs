@@ -282,6 +282,33 @@ series! {
         /// Largest sojourn of the packets that left the queue in the interval, NaN if none.
         #[unit = "ms"]
         pub sojourn_max_ms: Vec<f64>,
+        /// The reverse path's bottleneck (link.reverse: reverse flows' data, forward flows' ACKs): bytes queued, in service excluded; 0 on an unconstrained reverse path, as every rev_ counter.
+        #[unit = "B"]
+        pub rev_queue_bytes: Vec<u64>,
+        /// Reverse bottleneck: packets queued.
+        #[unit = "packets"]
+        pub rev_queue_pkts: Vec<u64>,
+        /// Reverse bottleneck: its capacity; 0 when the reverse path is unconstrained.
+        #[unit = "bit/s"]
+        pub rev_capacity_bps: Vec<u64>,
+        /// Reverse bottleneck: packets arriving, cumulative.
+        #[unit = "packets"]
+        pub rev_arrivals_pkts: Vec<u64>,
+        /// Reverse bottleneck: bytes sent on the link, cumulative.
+        #[unit = "B"]
+        pub rev_departed_bytes: Vec<u64>,
+        /// Reverse bottleneck: payload bytes sent on the link, cumulative.
+        #[unit = "B"]
+        pub rev_departed_payload_bytes: Vec<u64>,
+        /// Reverse bottleneck: packets dropped, per cause, cumulative.
+        #[unit = "packets"]
+        pub rev_drops: ByCause<DropCause>,
+        /// Reverse bottleneck: mean sojourn of the packets that left its queue in the interval, NaN if none.
+        #[unit = "ms"]
+        pub rev_sojourn_mean_ms: Vec<f64>,
+        /// Reverse bottleneck: largest sojourn of the packets that left its queue in the interval, NaN if none.
+        #[unit = "ms"]
+        pub rev_sojourn_max_ms: Vec<f64>,
     }
     extra {}
 }
@@ -330,6 +357,19 @@ pub fn algorithm_columns<'a>(per_flow: impl IntoIterator<Item = &'a [&'static st
     (names, key_cols)
 }
 
+/// The mean and largest sojourn through `b`'s queue since the last sample (`prev`: its cumulative
+/// sum and count then), NaN when no packet left the queue.
+fn sojourn_since(b: &mut Bottleneck, prev: &mut (i128, u64)) -> (f64, f64) {
+    let (sum, n) = (b.sojourn.sum_ns, b.sojourn.count);
+    let (psum, pn) = std::mem::replace(prev, (sum, n));
+    let max = b.take_sojourn_max();
+    if n > pn {
+        ((sum - psum) as f64 / (n - pn) as f64 / 1e6, max as f64 / 1e6)
+    } else {
+        (f64::NAN, f64::NAN)
+    }
+}
+
 impl RouterSeries {
     /// The cumulative drop column of `cause`.
     pub fn drops_of(&self, cause: DropCause) -> &[u64] {
@@ -363,6 +403,7 @@ pub struct Telemetry {
     /// Datagram flows: (sum of delays in ns, count) at the last sample.
     prev_delay: Vec<(i128, u64)>,
     prev_sojourn: (i128, u64),
+    prev_rev_sojourn: (i128, u64),
     /// For each flow, the `cc` column index of each of its telemetry keys.
     key_cols: Vec<Vec<usize>>,
     scratch: Vec<f64>,
@@ -394,6 +435,7 @@ impl Telemetry {
             prev_rtt: vec![(0.0, 0); n],
             prev_delay: vec![(0, 0); n],
             prev_sojourn: (0, 0),
+            prev_rev_sojourn: (0, 0),
             key_cols,
             scratch: Vec::new(),
         }
@@ -417,6 +459,7 @@ impl Telemetry {
         datagrams: &[Option<DatagramFlow>],
         started: &[bool],
         b: &mut Bottleneck,
+        rev: Option<&mut Bottleneck>,
     ) {
         let t = now as f64 / 1e9;
         let dt = self.interval as f64 / 1e9;
@@ -502,16 +545,38 @@ impl Telemetry {
         for (i, col) in r.marks.cols.iter_mut().enumerate() {
             col.push(st.marks.0[i]);
         }
-        let (sum, n) = (b.sojourn.sum_ns, b.sojourn.count);
-        let (psum, pn) = self.prev_sojourn;
-        self.prev_sojourn = (sum, n);
-        let max = b.take_sojourn_max();
-        if n > pn {
-            r.sojourn_mean_ms.push((sum - psum) as f64 / (n - pn) as f64 / 1e6);
-            r.sojourn_max_ms.push(max as f64 / 1e6);
-        } else {
-            r.sojourn_mean_ms.push(f64::NAN);
-            r.sojourn_max_ms.push(f64::NAN);
+        let (mean, max) = sojourn_since(b, &mut self.prev_sojourn);
+        r.sojourn_mean_ms.push(mean);
+        r.sojourn_max_ms.push(max);
+        match rev {
+            Some(b) => {
+                let (qp, qb) = b.queue_len();
+                let st = *b.stats();
+                r.rev_queue_bytes.push(qb);
+                r.rev_queue_pkts.push(qp);
+                r.rev_capacity_bps.push(b.capacity_bps(now, self.interval));
+                r.rev_arrivals_pkts.push(st.arrivals_pkts);
+                r.rev_departed_bytes.push(st.departed_bytes);
+                r.rev_departed_payload_bytes.push(st.departed_payload_bytes);
+                for (i, col) in r.rev_drops.cols.iter_mut().enumerate() {
+                    col.push(st.drops.0[i]);
+                }
+                let (mean, max) = sojourn_since(b, &mut self.prev_rev_sojourn);
+                r.rev_sojourn_mean_ms.push(mean);
+                r.rev_sojourn_max_ms.push(max);
+            }
+            None => {
+                for col in [&mut r.rev_queue_bytes, &mut r.rev_queue_pkts, &mut r.rev_capacity_bps, &mut r.rev_arrivals_pkts] {
+                    col.push(0);
+                }
+                r.rev_departed_bytes.push(0);
+                r.rev_departed_payload_bytes.push(0);
+                for col in r.rev_drops.cols.iter_mut() {
+                    col.push(0);
+                }
+                r.rev_sojourn_mean_ms.push(f64::NAN);
+                r.rev_sojourn_max_ms.push(f64::NAN);
+            }
         }
     }
 

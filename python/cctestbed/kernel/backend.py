@@ -226,6 +226,13 @@ def trial_problems(trial: Trial) -> list[str]:
     if link.ack_aggregation is not None:
         problems.append("link.ack_aggregation: the kernel backend's ACK path is a plain delay; "
                         "aggregated ACKs run on the simulator")
+    if link.reverse is not None:
+        if link.reverse.loss.model != "none":
+            problems.append("link.reverse.loss: the link emulator draws random loss on the forward path only; "
+                            "reverse-path loss runs on the simulator")
+        if link.reverse.aqm is not None:
+            problems.append(f"link.reverse.aqm: {link.reverse.aqm.kind!r}: the kernel backend's reverse bottleneck "
+                            "is htb with a fifo, as its forward one; AQMs run on the simulator")
     problems += aqm_problems(trial)
     return problems
 
@@ -385,6 +392,9 @@ def run_kernel_trial(
     if problems:
         raise TrialRefused(problems)
     mode = choose_link_emulator(link_emulator)
+    if mode == "tc" and trial.link.reverse is not None:
+        raise TrialRefused(["link.reverse: the tc link emulator delays the reverse path with netem at left's root, "
+                            "where the reverse bottleneck's htb would go; run it with --link-emulator userspace"])
     capture = bool(trial.capture) if capture is None else capture
     if capture and shutil.which("tcpdump") is None:
         raise KernelUnavailable("capture = true needs tcpdump: run `make kernel-deps` (apt-get install tcpdump)")
@@ -405,7 +415,8 @@ def run_kernel_trial(
         names,
         trial.mtu,
         mode,
-        [topo.HostSettings(initcwnd=g.initial_cwnd, quickack=not g.delayed_ack.enabled) for g in trial.flows],
+        [topo.HostSettings(initcwnd=g.initial_cwnd, quickack=not g.delayed_ack.enabled,
+                           reverse=g.flow_direction == "reverse") for g in trial.flows],
         tcp_mem_max=mem,
     )
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -420,6 +431,11 @@ def run_kernel_trial(
         topology.build()
         run.info["host_stack"] = topology.host_stack()
         run.info["bottleneck"] = topology.set_bottleneck(trial.link.capacity, limit_bytes, limit_pkts)
+        rev_link = trial.link.reverse
+        if rev_link is not None:
+            rev_bytes, rev_pkts = trial.link.reverse_queue_limits()
+            run.info["reverse_bottleneck"] = topology.set_bottleneck(rev_link.capacity, rev_bytes, rev_pkts,
+                                                                     dev=names.left)
         fwd, rev = trial.link.delays_ns
         emu_stats = None
         if mode == "userspace":
@@ -430,6 +446,7 @@ def run_kernel_trial(
                 "--loss", json.dumps(trial.link.loss.to_core()), "--seed", str(trial.seed),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
                 "--serialization-bps", str(trial.link.capacity),
+                *(["--serialization-rev-bps", str(rev_link.capacity)] if rev_link is not None else []),
             ])
             from .routerstats import emu_ready
 
@@ -450,9 +467,10 @@ def run_kernel_trial(
                 procs += _datagram_procs(run, k, g, flow_ids[k], base)
                 continue
             rw = {str(f): g.rwnd for f in flow_ids[k]} if g.rwnd else {}
-            sink_spec = {**base, "addr": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE, "rwnd": rw,
+            _, _, sink_ns, sink_ip = _hosts(names, k, g)
+            sink_spec = {**base, "addr": sink_ip, "port": PORT, "port_base": PORT_BASE, "rwnd": rw,
                          "out": str(workdir / f"sink{k}.npz")}
-            procs.append(run.py(f"sink{k}", names.rcv(k), "traffic", "sink", _write(workdir / f"sink{k}.json", sink_spec)))
+            procs.append(run.py(f"sink{k}", sink_ns, "traffic", "sink", _write(workdir / f"sink{k}.json", sink_spec)))
         for k, g in enumerate(trial.flows):
             if g.flow_kind != "tcp":
                 continue
@@ -462,11 +480,14 @@ def run_kernel_trial(
                       "pacing": g.pacing,
                       "max_pacing_rate": None if g.max_pacing_rate is None else g.max_pacing_rate // 8}
                      for j, f in enumerate(flow_ids[k])]
-            snd_spec = {**base, "src": names.ip("snd", k), "dst": names.ip("rcv", k), "port": PORT,
+            send_ns, send_ip, _, sink_ip = _hosts(names, k, g)
+            snd_spec = {**base, "src": send_ip, "dst": sink_ip, "port": PORT,
                         "port_base": PORT_BASE, "flows": flows, "out": str(workdir / f"send{k}.npz")}
-            procs.append(run.py(f"send{k}", names.snd(k), "traffic", "send", _write(workdir / f"send{k}.json", snd_spec)))
+            procs.append(run.py(f"send{k}", send_ns, "traffic", "send", _write(workdir / f"send{k}.json", snd_spec)))
         rs_spec = {**base, "bottleneck_dev": names.right, "bottleneck_handle": run.info["bottleneck"]["handle"],
                    "emu_stats": emu_stats, "out": str(workdir / "router.npz"),
+                   **({"rev_dev": names.left, "rev_handle": run.info["reverse_bottleneck"]["handle"]}
+                      if rev_link is not None else {}),
                    **({"loss_dev": run.info["tc_link"]["loss_dev"], "loss_handle": run.info["tc_link"]["loss_handle"]}
                       if mode == "tc" else {})}
         procs.append(run.py("router", names.rtr, "routerstats", _write(workdir / "router.json", rs_spec)))
@@ -540,13 +561,22 @@ def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, An
               **{key: traffic.get(key) for key in ("rate_bps", "on_ns", "off_ns", "exponential", "interval_ns")}}
              for j, f in enumerate(ids)]
     recv, send = ("udp-sink", "udp-send") if g.flow_kind == "udp" else ("echo", "ping")
-    rcv_spec = {**base, "addr": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE, "out": str(wd / f"sink{k}.npz")}
-    snd_spec = {**base, "src": names.ip("snd", k), "dst": names.ip("rcv", k), "port": PORT, "port_base": PORT_BASE,
+    send_ns, send_ip, sink_ns, sink_ip = _hosts(names, k, g)
+    rcv_spec = {**base, "addr": sink_ip, "port": PORT, "port_base": PORT_BASE, "out": str(wd / f"sink{k}.npz")}
+    snd_spec = {**base, "src": send_ip, "dst": sink_ip, "port": PORT, "port_base": PORT_BASE,
                 "seed": trial.seed, "flows": flows, "out": str(wd / f"send{k}.npz")}
     return [
-        run.py(f"sink{k}", names.rcv(k), "datagrams", recv, _write(wd / f"sink{k}.json", rcv_spec)),
-        run.py(f"send{k}", names.snd(k), "datagrams", send, _write(wd / f"send{k}.json", snd_spec)),
+        run.py(f"sink{k}", sink_ns, "datagrams", recv, _write(wd / f"sink{k}.json", rcv_spec)),
+        run.py(f"send{k}", send_ns, "datagrams", send, _write(wd / f"send{k}.json", snd_spec)),
     ]
+
+
+def _hosts(names: topo.Names, k: int, g: Any) -> tuple[str, str, str, str]:
+    """Group ``k``'s sending and receiving hosts: (sender's namespace, its address, sink's
+    namespace, its address). A reverse group sends from the right-hand host (``rcv<k>``)."""
+    src, dst = ("rcv", "snd") if g.flow_direction == "reverse" else ("snd", "rcv")
+    ns = {"snd": names.snd(k), "rcv": names.rcv(k)}
+    return ns[src], names.ip(src, k), ns[dst], names.ip(dst, k)
 
 
 def _register_bpf(plans: dict[int, BpfPlan], workdir: Path, reg: Path) -> None:
@@ -790,8 +820,8 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         if name == "backend":
             series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
             continue
-        if name in ("cc", "group", "kind"):
-            vals = [(gr.algorithm if name == "cc" else gr.label if name == "group" else gr.flow_kind)
+        if name in ("cc", "group", "kind", "direction"):
+            vals = [{"cc": gr.algorithm, "group": gr.label, "kind": gr.flow_kind, "direction": gr.flow_direction}[name]
                     for _, gr, _ in expanded]
             series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
             continue
@@ -850,6 +880,7 @@ def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict
         "drops_overflow": counter("q_drops"),
         "drops_random": drops_random,
         "drops_policer": np.zeros(n),
+        **reverse_router_columns(trial, col, counter, n),
     }
     series = []
     for name, dtype in schema.items():
@@ -863,6 +894,31 @@ def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict
         s = pl.Series(name, np.asarray(v, dtype=float))
         series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
     return pl.DataFrame(series)
+
+
+def reverse_router_columns(trial: Trial, col: dict[str, np.ndarray], counter: Callable[[str], np.ndarray],
+                           n: int) -> dict[str, Any]:
+    """The ``rev_`` router columns from the reverse bottleneck's qdisc on ``left`` (``rev_q_*``
+    samples), in the simulator's units; zeros, as the simulator writes them, on an
+    unconstrained reverse path. Its arrivals are what the qdisc sent, dropped and holds."""
+    rev = trial.link.reverse
+    if rev is None:
+        zero = np.zeros(n)
+        return {c: zero for c in ("rev_queue_bytes", "rev_queue_pkts", "rev_capacity_bps", "rev_arrivals_pkts",
+                                  "rev_departed_bytes", "rev_departed_payload_bytes", "rev_drops_overflow",
+                                  "rev_drops_random", "rev_drops_policer", "rev_drops_aqm")}
+    eth = topo.ETH_HEADER
+    drops = counter("rev_q_drops")
+    return {
+        "rev_queue_bytes": col["rev_q_backlog"] - eth * col["rev_q_qlen"],
+        "rev_queue_pkts": col["rev_q_qlen"],
+        "rev_capacity_bps": np.full(n, float(rev.capacity)),
+        "rev_arrivals_pkts": counter("rev_q_packets") + drops + col["rev_q_qlen"],
+        "rev_departed_bytes": counter("rev_q_bytes") - eth * counter("rev_q_packets"),
+        "rev_drops_overflow": drops,
+        "rev_drops_random": np.zeros(n),
+        "rev_drops_policer": np.zeros(n),
+    }
 
 
 def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:

@@ -3,7 +3,8 @@
 Run inside the router namespace (``python -m cctestbed.kernel.routerstats SPEC``). Every
 ``interval`` it dumps the namespace's qdiscs with one ``RTM_GETQDISC`` request on a raw
 netlink socket (no tool is spawned, so sampling costs well under a millisecond) and keeps
-the bottleneck queue's backlog, packets sent, and drops; with the userspace emulator it also
+the bottleneck queue's backlog, packets sent, and drops (and the reverse bottleneck's, ``rev_q_*``,
+when the trial has one: ``rev_dev`` and ``rev_handle`` in the spec); with the userspace emulator it also
 reads the emulator's counters from its memory-mapped stats file. Samples are written as
 ``.npz`` arrays at the end, like the traffic programs.
 """
@@ -147,9 +148,13 @@ def run(spec: dict[str, Any]) -> int:
     loss_key: Optional[tuple[int, int]] = None
     if spec.get("loss_dev"):
         loss_key = (socket.if_nametoindex(spec["loss_dev"]), int(spec["loss_handle"]))
+    rev_key: Optional[tuple[int, int]] = None
+    if spec.get("rev_dev"):
+        rev_key = (socket.if_nametoindex(spec["rev_dev"]), int(spec["rev_handle"]))
     emu = EmuStats(spec["emu_stats"]) if spec.get("emu_stats") else None
-    names = ["tick", "t_ns", "q_bytes", "q_packets", "q_drops", "q_qlen", "q_backlog", "loss_q_drops",
-             "loss_q_packets"]
+    queue_fields = ("bytes", "packets", "drops", "qlen", "backlog")
+    names = ["tick", "t_ns", *(f"q_{k}" for k in queue_fields), "loss_q_drops", "loss_q_packets",
+             *(f"rev_q_{k}" for k in queue_fields)]
     names += [f"emu_{k}" for k in EMU_SLOTS[1:]]
     cols: dict[str, list[Any]] = {k: [] for k in names}
     wait_t0(spec)
@@ -166,11 +171,10 @@ def run(spec: dict[str, Any]) -> int:
         lq = qs.get(loss_key, {}) if loss_key else {}
         cols["tick"].append(tick)
         cols["t_ns"].append(now - t0)
-        cols["q_bytes"].append(q.get("bytes", -1))
-        cols["q_packets"].append(q.get("packets", -1))
-        cols["q_drops"].append(q.get("drops", -1))
-        cols["q_qlen"].append(q.get("qlen", -1))
-        cols["q_backlog"].append(q.get("backlog", -1))
+        rq = qs.get(rev_key, {}) if rev_key else {}
+        for k in queue_fields:
+            cols[f"q_{k}"].append(q.get(k, -1))
+            cols[f"rev_q_{k}"].append(rq.get(k, -1))
         cols["loss_q_drops"].append(lq.get("drops", -1))
         cols["loss_q_packets"].append(lq.get("packets", -1))
         for k in EMU_SLOTS[1:]:

@@ -23,7 +23,12 @@ The router joins ``left`` and ``right`` in one of two ways:
   ``left``'s ingress is redirected through an ``ifb`` device whose ``netem`` adds the forward
   delay and the random loss.
 
-Either way the bottleneck is ``right``'s egress: ``htb`` (one class) with a ``bfifo`` leaf.
+Either way the bottleneck is ``right``'s egress: ``htb`` (one class) with a ``bfifo`` leaf. A
+trial with ``link.reverse`` (userspace mode) gets the same on ``left``'s egress, the reverse
+path's bottleneck: the emulator writes right-to-left frames to ``left`` after their delay, so
+they queue there as forward frames queue on ``right``. Reverse flow groups run their sender on
+the group's right-hand host (``rcv<k>``) and their sink on the left-hand one (``snd<k>``); the
+host routes are set both ways.
 
 Units: capacity in a trial is the IP-level rate (a 1500-byte packet takes 1500 x 8 /
 capacity seconds) and queue limits are IP bytes, as in the simulator. ``htb`` and ``bfifo``
@@ -312,6 +317,8 @@ class HostSettings:
 
     initcwnd: int = 10
     quickack: bool = False
+    #: The group sends right to left: its sender is the right-hand host.
+    reverse: bool = False
 
 
 @dataclass
@@ -371,9 +378,11 @@ class Topology:
             sh(["ip", "-n", r, "neigh", "replace", n.ip("snd", k), "lladdr", macs[("snd", k)], "dev",
                 n.host_if(k), "nud", "permanent"])
             h = self.hosts[k]
-            sh(["ip", "-n", s, "route", "add", f"{n.ip('rcv', k)}/32", "dev", n.host_if(k), "initcwnd",
+            # the sending host's route carries the initial window, the receiving host's quick ACKs
+            (src, src_role), (dst, dst_role) = ((r, "rcv"), (s, "snd")) if h.reverse else ((s, "snd"), (r, "rcv"))
+            sh(["ip", "-n", src, "route", "add", f"{n.ip(dst_role, k)}/32", "dev", n.host_if(k), "initcwnd",
                 str(h.initcwnd)])
-            route = ["ip", "-n", r, "route", "add", f"{n.ip('snd', k)}/32", "dev", n.host_if(k)]
+            route = ["ip", "-n", dst, "route", "add", f"{n.ip(src_role, k)}/32", "dev", n.host_if(k)]
             sh(route + (["quickack", "1"] if h.quickack else []))
 
     def host_stack(self) -> dict[str, Any]:
@@ -393,9 +402,11 @@ class Topology:
         return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values}
 
     def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
-                       change: bool = False) -> dict[str, Any]:
-        """htb + bfifo (or pfifo for a packet limit) on the router's egress to the receivers."""
+                       change: bool = False, dev: Optional[str] = None) -> dict[str, Any]:
+        """htb + bfifo (or pfifo for a packet limit) on the router's egress to the receivers, or on
+        ``dev`` (``left``: the reverse path's bottleneck)."""
         n = self.names
+        dev = dev or n.right
         frame = self.mtu + ETH_HEADER
         rate = tc_rate(capacity_bps, self.mtu)
         # A small bucket, as on the thesis testbed: two frames, or 100 us at the rate if larger.
@@ -403,15 +414,15 @@ class Topology:
         cls = ["rate", f"{rate}bit", "ceil", f"{rate}bit", "burst", str(burst), "cburst", str(burst),
                "quantum", str(frame)]
         if change:
-            sh(nsexec(n.rtr, "tc", "class", "change", "dev", n.right, "parent", "1:", "classid", "1:1", "htb", *cls))
+            sh(nsexec(n.rtr, "tc", "class", "change", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *cls))
             return {"rate_tc_bps": rate}
-        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", n.right, "root", "handle", "1:", "htb", "default", "1"))
-        sh(nsexec(n.rtr, "tc", "class", "add", "dev", n.right, "parent", "1:", "classid", "1:1", "htb", *cls))
+        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"))
+        sh(nsexec(n.rtr, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *cls))
         if limit_bytes is not None:
             leaf = ["bfifo", "limit", str(tc_limit(limit_bytes, self.mtu))]
         else:
             leaf = ["pfifo", "limit", str(limit_packets)]
-        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", n.right, "parent", "1:1", "handle", "10:", *leaf))
+        sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *leaf))
         return {"rate_tc_bps": rate, "burst_bytes": burst, "leaf": " ".join(leaf), "handle": 0x00100000}  # "10:" (tc handles are hex)
 
     def set_tc_link(self, delay_fwd_ns: int, delay_rev_ns: int, loss: Optional[str]) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""Reverse traffic on real Linux: reverse groups send from the right-hand hosts, and the reverse
+bottleneck (``link.reverse``: htb and a fifo on the router's ``left`` egress) queues their data
+with the forward flows' ACKs. The checks the simulator's tests make
+(crates/cctestbed-sim/tests/reverse.rs), with the tolerances real time needs. Measured figures
+are printed (``pytest -s`` shows them)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from kernelutil import kernel_trial
+
+from cctestbed.config import parse_trial
+from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, sim_schema, trial_problems
+from cctestbed.runner import run_trial
+
+#: 80 Mbit/s down, 10 Mbit/s up with a 100 KB up queue: 80 ms of standing delay when full.
+LINK = {"capacity": "80Mbit", "rtt": "20ms", "queue": "1bdp", "reverse": {"capacity": "10Mbit", "queue": "100KB"}}
+Q_OVER_C_MS = 100_000 * 8 / 10e6 * 1e3
+
+
+def run(**updates):
+    r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
+    fschema, rschema = sim_schema(r.trial)
+    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
+    return r
+
+
+def test_reverse_data_delays_forward_acks_by_the_reverse_queue():
+    # A reverse stream above the reverse capacity holds the up queue full; the forward flow is
+    # window-limited far below 80 Mbit/s (no queue of its own) and ACKs every segment, so its
+    # RTT is RTprop + Q/C. The simulator's test explains the band an ACK's wait lies in
+    # ((Q - 2 MTU)/C to (Q + MTU)/C, -2.4 to +1.2 ms at 10 Mbit/s). The simulator's median is
+    # Q/C + 0.15 ms; the kernel's sat 2.6 to 4.6 ms above Q/C in four runs on this loaded 2-core
+    # machine (10th percentile Q/C + 1.7 ms), with the same reverse queue (98.5 KB sampled) but
+    # 2 points more ACKs dropped by it (17.6 % of arrivals against 15.6 %). A likely part of the
+    # gap: an RTT sample after a dropped ACK runs from an earlier segment (tcp_clean_rtx_queue's
+    # first newly acked one). -3 to +6 ms.
+    doc = dict(name="rev-acks", duration="12s", steady=["4s", "12s"], link=LINK,
+               flows=[{"cc": "cubic", "rwnd": "32KB", "delayed_ack": False},
+                      {"kind": "udp", "rate": "12Mbit", "direction": "reverse", "group": "up"}])
+    r = run(**doc)
+    sim = run_trial(parse_trial(kernel_trial(**doc)))
+    rtt = r.summary["rtt"]["p50_ms"]
+    rev = r.summary["reverse"]
+    print(f"\nkernel: forward RTT p50 {rtt:.2f} ms (+{rtt - 20:.2f} ms over RTprop; Q/C {Q_OVER_C_MS:.0f} ms), "
+          f"up queue mean {rev['queue']['mean_bytes']:.0f} B; simulator: RTT p50 {sim.summary['rtt']['p50_ms']:.2f} ms, "
+          f"up queue mean {sim.summary['reverse']['queue']['mean_bytes']:.0f} B")
+    assert -3.0 <= rtt - 20.0 - Q_OVER_C_MS <= 6.0
+    assert rev["queue"]["mean_bytes"] > 100_000 - 3 * 1500, "the up queue stood full"
+    up = r.flows.filter(pl.col("direction") == "reverse")
+    assert set(up["kind"].unique()) == {"udp"} and up["delivered_bytes"].max() > 0
+
+
+def test_reverse_tcp_fills_the_up_link_and_is_sampled_like_any_flow():
+    doc = dict(name="rev-tcp", duration="10s", steady=["4s", "10s"], link=LINK,
+               flows=[{"cc": "cubic", "group": "down"}, {"cc": "cubic", "direction": "reverse", "group": "up"}])
+    r = run(**doc)
+    s = r.summary
+    up, down = s["groups"]["up"], s["groups"]["down"]
+    print(f"\nkernel: download {down['goodput_bps'] / 1e6:.2f} Mbit/s, upload {up['goodput_bps'] / 1e6:.2f} Mbit/s "
+          f"({100 * up['share']:.1f} % of 10 Mbit/s); RTT p50 down {s['rtt']['p50_ms']:.1f} ms, "
+          f"up {s['reverse']['rtt']['p50_ms']:.1f} ms; up queue mean {s['reverse']['queue']['mean_bytes']:.0f} B")
+    assert up["direction"] == "reverse" and 0.85 < up["share"] <= 1.0
+    assert s["total"]["goodput_bps"] == pytest.approx(down["goodput_bps"]), "the total is the forward direction's"
+    # the reverse sender's TCP_INFO is sampled from the right-hand host like any sender's
+    f = r.flows.filter((pl.col("direction") == "reverse") & (pl.col("time_s") > 4.0))
+    assert f["cwnd_pkts"].min() > 0 and f["rtt_ms"].drop_nans().len() > 0.9 * len(f)
+    # its ACKs cross the forward queue and its data the up queue: its RTT holds the up queue
+    assert s["reverse"]["rtt"]["p50_ms"] > 20.0 + 0.3 * Q_OVER_C_MS
+    assert r.router["rev_queue_bytes"].max() > 0
+
+
+def test_what_the_kernel_backend_cannot_do_on_the_reverse_path_is_refused():
+    t = parse_trial(kernel_trial(link={**LINK, "reverse": {"capacity": "10Mbit", "queue": "100KB", "loss": "1%",
+                                                           "aqm": "fq_codel"}}))
+    found = trial_problems(t)
+    assert any(p.startswith("link.reverse.loss: the link emulator draws random loss on the forward path only") for p in found)
+    assert any(p.startswith("link.reverse.aqm: 'fq_codel'") for p in found)
+    with pytest.raises(TrialRefused):
+        run_kernel_trial(t)
