@@ -542,6 +542,11 @@ pub struct FlowConfig {
     /// With `ecn`: data leaves ECT(1), the L4S identifier (RFC 9331), instead of ECT(0).
     #[serde(default)]
     pub ect1: bool,
+    /// One flow of a workload (many short flows arriving over time): its telemetry rows are
+    /// only those of the sample intervals in which it is open, from its start to the sample
+    /// after its completion, so thousands of short flows do not each fill the whole trial.
+    #[serde(default)]
+    pub workload: bool,
 }
 
 fn default_iw() -> u32 {
@@ -616,6 +621,7 @@ impl FlowConfig {
             group: None,
             ecn: false,
             ect1: false,
+            workload: false,
         }
     }
 }
