@@ -20,6 +20,12 @@ same code serves single trials and sweeps. Conventions (see the README's summary
   per-interval means (``owd_ms``); ``ping.<group>`` the probes' RTT percentiles (over the
   per-interval means of ``rtt_ms``: with an interval of at least the sample interval, each
   sample holds one probe) and their loss. These sections appear only when such groups exist.
+- Flow completion times (``fct.<group>``, from ``fct.parquet``: one row per tcp flow with a
+  size) cover the flows that start in the window, whenever they finish; percentiles and mean
+  slowdowns are over those that finished by the end of the trial, and ``unfinished`` counts the
+  rest. Slowdowns are also reported per size bucket (:data:`cctestbed.workload.BUCKET_NAMES`).
+  A workload's flows (groups with ``arrivals``) are left out of ``flows[]`` and of the Jain
+  indices: their per-flow figures are their completion times.
 - Percentiles interpolate linearly between samples (numpy's default).
 - Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
 """
@@ -67,6 +73,8 @@ class TrialInfo:
     backend: str = "sim"
     #: Piecewise-constant capacity: (from second, bps), the first entry at 0.
     schedule: tuple[tuple[float, int], ...] = field(default=())
+    #: The labels of workload groups (flow groups with ``arrivals``).
+    workload_groups: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_trial(cls, trial: Any, backend: str = "sim") -> "TrialInfo":
@@ -84,6 +92,7 @@ class TrialInfo:
             mtu=trial.mtu,
             backend=backend,
             schedule=tuple(trial.capacity_schedule()),
+            workload_groups=tuple(dict.fromkeys(g.label for g in trial.flows if g.arrivals is not None)),
         )
 
     def capacity_steps(self) -> list[tuple[float, int]]:
@@ -311,8 +320,48 @@ def rtt_metrics(flows: pl.DataFrame, t0: float, t1: float) -> dict[str, Optional
     }
 
 
-def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
-    """The ``summary.json`` document (see the README for the contract)."""
+def fct_metrics(fct: pl.DataFrame, t0: float, t1: float) -> dict[str, Any]:
+    """Per group: completion-time percentiles and mean slowdown, overall and per size bucket,
+    of the flows that start in the window ``[t0, t1)``; counts of finished and unfinished."""
+    from .workload import BUCKET_BOUNDS, BUCKET_NAMES
+
+    inside = fct.filter((pl.col("start_s") >= t0 - EPS) & (pl.col("start_s") < t1 - EPS))
+    bounds = [0, *BUCKET_BOUNDS, math.inf]
+    out: dict[str, Any] = {}
+    for label in inside["group"].unique(maintain_order=True).to_list():
+        g = inside.filter(pl.col("group") == label)
+        done = g.filter(pl.col("fct_ms").is_not_nan() & pl.col("fct_ms").is_not_null())
+        buckets = {}
+        for name, lo, hi in zip(BUCKET_NAMES, bounds, bounds[1:]):
+            b = done.filter((pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi))
+            in_bucket = g.filter((pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi))
+            buckets[name] = {
+                "flows": len(in_bucket),
+                "completed": len(b),
+                "slowdown_mean": _num(b["slowdown"].mean()) if len(b) else None,
+                "slowdown_p99": percentile(b["slowdown"], 0.99),
+                "fct_p99_ms": percentile(b["fct_ms"], 0.99),
+            }
+        out[str(label)] = {
+            "flows": len(g),
+            "completed": len(done),
+            "unfinished": len(g) - len(done),
+            "fct_p50_ms": percentile(done["fct_ms"], 0.5),
+            "fct_p95_ms": percentile(done["fct_ms"], 0.95),
+            "fct_p99_ms": percentile(done["fct_ms"], 0.99),
+            "fct_mean_ms": _num(done["fct_ms"].mean()) if len(done) else None,
+            "slowdown_mean": _num(done["slowdown"].mean()) if len(done) else None,
+            "slowdown_p99": percentile(done["slowdown"], 0.99),
+            "buckets": buckets,
+        }
+    return out
+
+
+def summarize(
+    flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, completions: Optional[pl.DataFrame] = None
+) -> dict[str, Any]:
+    """The ``summary.json`` document (see the README for the contract); ``completions`` is
+    ``fct.parquet``'s frame, when the trial has flows with a size."""
     t0, t1 = info.steady_s
     s0, s1 = window_bounds(flows["time_s"], t0, t1)
     cap_bits = payload_capacity_bits(info.capacity_steps(), s0, s1, info.mss, info.mtu)
@@ -321,6 +370,9 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
     delivered_bits = float(pf["delivered_bytes"].sum()) * 8
     tcp = of_kind(flows, "tcp")
     pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))
+    workload = list(info.workload_groups)
+    pf_listed = pf.filter(~pl.col("group").is_in(workload)) if workload else pf
+    pf_tcp_listed = pf_tcp.filter(~pl.col("group").is_in(workload)) if workload else pf_tcp
     sent = float(pf_tcp["sent_segs"].sum())
     retrans = float(pf_tcp["retrans_segs"].sum())
     rm = router_metrics(router, info, t0, t1)
@@ -334,7 +386,7 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "goodput_bps": bits / span if span > 0 else None,
             "flows": len(g),
             "retrans_pct": _pct(float(g["retrans_segs"].sum()), float(g["sent_segs"].sum())),
-            "jain": jain(g["goodput_bps"].fill_null(0.0)),
+            "jain": None if label in workload else jain(g["goodput_bps"].fill_null(0.0)),
         }
 
     return {
@@ -354,13 +406,14 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "loss_pct": rm["loss_pct"],
             "mark_pct": rm["mark_pct"],
             "retrans_pct": _pct(retrans, sent),
-            "jain": jain(pf_tcp["goodput_bps"].fill_null(0.0)),
+            "jain": jain(pf_tcp_listed["goodput_bps"].fill_null(0.0)),
         },
         "queue": rm["queue"],
         "sojourn": rm["sojourn"],
         "rtt": rtt_metrics(tcp, t0, t1),
         "groups": groups,
         **{kind: m for kind in ("udp", "ping") if (m := datagram_metrics(flows, kind, t0, t1))},
+        **({"fct": m} if completions is not None and (m := fct_metrics(completions, t0, t1)) else {}),
         "flows": [
             {
                 "id": int(r["flow"]),
@@ -370,6 +423,6 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
                 "retrans_pct": _num(r["retrans_pct"]),
                 "rtt_p50_ms": _num(r["rtt_p50_ms"]),
             }
-            for r in pf.iter_rows(named=True)
+            for r in pf_listed.iter_rows(named=True)
         ],
     }
