@@ -471,8 +471,9 @@ def _packets(spec: TrialSpec) -> float:
 
 
 def _rows(spec: TrialSpec) -> float:
-    t = spec.trial
-    return t.duration / t.sample_interval * len(t.expanded())
+    from .config import resources
+
+    return float(resources(spec.trial).rows)
 
 
 def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0, scale: float = 1.0) -> Estimate:
