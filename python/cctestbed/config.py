@@ -1582,13 +1582,15 @@ def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
 
 
 def _files_relative_to(doc: Any, base: Path) -> Any:
-    """Trace files named relative to the file that names them, made absolute: ``trace`` in any
-    ``link`` table (a trial, a sweep's base, a suite's scenarios) and a sweep axis over
-    ``link.trace``."""
+    """Trace and CDF files named relative to the file that names them, made absolute: ``trace``
+    in any ``link`` table (a trial, a sweep's base, a suite's scenarios), a sweep axis over
+    ``link.trace``, and a flow group's ``size.file`` (but a shipped CDF's name)."""
     def walk(v: Any, key: Optional[str]) -> None:
         if isinstance(v, dict):
             if key == "link" and isinstance(v.get("trace"), str):
                 v["trace"] = traces.resolve(v["trace"], base)
+            if key == "size" and isinstance(v.get("file"), str) and v["file"] not in workload.SHIPPED_CDFS:
+                v["file"] = str(workload.cdf_path(v["file"], base))
             axis = v.get("link.trace") if key == "axes" else None
             if isinstance(axis, list):
                 v["link.trace"] = [traces.resolve(x, base) if isinstance(x, str) else x for x in axis]
