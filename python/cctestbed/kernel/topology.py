@@ -305,6 +305,29 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
 
 # --- building -----------------------------------------------------------------------------------
 
+#: How long a new veth may take to become operational.
+OPERATIONAL_TIMEOUT_S = 5.0
+
+
+def wait_operational(devs: Sequence[tuple[str, str]], timeout_s: float = OPERATIONAL_TIMEOUT_S) -> None:
+    """Waits until every (namespace, device) is operationally up. A veth's carrier comes up
+    through the kernel's linkwatch, which handles such events up to a second late
+    (``linkwatch_fire_event``); until then the device has no qdisc attached (``dev_activate``
+    has not run) and drops what it is given, so a trial starting at once would lose its first
+    few hundred milliseconds of packets (its SYNs, retransmitted only after the 1 s initial RTO)."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(devs)
+    while pending:
+        pending = [(ns, dev) for ns, dev in pending
+                   if json.loads(sh(["ip", "-n", ns, "-j", "link", "show", "dev", dev]).stdout)[0].get("operstate")
+                   != "UP"]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TopologyError(f"interfaces not up after {timeout_s:g} s: "
+                                + ", ".join(f"{dev} in {ns}" for ns, dev in pending))
+        time.sleep(0.02)
+
 
 @dataclass
 class HostSettings:
@@ -375,6 +398,7 @@ class Topology:
                 str(h.initcwnd)])
             route = ["ip", "-n", r, "route", "add", f"{n.ip('snd', k)}/32", "dev", n.host_if(k)]
             sh(route + (["quickack", "1"] if h.quickack else []))
+        wait_operational(veths)
 
     def host_stack(self) -> dict[str, Any]:
         """What the first sender host's TCP stack runs with: its qdisc and the TCP sysctls that
