@@ -324,3 +324,10 @@ def test_resources_of_a_large_workload_stay_within_the_limits():
     d = {**trial(arrivals={"model": "poisson", "rate": 200.0}, size={"dist": "exponential", "mean": "300KB"}),
          "duration": "60s", "link": {"capacity": "1Gbit", "rtt": "10ms", "queue": "1bdp"}}
     assert resource_problems(load_trial(d)) == []
+
+
+def test_goodput_counts_the_whole_window_when_no_flow_is_open_at_its_end():
+    # three flows done within the first second of a 4 s trial: rows end early, the window does not
+    r = run_trial(trial(arrivals=["0.1s", "0.2s", "0.3s"], size="100KB"))
+    assert r.flows["time_s"].max() < 1.0 and r.router["time_s"].max() == 4.0
+    assert r.summary["total"]["goodput_bps"] == pytest.approx(3 * 100_000 * 8 / 4.0)

@@ -195,14 +195,16 @@ def _pct(num: float, den: float) -> Optional[float]:
 # --- the metrics ------------------------------------------------------------------------------
 
 
-def per_flow(flows: pl.DataFrame, t0: float, t1: float) -> pl.DataFrame:
+def per_flow(flows: pl.DataFrame, t0: float, t1: float, times: Optional[pl.Series] = None) -> pl.DataFrame:
     """One row per flow over the window.
 
     Columns: ``flow, cc, group, delivered_bytes, goodput_bps, sent_segs, retrans_segs,
     retrans_pct, rtt_p50_ms, rtt_mean_ms``. ``goodput_bps`` is delivered payload over the span
-    between the two counter readings (the window itself when samples fall on its ends).
+    between the two counter readings (the window itself when samples fall on its ends), read on
+    ``times`` (the sample times; default the flows'; a workload's flows have rows only while
+    open, so the router's are the trial's).
     """
-    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    s0, s1 = window_bounds(flows["time_s"] if times is None else times, t0, t1)
     span = s1 - s0
     deltas = counter_deltas(flows, ["delivered_bytes", "sent_segs", "retrans_segs"], t0, t1, by="flow")
     meta_cols = [c for c in ("cc", "group") if c in flows.columns]
@@ -363,10 +365,12 @@ def summarize(
     """The ``summary.json`` document (see the README for the contract); ``completions`` is
     ``fct.parquet``'s frame, when the trial has flows with a size."""
     t0, t1 = info.steady_s
-    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    # the sample times: the router's, as a workload's flows have rows only while open
+    times = router["time_s"] if len(router) else flows["time_s"]
+    s0, s1 = window_bounds(times, t0, t1)
     cap_bits = payload_capacity_bits(info.capacity_steps(), s0, s1, info.mss, info.mtu)
     span = s1 - s0
-    pf = per_flow(flows, t0, t1)
+    pf = per_flow(flows, t0, t1, times)
     delivered_bits = float(pf["delivered_bytes"].sum()) * 8
     tcp = of_kind(flows, "tcp")
     pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))

@@ -657,8 +657,8 @@ CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
 def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict[str, np.ndarray]],
                 schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """flows.parquet from the senders' and sinks' samples: a row per flow per tick, except a
-    workload's flows, which have rows only for the ticks their sender sampled them (while
-    open), as in the simulator."""
+    workload's flows, which have rows only from the first tick their sender or sink sampled them
+    to the last (while open), as in the simulator."""
     n_ticks = trial.duration // trial.sample_interval
     expanded = trial.expanded()
     workload = np.array([gr.arrivals is not None for _, gr, _ in expanded], dtype=bool)
@@ -671,14 +671,14 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         ids = np.flatnonzero(workload)
         first = np.full(len(expanded), n_ticks + 1)
         last = np.zeros(len(expanded), dtype=int)
-        for d in send:
+        for d in [*send, *sink]:  # the sink's last sample (every byte read) may come a tick after the sender's
             if len(d.get("tick", [])) == 0:
                 continue
             t, f = d["tick"].astype(int), d["flow"].astype(int)
             ok = workload[f] & (t >= 1) & (t <= n_ticks)
             np.minimum.at(first, f[ok], t[ok])
             np.maximum.at(last, f[ok], t[ok])
-        ids = ids[last[ids] >= first[ids]]  # flows their sender never sampled have no rows
+        ids = ids[last[ids] >= first[ids]]  # flows never sampled have no rows
         if len(ids):
             blocks.append(_flow_block(trial, send, sink, schema, ids, first[ids], last[ids] - first[ids] + 1))
     df = pl.concat(blocks) if blocks else pl.DataFrame(schema=schema)
