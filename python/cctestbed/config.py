@@ -1200,8 +1200,10 @@ class Trial(_Model):
         """One line for plot titles: '2 cubic + 2 reno, 80 Mbit/s, RTprop 25 ms, queue 2bdp (625 KB)'."""
         groups: dict[str, int] = {}
         for g in self.flows:
-            groups[g.label] = groups.get(g.label, 0) + g.count
-        flows = " + ".join(f"{n} {label}" for label, n in groups.items())
+            groups[g.label] = groups.get(g.label, 0) + (g.count if g.arrivals is None else 0)
+        workloads = {g.label: g for g in self.flows if g.arrivals is not None}
+        flows = " + ".join(f"{n} {label}" if label not in workloads else f"{label} ({self._workload_words(workloads[label])})"
+                           for label, n in groups.items())
         limit_bytes, limit_pkts = self.link.queue_limits()
         q = self.link.queue
         if limit_bytes is not None and not q.endswith("B"):
@@ -1229,6 +1231,22 @@ class Trial(_Model):
         if agg is not None:
             parts.append(f"ACKs aggregated ({agg.model}, {units.human_time(agg.interval)})")
         return ", ".join(parts)
+
+    def _workload_words(self, g: FlowGroup) -> str:
+        """'Poisson 60 % load, websearch sizes' for a plot title."""
+        a = g.arrivals
+        assert a is not None
+        if a.model == "fixed":
+            when = f"{len(a.times or ())} listed starts"
+        elif a.load is not None:
+            when = f"Poisson {units.format_percent(a.load)} load"
+        else:
+            when = f"Poisson {a.rate:g}/s"
+        if isinstance(g.size, SizeDist):
+            size = f"{Path(g.size.file).stem} sizes" if g.size.dist == "cdf" and g.size.file else f"{g.size.dist} sizes"
+        else:
+            size = units.human_size(g.size or 0)
+        return f"{g.algorithm}, {when}, {size}"
 
     def to_toml(self) -> str:
         """The normalised trial file: canonical units, defaults filled in, resolved values as comments."""

@@ -362,6 +362,9 @@ def plot_trial(
         for state, xranges in bands.items():
             seen.setdefault(state, None)
             ax_state.broken_barh(xranges, (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
+    if not seen:  # only summed workload groups: no flow of its own to show
+        ax_state.text(0.5, 0.5, "a workload's flows are summed: no per-flow state", transform=ax_state.transAxes,
+                      ha="center", va="center", fontsize=8, color="0.4")
     ax_state.set_yticks(range(len(ids)), [str(f) for f in ids], fontsize=7)
     ax_state.set_ylim(len(ids) - 0.5, -0.5)
     ax_state.set_ylabel("state\n(flow)")
