@@ -5,7 +5,8 @@ A trial file (TOML or JSON) is read into :class:`Trial`, whose fields hold SI in
 unknown keys. :func:`load_trial` collects *every* problem at once and raises
 :class:`ConfigError`, whose ``problems`` each read ``field: value: what is valid``.
 
-:meth:`Trial.to_core` produces the JSON structure the simulator core takes (flow groups
+:meth:`Trial.to_core` produces the JSON structure the simulator core takes (flow groups, and a
+workload's arrivals and sizes drawn by :mod:`cctestbed.workload` from the seed,
 expanded to one entry per flow); :meth:`Trial.to_toml` writes the normalised trial file
 saved beside the results.
 """
@@ -29,12 +30,12 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     Strict,
     StrictBool,
     Tag,
-    Discriminator,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -524,12 +525,6 @@ class DelayedAck(_Model):
 
 def _delack_shorthand(v: Any) -> Any:
     return {"enabled": v} if isinstance(v, bool) else v
-
-
-#: Arrival processes of a workload group.
-ARRIVAL_MODELS = ("poisson", "fixed")
-#: Size distributions a tcp group's ``size`` may name (besides one size, or a shipped CDF's name).
-SIZE_DISTS = ("exponential", "pareto", "cdf")
 
 
 def _arrivals_shorthand(v: Any) -> Any:
