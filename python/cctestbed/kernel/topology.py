@@ -310,11 +310,11 @@ OPERATIONAL_TIMEOUT_S = 5.0
 
 
 def wait_operational(devs: Sequence[tuple[str, str]], timeout_s: float = OPERATIONAL_TIMEOUT_S) -> None:
-    """Waits until every (namespace, device) is operationally up. A veth's carrier comes up
-    through the kernel's linkwatch, which handles such events up to a second late
-    (``linkwatch_fire_event``); until then the device has no qdisc attached (``dev_activate``
-    has not run) and drops what it is given, so a trial starting at once would lose its first
-    few hundred milliseconds of packets (its SYNs, retransmitted only after the 1 s initial RTO)."""
+    """Waits until every (namespace, device) is operationally up. A new veth's carrier, the qdisc
+    attached to it on carrier-on (``dev_activate``) and the bridges' view of their ports come up
+    asynchronously, through the kernel's linkwatch work; a trial starting at once was seen to
+    lose its first 0.3 to 0.5 s of packets (its SYNs, retransmitted only after the 1 s initial
+    RTO)."""
     deadline = time.monotonic() + timeout_s
     pending = list(devs)
     while pending:
