@@ -168,7 +168,9 @@ macro_rules! series {
 
 series! {
     /// Per-flow columns: one row per flow per sample, ordered by time then flow. Datagram
-    /// flows (udp, ping) fill the TCP-only columns with 0 (counts) or NaN (measurements).
+    /// flows (udp, ping) fill the TCP-only columns with 0 (counts) or NaN (measurements). A
+    /// workload's flow (`FlowConfig::workload`) has rows only while open: from the first sample
+    /// after its start to the first at or after its completion.
     pub struct FlowSeries {
         /// End of the sample interval the row covers.
         #[unit = "s"]
