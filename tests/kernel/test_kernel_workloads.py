@@ -61,6 +61,11 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
     done = fct.filter(pl.col("fct_ms").is_not_nan())
     assert len(done) == len(fct), "every flow finishes in the 2 s after the last arrival"
     assert (done["delivered_bytes"] == done["size_bytes"]).all()
+    # the flows' last telemetry rows hold every byte, once
+    last = r.flows.group_by("flow").agg(pl.col("delivered_bytes").sort_by("time_s").last())
+    joined = fct.join(last, on="flow", suffix="_telemetry")
+    assert (joined["delivered_bytes"] == joined["delivered_bytes_telemetry"]).all()
+    assert r.summary["total"]["goodput_bps"] == pytest.approx(fct["size_bytes"].sum() * 8 / 16, rel=1e-9)
     # nothing beats the empty path (a tenth of a millisecond for the hosts' timing)
     assert (done["fct_ms"] >= done["ideal_fct_ms"] - 0.1).all()
     # workload flows: rows only while open

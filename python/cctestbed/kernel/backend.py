@@ -732,7 +732,9 @@ def _flow_block(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         span = np.maximum(t_ns - prev_t, 1.0)
         return (counter - prev_c) * 8e9 / span
 
-    recv = ffill(grid(sink, "bytes_received", nan))
+    # tcpi_bytes_received counts the FIN's sequence number too: a sized flow's payload is its size
+    sizes = np.array([np.inf if spec.size is None else spec.size for spec in (trial.flow_list()[i] for i in ids)])
+    recv = np.minimum(ffill(grid(sink, "bytes_received", nan)), sizes[:, None])
     t_sink = times(sink)
     t_send = times(send)
     g = {k: grid(send, k, nan) for k in ("snd_mss", "unacked", "sacked", "lost", "retrans", "rtt_us", "snd_cwnd",

@@ -356,9 +356,6 @@ def run_sink(spec: dict[str, Any]) -> int:
     def sample(tick: int) -> None:
         now = mono_ns()
         for fd, (s, flow) in list(conns.items()):
-            if flow in workload and flow in closed:  # its last sample; the socket goes
-                del conns[fd]
-                s.close()
             try:
                 info = parse_tcp_info(s.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
                 received = info["bytes_received"]
@@ -370,6 +367,9 @@ def run_sink(spec: dict[str, Any]) -> int:
             cols["bytes_received"].append(received)
             cols["app_bytes"].append(app_bytes[flow])
             cols["closed"].append(flow in closed)
+            if flow in workload and flow in closed:  # that was its last sample; the socket goes
+                del conns[fd]
+                s.close()
 
     tick = 1
     try:
