@@ -47,6 +47,7 @@ from . import topology as topo
 BACKEND = "kernel"
 PORT = 5201
 PORT_BASE = 20000
+MAX_PORT = 65535
 
 
 class KernelUnavailable(RuntimeError):
@@ -227,6 +228,11 @@ def trial_problems(trial: Trial) -> list[str]:
         problems.append("link.ack_aggregation: the kernel backend's ACK path is a plain delay; "
                         "aggregated ACKs run on the simulator")
     problems += aqm_problems(trial)
+    n = len(trial.flow_list())
+    if n > MAX_PORT - PORT_BASE:
+        problems.append(f"flows: {n:,} flows in all: the kernel backend gives each its own source port from "
+                        f"{PORT_BASE}, so at most {MAX_PORT - PORT_BASE:,} fit; give a lower arrival rate or a shorter "
+                        "duration")
     return problems
 
 
