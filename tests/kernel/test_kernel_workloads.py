@@ -79,3 +79,13 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
                       f"{s['buckets'][b]['slowdown_mean'] or float('nan'):.2f}" for b in workload.BUCKET_NAMES))
     # the same flows on the same path: the median completion agrees within a quarter
     assert abs(k["fct_p50_ms"] / s["fct_p50_ms"] - 1) < 0.25
+
+
+def test_more_flows_than_source_ports_are_refused_before_start():
+    from cctestbed.kernel.backend import trial_problems
+
+    t = parse_trial(kernel_trial(duration="60s", flows=[{"cc": "cubic", "size": "10KB",
+                                                          "arrivals": {"model": "poisson", "rate": 1000.0}}]))
+    found = trial_problems(t)
+    assert any(p.startswith(f"flows: {len(t.flow_list()):,} flows in all: the kernel backend gives each its own "
+                            "source port") for p in found), found
