@@ -280,6 +280,8 @@ def test_the_readme_documents_the_completion_columns():
     ({"size": {"dist": "normal", "mean": "1MB"}}, "flows[0].size.dist: 'normal': Input should be 'exponential', 'pareto' or 'cdf'"),
     ({"size": {"dist": "cdf", "file": "nope.cdf"}}, "flows[0].size.file: 'nope.cdf':"),
     ({"size": {"dist": "exponential", "mean": "1MB", "bogus": 1}}, "flows[0].size.bogus: unknown key; valid are dist, mean, scale, shape, max, file"),
+    ({"arrivals": {"model": "poisson", "load": "50%"}, "size": {"dist": "pareto", "scale": "1KB", "shape": 1.0}},
+     "flows[0].arrivals.load: '50%': sets the rate from the mean size, and a Pareto of shape <= 1 has none"),
 ])
 def test_bad_workloads_are_refused_naming_field_value_and_what_is_valid(flow, message):
     d = trial(**flow)

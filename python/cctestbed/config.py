@@ -1013,6 +1013,10 @@ class Trial(_Model):
             return [(f"flows[{i}].arrivals.times[{k}]", units.format_time(t), f"must be before the end ({end})")
                     for k, t in enumerate(a.times or ()) if t >= self.duration]
         out = []
+        if a.load is not None and isinstance(g.size, SizeDist) and not math.isfinite(g.size.distribution().expected()):
+            out.append((f"flows[{i}].arrivals.load", units.format_percent(a.load),
+                        "sets the rate from the mean size, and a Pareto of shape <= 1 has none: give the sizes a max, "
+                        "a shape > 1, or the arrivals a rate"))
         until = a.until if a.until is not None else self.duration
         if a.until is not None and a.until > self.duration:
             out.append((f"flows[{i}].arrivals.until", units.format_time(a.until), f"must be within the duration ({end})"))
