@@ -1378,9 +1378,9 @@ def format_errors(exc: ValidationError) -> list[str]:
 #: Above these limits a trial is refused unless large trials are allowed (``--allow-large``,
 #: ``allow_large=True``): they would take more memory or time than a workstation has to give.
 MAX_FLOWS = 10_000
-#: A workload's flows have telemetry rows only while open, so they are limited by the
-#: simulator's state instead: about 18 KB a flow (measured: 24,000 flows of a 60 s trial take
-#: 0.5 GB), so 100,000 is about 2 GB.
+#: A workload's flows have telemetry rows only while open, so they are limited by the memory
+#: each flow takes otherwise (the simulator's state, kept to the end, and the flow list):
+#: about 18 KB (measured: a 60 s trial of 24,000 flows peaks at 0.5 GB), so 100,000 is about 2 GB.
 MAX_WORKLOAD_FLOWS = 100_000
 #: Telemetry rows (flows x samples, plus the router's); about 450 bytes each in memory while a
 #: trial runs and is written, so 5 million rows is about 2 GB.
@@ -1464,7 +1464,7 @@ def resource_problems(trial: "Trial") -> list[str]:
                    f"too large{hint}")
     if r.workload_flows > MAX_WORKLOAD_FLOWS:
         out.append(f"flows.arrivals: about {_n(r.workload_flows)} workload flows in all; more than "
-                   f"{_n(MAX_WORKLOAD_FLOWS)} (about 18 KB of simulator state each) is refused as too large: "
+                   f"{_n(MAX_WORKLOAD_FLOWS)} (about 18 KB of memory each) is refused as too large: "
                    f"give a lower rate or load, or a shorter duration{hint}")
     if r.rows > MAX_ROWS:
         how = (f"x ({_n(r.flows)} flow(s) + the router) =" if not any(g.arrivals for g in trial.flows) else
