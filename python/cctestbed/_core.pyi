@@ -39,6 +39,8 @@ class SimOutput(TypedDict):
     state_labels: list[str]
     final: Final
     captures: list[tuple[str, bytes]]
+    #: one row per tcp flow with a size: its completion time (NaN if unfinished)
+    completions: dict[str, npt.NDArray[Any]]
 
 def simulate(config_json: str) -> SimOutput:
     """Run one trial given the core's JSON config; releases the GIL.
@@ -55,6 +57,7 @@ class Columns(TypedDict):
     #: ``state_labels``
     flows: list[tuple[str, str, str, str]]
     router: list[tuple[str, str, str, str]]
+    completions: list[tuple[str, str, str, str]]
 
 def columns(config_json: Optional[str] = None) -> Columns:
     """The output columns in order, as the core declares them (telemetry.rs); given a trial's

@@ -108,6 +108,12 @@ def _totals_table(summary: dict[str, Any]) -> Table:
             f"{g['flows']} flow(s), share {_fmt(g['share'], '.1f', 100)} %, "
             f"retrans {_fmt(g['retrans_pct'], '.3f')} %, Jain {_fmt(g['jain'], '.3f')}",
         )
+    for name, g in summary.get("fct", {}).items():
+        t.add_row(
+            f"{name} FCT",
+            f"{g['completed']} completed, {g['unfinished']} unfinished; p50 {_fmt(g['fct_p50_ms'], '.1f')} ms, "
+            f"p99 {_fmt(g['fct_p99_ms'], '.1f')} ms, mean slowdown {_fmt(g['slowdown_mean'], '.2f')}",
+        )
     t.add_row("queue", f"mean {_fmt(q['mean_bdp'], '.2f')} BDP, p95 {_fmt(q['p95_bdp'], '.2f')} BDP")
     t.add_row(
         "RTT",
@@ -211,7 +217,7 @@ def _run(
         err.print(f"note: {p} holds results an interrupted --force run had moved aside; "
                   "move them back or delete the directory", markup=False)
 
-    n_flows = sum(g.count for g in trial.flows)
+    n_flows = len(trial.flow_list())
     if trial.backend == "kernel":
         from .kernel.cli import run_kernel
 
@@ -227,7 +233,8 @@ def _run(
         path = result.save(dest, force=force)
 
     out.print(f"[bold]{trial.name}[/]: {trial.describe()}")
-    out.print(_summary_table(result.summary))
+    if result.summary["flows"]:  # a workload's flows are summarised by their completion times
+        out.print(_summary_table(result.summary))
     out.print(_totals_table(result.summary))
     out.print(f"results: {path}")
     out.print(f"plot:    {path / 'trial.png'}")
@@ -324,7 +331,8 @@ def analyze(
     for c in result.report["connections"]:
         out.print(f"flow {c['flow']}: {c['sender']} -> {c['receiver']} (sender capture: {c['sender_capture'] or '-'}, "
                   f"receiver capture: {c['receiver_capture'] or '-'})", markup=False)
-    out.print(_summary_table(s))
+    if s["flows"]:  # a workload's flows are summarised by their completion times
+        out.print(_summary_table(s))
     out.print(f"results: {path}")
 
 

@@ -14,7 +14,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from .plot import binned_flows, binned_router, save_figure
+from .plot import aggregate_workloads, binned_flows, binned_router, save_figure
 from .results import TrialResult
 
 
@@ -77,6 +77,15 @@ def metric_rows(summary: dict[str, Any]) -> list[tuple[str, Optional[float], str
             (f"{name} (ping): RTT p99 ms", g["rtt_p99_ms"], ".2f"),
             (f"{name} (ping): loss %", g["loss_pct"], ".3f"),
         ]
+    for name, g in summary.get("fct", {}).items():
+        rows += [
+            (f"{name} (FCT): flows completed", g["completed"], ".0f"),
+            (f"{name} (FCT): unfinished", g["unfinished"], ".0f"),
+            (f"{name} (FCT): p50 ms", g["fct_p50_ms"], ".2f"),
+            (f"{name} (FCT): p99 ms", g["fct_p99_ms"], ".2f"),
+            (f"{name} (FCT): mean slowdown", g["slowdown_mean"], ".2f"),
+        ]
+        rows += [(f"{name} (FCT): mean slowdown, {b}", v["slowdown_mean"], ".2f") for b, v in g["buckets"].items()]
     for f in summary["flows"]:
         rows += [
             (f"flow {f['id']} ({f['group']}): goodput Mbit/s", mbit(f["goodput_bps"]), ".2f"),
@@ -104,8 +113,13 @@ def compare_table(a: TrialResult, b: TrialResult) -> Table:
     return t
 
 
-def _by_group(r: TrialResult, bf: pl.DataFrame) -> pl.DataFrame:
-    meta = r.flows.group_by("flow").agg(pl.col("group").first())
+def _flows(r: TrialResult) -> pl.DataFrame:
+    """The trial's flows with each workload group summed into one (as the trial plot draws them)."""
+    return aggregate_workloads(r.flows, r.info.workload_groups, r.router["time_s"])
+
+
+def _by_group(flows: pl.DataFrame, bf: pl.DataFrame) -> pl.DataFrame:
+    meta = flows.group_by("flow").agg(pl.col("group").first())
     return bf.join(meta, on="flow", how="left")
 
 
@@ -113,17 +127,24 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
     """Goodput per group and in total, RTT per group, queue and loss: A solid, B dashed."""
     from matplotlib import colormaps
 
-    fig = Figure(figsize=(11, 11), layout="constrained")
-    ax_tp, ax_rtt, ax_q, ax_loss = fig.subplots(4, 1, sharex=True, height_ratios=[1.3, 1, 1, 0.8])
+    has_fct = a.completions is not None or b.completions is not None
+    fig = Figure(figsize=(11, 11 + (4 if has_fct else 0)), layout="constrained")
+    axes = fig.subplots(4 + has_fct, 1, height_ratios=[1.3, 1, 1, 0.8] + ([2] if has_fct else []))
+    ax_tp, ax_rtt, ax_q, ax_loss = axes[:4]
+    for ax in (ax_rtt, ax_q, ax_loss):
+        ax.sharex(ax_tp)
+    for ax in (ax_tp, ax_rtt, ax_q):
+        ax.tick_params(labelbottom=False)
+    flows = {id(r): _flows(r) for r in (a, b)}
     groups: list[str] = []
     for r in (a, b):
-        for g in r.flows["group"].unique(maintain_order=True).to_list():
+        for g in flows[id(r)]["group"].unique(maintain_order=True).to_list():
             if g not in groups:
                 groups.append(g)
     colors = {g: colormaps["tab10"](i % 10) for i, g in enumerate(groups)}
     for r, ls in ((a, "-"), (b, "--")):
         tag = "A" if r is a else "B"
-        bf = _by_group(r, binned_flows(r.flows))
+        bf = _by_group(flows[id(r)], binned_flows(flows[id(r)]))
         per_group = bf.group_by(["group", "t"]).agg(
             pl.col("goodput_bps").sum(), pl.col("rtt_ms").mean()
         ).sort(["group", "t"])
@@ -150,6 +171,21 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
     for ax in (ax_tp, ax_rtt, ax_q, ax_loss):
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
+    if has_fct:
+        ax_fct = axes[4]
+        for r, marker in ((a, "o"), (b, "x")):
+            c = r.completions
+            if c is None:
+                continue
+            done = c.filter(pl.col("fct_ms").is_not_nan())
+            ax_fct.scatter(done["size_bytes"], done["fct_ms"], s=8, marker=marker, lw=0.8 if marker == "x" else 0,
+                           alpha=0.5, label=f"{'A' if r is a else 'B'}: {_label(r)} ({len(done)} completed)")
+        ax_fct.set_xscale("log")
+        ax_fct.set_yscale("log")
+        ax_fct.set_xlabel("flow size (bytes)")
+        ax_fct.set_ylabel("completion time (ms)")
+        ax_fct.grid(True, which="both", alpha=0.25)
+        ax_fct.legend(loc="upper left", fontsize=8)
     ax_tp.legend(loc="lower right", fontsize=8, ncol=max(2, len(groups) + 1))
     ax_q.legend(loc="upper right", fontsize=8)
     fig.suptitle(f"A (solid): {_label(a)}    B (dashed): {_label(b)}\n{a.trial.describe()}", fontsize=11)

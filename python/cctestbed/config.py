@@ -5,7 +5,8 @@ A trial file (TOML or JSON) is read into :class:`Trial`, whose fields hold SI in
 unknown keys. :func:`load_trial` collects *every* problem at once and raises
 :class:`ConfigError`, whose ``problems`` each read ``field: value: what is valid``.
 
-:meth:`Trial.to_core` produces the JSON structure the simulator core takes (flow groups
+:meth:`Trial.to_core` produces the JSON structure the simulator core takes (flow groups, and a
+workload's arrivals and sizes drawn by :mod:`cctestbed.workload` from the seed,
 expanded to one entry per flow); :meth:`Trial.to_toml` writes the normalised trial file
 saved beside the results.
 """
@@ -29,10 +30,12 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     Strict,
     StrictBool,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -40,7 +43,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from . import traces, units
+from . import traces, units, workload
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -120,6 +123,12 @@ def _int_range(lo: int, hi: int) -> Any:
 def _probability(v: float) -> float:
     if not 0.0 <= v <= 1.0:
         raise ValueError("must be between 0% and 100% (a fraction between 0 and 1)")
+    return v
+
+
+def _positive_finite(v: float) -> float:
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError("must be a finite number > 0")
     return v
 
 
@@ -549,12 +558,124 @@ def _delack_shorthand(v: Any) -> Any:
     return {"enabled": v} if isinstance(v, bool) else v
 
 
+def _arrivals_shorthand(v: Any) -> Any:
+    """``arrivals = ["1s", "2.5s"]``: flows starting at those times."""
+    return {"model": "fixed", "times": v} if isinstance(v, list) else v
+
+
+class Arrivals(_Model):
+    """When a workload group's flows start: a Poisson process from the group's ``start`` to
+    ``until`` at ``rate`` flows per second, or at the rate that offers ``load`` of the link's
+    payload capacity with the group's mean size; or the listed ``times``."""
+
+    model: Literal["poisson", "fixed"]
+    rate: Optional[Annotated[float, Strict(), AfterValidator(_positive_finite)]] = None
+    load: Optional[Probability] = None
+    until: Optional[PositiveTime] = None
+    times: Optional[list[NonNegativeTime]] = None
+
+    @model_validator(mode="after")
+    def _fields_fit_model(self) -> "Arrivals":
+        shown = self.model_dump(mode="json")
+        problems: list[tuple[str, Any, str]] = []
+        if self.model == "poisson":
+            if (self.rate is None) == (self.load is None):
+                problems.append(("rate", None, "a poisson arrival process takes exactly one of rate (flows per second) "
+                                               "and load (a fraction of the link's capacity)"))
+            if self.load is not None and self.load <= 0:
+                problems.append(("load", shown["load"], "must be > 0"))
+            if self.times is not None:
+                problems.append(("times", None, "only fixed arrivals list times; poisson takes rate or load"))
+        else:
+            for k in ("rate", "load", "until"):
+                if getattr(self, k) is not None:
+                    problems.append((k, shown[k], "not used by fixed arrivals; they take times"))
+            if not self.times:
+                problems.append(("times", None, "missing: fixed arrivals list at least one start time"))
+        if problems:
+            raise _field_errors(problems)
+        return self
+
+
+def _size_shorthand(v: Any) -> Any:
+    """``size = "websearch"`` (a shipped CDF's name) is ``{dist = "cdf", file = "websearch"}``."""
+    if isinstance(v, str) and v.strip() in workload.SHIPPED_CDFS:
+        return {"dist": "cdf", "file": v.strip()}
+    return v
+
+
+class SizeDist(_Model):
+    """Flow sizes drawn per flow: ``exponential`` (``mean``), ``pareto`` (``shape`` and one of
+    ``scale`` or ``mean``), ``cdf`` (``file``: a CDF file or a shipped CDF's name); ``max`` cuts
+    exponential and Pareto draws."""
+
+    dist: Literal["exponential", "pareto", "cdf"]
+    mean: Optional[PositiveSize] = None
+    scale: Optional[PositiveSize] = None
+    shape: Optional[Annotated[float, AfterValidator(_positive_finite)]] = None
+    max: Optional[PositiveSize] = None
+    file: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _fields_fit_dist(self) -> "SizeDist":
+        shown = self.model_dump(mode="json")
+        takes = {"exponential": ("mean", "max"), "pareto": ("mean", "scale", "shape", "max"), "cdf": ("file",)}[self.dist]
+        problems: list[tuple[str, Any, str]] = [
+            (k, shown[k], f"not used by the {self.dist} distribution; it takes {', '.join(takes)}")
+            for k in ("mean", "scale", "shape", "max", "file") if getattr(self, k) is not None and k not in takes
+        ]
+        if self.dist == "exponential" and self.mean is None:
+            problems.append(("mean", None, "missing: the exponential distribution needs its mean"))
+        if self.dist == "pareto":
+            if self.shape is None:
+                problems.append(("shape", None, "missing: the Pareto distribution needs its shape (alpha, e.g. 1.2)"))
+            if (self.mean is None) == (self.scale is None):
+                problems.append(("scale", None, "give exactly one of scale (the smallest size, x_m) and mean"))
+            elif self.mean is not None and self.shape is not None and self.shape <= 1:
+                problems.append(("shape", self.shape, "must be > 1 when the mean is given (a Pareto of shape <= 1 "
+                                                      "has no mean); give scale instead"))
+        if self.dist == "cdf":
+            if self.file is None:
+                problems.append(("file", None, f"missing: a CDF file, or one of {', '.join(workload.SHIPPED_CDFS)}"))
+            else:
+                try:
+                    workload.load_cdf(workload.cdf_path(self.file))
+                except workload.CdfError as e:
+                    problems.append(("file", self.file, f"{e}; or name a shipped CDF: "
+                                                        f"{', '.join(workload.SHIPPED_CDFS)}"))
+        if problems:
+            raise _field_errors(problems)
+        return self
+
+    def distribution(self) -> "workload.SizeDistribution":
+        cap = None if self.max is None else float(self.max)
+        if self.dist == "exponential":
+            assert self.mean is not None
+            return workload.SizeDistribution("exponential", mean=float(self.mean), cap=cap)
+        if self.dist == "pareto":
+            assert self.shape is not None
+            scale = self.scale if self.scale is not None else (self.mean or 0) * (self.shape - 1) / self.shape
+            return workload.SizeDistribution("pareto", scale=float(scale), shape=self.shape, cap=cap)
+        assert self.file is not None
+        return workload.SizeDistribution("cdf", points=workload.load_cdf(workload.cdf_path(self.file)))
+
+
+#: Discriminator tags of ``size``: one size, or a distribution. They are left out of the
+#: paths in error messages (``flows[0].size``, ``flows[0].size.mean``).
+SIZE_TAGS = ("<one size>", "<distribution>")
+FlowSize = Annotated[
+    Union[Annotated[PositiveSize, Tag(SIZE_TAGS[0])], Annotated[SizeDist, Tag(SIZE_TAGS[1])]],
+    Discriminator(lambda v: SIZE_TAGS[1] if isinstance(v, (dict, SizeDist)) else SIZE_TAGS[0]),
+    BeforeValidator(_size_shorthand),
+]
+
+
 #: What a flow group sends: TCP (the default), a UDP stream, or ping probes (see the core's
 #: ``datagram`` module for what each models).
 FlowKind = Literal["tcp", "udp", "ping"]
 FLOW_KINDS: tuple[FlowKind, ...] = typing.get_args(FlowKind)
 #: The fields only TCP flows take: a udp or ping group naming one is refused.
-TCP_FIELDS = ("cc", "params", "size", "rwnd", "pacing", "max_pacing_rate", "initial_cwnd", "delayed_ack", "ecn")
+TCP_FIELDS = ("cc", "params", "size", "arrivals", "rwnd", "pacing", "max_pacing_rate", "initial_cwnd", "delayed_ack", "ecn")
 #: The fields only datagram flows take, and the kinds that take each.
 DATAGRAM_FIELDS = {"rate": ("udp",), "on": ("udp",), "off": ("udp",), "periods": ("udp",),
                    "interval": ("ping",), "packet_size": ("udp", "ping")}
@@ -577,7 +698,10 @@ class FlowGroup(_Model):
     stagger: NonNegativeTime = 0
     params: dict[str, Annotated[float, BeforeValidator(units.parse_param)]] = Field(default_factory=dict)
     extra_delay: NonNegativeTime = 0
-    size: Optional[PositiveSize] = None
+    #: Bytes to send: one size for every flow, or a distribution each flow draws from.
+    size: Optional[FlowSize] = None
+    #: A workload: flows start at the arrivals' times (``count`` and ``stagger`` do not apply).
+    arrivals: Annotated[Optional[Arrivals], BeforeValidator(_arrivals_shorthand)] = None
     rwnd: Optional[PositiveSize] = None
     pacing: Optional[StrictBool] = None
     initial_cwnd: PositiveU32 = 10
@@ -637,6 +761,16 @@ class FlowGroup(_Model):
         if self.max_pacing_rate is not None and self.pacing is False:
             problems.append(("pacing", False, "a max_pacing_rate turns pacing on (Linux SK_PACING_NEEDED); "
                                               "drop pacing = false or the cap"))
+        if self.arrivals is not None:
+            for name in ("count", "stagger"):
+                if name in given:
+                    problems.append((name, shown[name], "a workload's arrivals decide how many flows start and when; "
+                                                        f"drop {name}"))
+            if self.size is None and kind == "tcp":
+                problems.append(("size", None, "missing: a workload's flows need a size (one size, a distribution, "
+                                               f"or {' or '.join(workload.SHIPPED_CDFS)})"))
+            if self.arrivals.model == "fixed" and "start" in given:
+                problems.append(("start", shown["start"], "fixed arrivals list absolute times; drop start"))
         if kind == "udp":
             if self.rate is None:
                 problems.append(("rate", None, "missing: a udp flow group needs its sending rate, e.g. rate = \"10Mbit\""))
@@ -751,6 +885,41 @@ def _capture_shorthand(v: Any) -> Any:
     return None if v is False else v
 
 
+@dataclasses.dataclass(frozen=True)
+class FlowSpec:
+    """One flow of a trial: its group's index, start time and size (None: bulk)."""
+
+    group: int
+    start_ns: int
+    size: Optional[int]
+
+
+#: Expanded flow lists by the settings that decide them (a Trial is not hashable); a few
+#: trials' worth, as a trial's list is read by the runner, the schema and the backends.
+_FLOW_LISTS: dict[str, tuple[FlowSpec, ...]] = {}
+_FLOW_LISTS_KEPT = 8
+
+
+def _expand(trial: "Trial") -> tuple[FlowSpec, ...]:
+    out: list[FlowSpec] = []
+    for gi, g in enumerate(trial.flows):
+        a = g.arrivals
+        if a is None:
+            starts = [g.start + k * g.stagger for k in range(g.count)]
+        elif a.model == "fixed":
+            starts = list(a.times or ())
+        else:
+            rng = workload.stream(trial.seed, gi, workload.ARRIVALS)
+            starts = workload.poisson_arrivals(rng, trial.workload_rate(gi), g.start, a.until or trial.duration)
+        if isinstance(g.size, SizeDist):
+            rng = workload.stream(trial.seed, gi, workload.SIZES)
+            sizes: list[Optional[int]] = list(workload.draw_sizes(rng, g.size.distribution(), len(starts)))
+        else:
+            sizes = [g.size] * len(starts)
+        out += [FlowSpec(gi, t, sz) for t, sz in zip(starts, sizes)]
+    return tuple(out)
+
+
 class Trial(_Model):
     """One trial: a dumbbell with one bottleneck and groups of bulk (or sized) flows."""
 
@@ -835,7 +1004,7 @@ class Trial(_Model):
                         )
                     )
                 seen.setdefault(c.at, i)
-        n_flows = sum(g.count for g in self.flows)
+        n_flows = math.ceil(sum(self.expected_flows_of(i) for i in range(len(self.flows))))
         if n_flows > U32_MAX:
             problems.append(("flows", None, f"{n_flows} flows in all; at most {U32_MAX}"))
         for i, dchange in enumerate(self.link.delay_schedule):
@@ -848,8 +1017,9 @@ class Trial(_Model):
                     )
                 )
         for i, g in enumerate(self.flows):
+            problems += self._arrival_problems(i, g)
             last = g.start + (g.count - 1) * g.stagger
-            if last >= self.duration:
+            if g.arrivals is None and last >= self.duration:
                 problems.append(
                     (
                         f"flows[{i}].start",
@@ -903,6 +1073,27 @@ class Trial(_Model):
                                               "a trial with link.reverse takes none"))
         return problems
 
+    def _arrival_problems(self, i: int, g: FlowGroup) -> list[tuple[str, Any, str]]:
+        """A workload's arrivals must fall within the duration."""
+        a, end = g.arrivals, units.format_time(self.duration)
+        if a is None:
+            return []
+        if a.model == "fixed":
+            return [(f"flows[{i}].arrivals.times[{k}]", units.format_time(t), f"must be before the end ({end})")
+                    for k, t in enumerate(a.times or ()) if t >= self.duration]
+        out = []
+        if a.load is not None and isinstance(g.size, SizeDist) and not math.isfinite(g.size.distribution().expected()):
+            out.append((f"flows[{i}].arrivals.load", units.format_percent(a.load),
+                        "sets the rate from the mean size, and a Pareto of shape <= 1 has none: give the sizes a max, "
+                        "a shape > 1, or the arrivals a rate"))
+        until = a.until if a.until is not None else self.duration
+        if a.until is not None and a.until > self.duration:
+            out.append((f"flows[{i}].arrivals.until", units.format_time(a.until), f"must be within the duration ({end})"))
+        if g.start >= until:
+            out.append((f"flows[{i}].start", units.format_time(g.start),
+                        f"arrivals run from start to until ({units.format_time(until)}); start must come first"))
+        return out
+
     def _sampling_problems(self) -> list[tuple[str, Any, str]]:
         """Telemetry must have samples: the interval fits in the duration and the steady window."""
         iv = self.sample_interval
@@ -937,11 +1128,44 @@ class Trial(_Model):
 
     def expanded(self) -> list[tuple[int, FlowGroup, int]]:
         """One (group index, group, start_ns) per flow, in flow-id order."""
-        out = []
-        for gi, g in enumerate(self.flows):
-            for k in range(g.count):
-                out.append((gi, g, g.start + k * g.stagger))
-        return out
+        return [(f.group, g, f.start_ns) for f, g in zip(self.flow_list(), self._groups_per_flow())]
+
+    def _groups_per_flow(self) -> list[FlowGroup]:
+        return [self.flows[f.group] for f in self.flow_list()]
+
+    def flow_list(self) -> tuple["FlowSpec", ...]:
+        """Every flow in flow-id order, its start and size decided: groups in file order; a
+        workload's flows in arrival order, its arrival times and sizes drawn from the trial
+        seed (:mod:`cctestbed.workload`). The same trial gives the same list on every backend."""
+        doc = self.model_dump(mode="json")
+        key = json.dumps([doc["seed"], doc["duration"], doc["link"], doc["mss"], doc["mtu"], doc["flows"]], sort_keys=True)
+        hit = _FLOW_LISTS.get(key)
+        if hit is None:
+            if len(_FLOW_LISTS) >= _FLOW_LISTS_KEPT:
+                _FLOW_LISTS.pop(next(iter(_FLOW_LISTS)))
+            hit = _FLOW_LISTS[key] = _expand(self)
+        return hit
+
+    def workload_rate(self, gi: int) -> float:
+        """A Poisson workload group's arrival rate in flows per second (``rate``, or ``load``
+        of the payload capacity over the group's mean size)."""
+        g = self.flows[gi]
+        assert g.arrivals is not None and g.arrivals.model == "poisson"
+        if g.arrivals.rate is not None:
+            return g.arrivals.rate
+        mean = g.size.distribution().expected() if isinstance(g.size, SizeDist) else float(g.size or 0)
+        payload_bps = self.link.capacity * self.mss / self.mtu
+        return (g.arrivals.load or 0.0) * payload_bps / (8 * mean) if mean > 0 else 0.0
+
+    def expected_flows_of(self, gi: int) -> float:
+        """How many flows group ``gi`` starts (a Poisson workload's mean count)."""
+        g = self.flows[gi]
+        a = g.arrivals
+        if a is None:
+            return float(g.count)
+        if a.model == "fixed":
+            return float(len(a.times or ()))
+        return self.workload_rate(gi) * max(0, (a.until or self.duration) - g.start) / 1e9
 
     def capacity_schedule(self) -> list[tuple[float, int]]:
         """Piecewise-constant capacity as (from second, bps), starting at 0; a trace link's in
@@ -964,7 +1188,8 @@ class Trial(_Model):
             return None if tb is None else {"rate_bps": tb.rate, "burst_bytes": tb.burst}
 
         flows: list[dict[str, Any]] = []
-        for _, g, start in self.expanded():
+        for spec in self.flow_list():
+            g, start = self.flows[spec.group], spec.start_ns
             traffic = g.traffic_core(self.mtu)
             direction = {"direction": "reverse"} if g.flow_direction == "reverse" else {}
             if traffic is not None:
@@ -977,7 +1202,7 @@ class Trial(_Model):
                     "params": dict(sorted(g.params.items())),
                     "start_ns": start,
                     "extra_delay_ns": g.extra_delay,
-                    "size_bytes": g.size,
+                    "size_bytes": spec.size,
                     "rwnd_bytes": g.rwnd,
                     "pacing": g.pacing,
                     "initial_cwnd": g.initial_cwnd,
@@ -992,6 +1217,7 @@ class Trial(_Model):
                     **({"ect1": True} if g.ecn == "l4s" else {}),
                     **({"max_pacing_rate_bps": g.max_pacing_rate} if g.max_pacing_rate is not None else {}),
                     **direction,
+                    **({"workload": True} if g.arrivals is not None else {}),
                 }
             )
         return {
@@ -1057,8 +1283,10 @@ class Trial(_Model):
         """One line for plot titles: '2 cubic + 2 reno, 80 Mbit/s, RTprop 25 ms, queue 2bdp (625 KB)'."""
         groups: dict[str, int] = {}
         for g in self.flows:
-            groups[g.label] = groups.get(g.label, 0) + g.count
-        flows = " + ".join(f"{n} {label}" for label, n in groups.items())
+            groups[g.label] = groups.get(g.label, 0) + (g.count if g.arrivals is None else 0)
+        workloads = {g.label: g for g in self.flows if g.arrivals is not None}
+        flows = " + ".join(f"{n} {label}" if label not in workloads else f"{label} ({self._workload_words(workloads[label])})"
+                           for label, n in groups.items())
         limit_bytes, limit_pkts = self.link.queue_limits()
         q = self.link.queue
         if limit_bytes is not None and not q.endswith("B"):
@@ -1088,6 +1316,22 @@ class Trial(_Model):
         if self.link.reverse is not None:
             parts.append(self.link.reverse.describe())
         return ", ".join(parts)
+
+    def _workload_words(self, g: FlowGroup) -> str:
+        """'Poisson 60 % load, websearch sizes' for a plot title."""
+        a = g.arrivals
+        assert a is not None
+        if a.model == "fixed":
+            when = f"{len(a.times or ())} listed starts"
+        elif a.load is not None:
+            when = f"Poisson {units.format_percent(a.load)} load"
+        else:
+            when = f"Poisson {a.rate:g}/s"
+        if isinstance(g.size, SizeDist):
+            size = f"{Path(g.size.file).stem} sizes" if g.size.dist == "cdf" and g.size.file else f"{g.size.dist} sizes"
+        else:
+            size = units.human_size(g.size or 0)
+        return f"{g.algorithm}, {when}, {size}"
 
     def to_toml(self) -> str:
         """The normalised trial file: canonical units, defaults filled in, resolved values as comments."""
@@ -1132,6 +1376,8 @@ def _fmt_key(part: Any) -> str:
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
+        if part in SIZE_TAGS:
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -1152,7 +1398,7 @@ def _model_in(annotation: Any) -> Optional[type[BaseModel]]:
 def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
     cls: Optional[type[BaseModel]] = Trial
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or part in SIZE_TAGS:
             continue
         if cls is None or part not in cls.model_fields:
             return None
@@ -1218,6 +1464,10 @@ def format_errors(exc: ValidationError) -> list[str]:
 #: Above these limits a trial is refused unless large trials are allowed (``--allow-large``,
 #: ``allow_large=True``): they would take more memory or time than a workstation has to give.
 MAX_FLOWS = 10_000
+#: A workload's flows have telemetry rows only while open, so they are limited by the memory
+#: each flow takes otherwise (the simulator's state, kept to the end, and the flow list):
+#: about 18 KB (measured: a 60 s trial of 24,000 flows peaks at 0.5 GB), so 100,000 is about 2 GB.
+MAX_WORKLOAD_FLOWS = 100_000
 #: Telemetry rows (flows x samples, plus the router's); about 450 bytes each in memory while a
 #: trial runs and is written, so 5 million rows is about 2 GB.
 MAX_ROWS = 5_000_000
@@ -1249,19 +1499,32 @@ class Resources:
 
     #: Bytes of the packet captures the trial asks for (0 without ``capture``).
     capture_bytes: int = 0
+    #: Of ``flows``, those of workloads (the mean count of a Poisson workload, rounded up).
+    workload_flows: int = 0
 
 
 def resources(trial: "Trial") -> Resources:
     """The cost of ``trial``, computed from its settings (nothing is expanded or allocated)."""
-    flows = sum(g.count for g in trial.flows)
     samples = trial.duration // trial.sample_interval
     top_rate = max([trial.link.capacity, *(c.capacity for c in trial.link.schedule)])
     bottleneck = trial.duration * top_rate // (8 * 10**9 * trial.mtu)
-    # the initial windows go out at once, whatever the link's rate
-    burst = sum(
-        g.count * min(g.initial_cwnd, -(-g.size // trial.mss) if g.size is not None else g.initial_cwnd)
-        for g in trial.flows
-    )
+    flows = burst = rows = workload_flows = 0
+    fwd, rev = trial.link.delays_ns
+    for gi, g in enumerate(trial.flows):
+        n = g.count if g.arrivals is None else math.ceil(trial.expected_flows_of(gi))
+        flows += n
+        workload_flows += 0 if g.arrivals is None else n
+        one = g.size if isinstance(g.size, int) else None
+        # the initial windows go out at once, whatever the link's rate
+        burst += n * min(g.initial_cwnd, -(-one // trial.mss) if one is not None else g.initial_cwnd)
+        if g.arrivals is None:
+            rows += samples * n
+        else:
+            # a workload's flow has rows while it is open: estimated from its mean size alone
+            # on the path, plus the interval it starts in and the one it ends in
+            mean = g.size.distribution().expected() if isinstance(g.size, SizeDist) else float(g.size or 1)
+            open_ns = workload.ideal_fct_ns(int(min(mean, 1e18)), trial.link.capacity, fwd, rev, trial.mss, trial.mtu)
+            rows += math.ceil(n * (2 + open_ns / trial.sample_interval))
     capture = 0
     c = trial.capture
     if c is not None:
@@ -1270,7 +1533,7 @@ def resources(trial: "Trial") -> Resources:
         ack = 16 + min(c.snaplen, 94)
         packets = bottleneck + burst
         capture = packets * len(c.points) * frame + packets // 2 * len(set(c.points) & {"senders", "receivers"}) * ack
-    return Resources(flows, samples, samples * (flows + 1), bottleneck, burst, capture)
+    return Resources(flows, samples, rows + samples, bottleneck, burst, capture, workload_flows)
 
 
 def _n(x: int) -> str:
@@ -1282,12 +1545,19 @@ def resource_problems(trial: "Trial") -> list[str]:
     r = resources(trial)
     hint = "; or pass --allow-large to run it anyway"
     out = []
-    if r.flows > MAX_FLOWS:
-        out.append(f"flows: {_n(r.flows)} flows in all; more than {_n(MAX_FLOWS)} is refused as too large{hint}")
+    if r.flows - r.workload_flows > MAX_FLOWS:
+        out.append(f"flows: {_n(r.flows - r.workload_flows)} flows in all; more than {_n(MAX_FLOWS)} is refused as "
+                   f"too large{hint}")
+    if r.workload_flows > MAX_WORKLOAD_FLOWS:
+        out.append(f"flows.arrivals: about {_n(r.workload_flows)} workload flows in all; more than "
+                   f"{_n(MAX_WORKLOAD_FLOWS)} (about 18 KB of memory each) is refused as too large: "
+                   f"give a lower rate or load, or a shorter duration{hint}")
     if r.rows > MAX_ROWS:
+        how = (f"x ({_n(r.flows)} flow(s) + the router) =" if not any(g.arrivals for g in trial.flows) else
+               f"of {_n(r.flows)} flow(s) (a workload's flows while open) = about")
         out.append(
-            f"sample_interval: {units.format_time(trial.sample_interval)}: {_n(r.samples)} samples x "
-            f"({_n(r.flows)} flow(s) + the router) = {_n(r.rows)} telemetry rows, about "
+            f"sample_interval: {units.format_time(trial.sample_interval)}: {_n(r.samples)} samples {how} "
+            f"{_n(r.rows)} telemetry rows, about "
             f"{units.human_size(r.memory_bytes)} of memory; "
             f"the limit is {_n(MAX_ROWS)} rows (about {units.human_size(MAX_ROWS * ROW_BYTES)}): give a longer "
             f"sample_interval, a shorter duration or fewer flows{hint}"
@@ -1415,13 +1685,15 @@ def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
 
 
 def _files_relative_to(doc: Any, base: Path) -> Any:
-    """Trace files named relative to the file that names them, made absolute: ``trace`` in any
-    ``link`` table (a trial, a sweep's base, a suite's scenarios) and a sweep axis over
-    ``link.trace``."""
+    """Trace and CDF files named relative to the file that names them, made absolute: ``trace``
+    in any ``link`` table (a trial, a sweep's base, a suite's scenarios), a sweep axis over
+    ``link.trace``, and a flow group's ``size.file`` (but a shipped CDF's name)."""
     def walk(v: Any, key: Optional[str]) -> None:
         if isinstance(v, dict):
             if key == "link" and isinstance(v.get("trace"), str):
                 v["trace"] = traces.resolve(v["trace"], base)
+            if key == "size" and isinstance(v.get("file"), str) and v["file"] not in workload.SHIPPED_CDFS:
+                v["file"] = str(workload.cdf_path(v["file"], base))
             axis = v.get("link.trace") if key == "axes" else None
             if isinstance(axis, list):
                 v["link.trace"] = [traces.resolve(x, base) if isinstance(x, str) else x for x in axis]

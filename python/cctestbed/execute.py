@@ -72,7 +72,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             "metrics.json": (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode(),
         }
         with tempfile.TemporaryDirectory(prefix="cctestbed-job-") as tmp:
-            for name, df in (("flows.parquet", result.flows), ("router.parquet", result.router)):
+            frames = [("flows.parquet", result.flows), ("router.parquet", result.router)]
+            if result.completions is not None:
+                frames.append(("fct.parquet", result.completions))
+            for name, df in frames:
                 write_parquet(df, Path(tmp) / name)
                 files[name] = (Path(tmp) / name).read_bytes()
             if job.get("trial_plot"):
@@ -471,8 +474,9 @@ def _packets(spec: TrialSpec) -> float:
 
 
 def _rows(spec: TrialSpec) -> float:
-    t = spec.trial
-    return t.duration / t.sample_interval * len(t.expanded())
+    from .config import resources
+
+    return float(resources(spec.trial).rows)
 
 
 def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float = 4.0, scale: float = 1.0) -> Estimate:

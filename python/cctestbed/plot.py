@@ -1,6 +1,11 @@
 """The stacked trial plot: throughput, RTT, cwnd and inflight, queue, loss over time, the
 algorithms' states as bands, and BBR's model (bottleneck-bandwidth and RTprop estimates)
-when a BBR flow is present.
+when a BBR flow is present; below them, when the trial has flows with a size, each flow's
+completion time against its size (log axes), with the ideal on the empty path.
+
+A workload's flows (hundreds or thousands of short flows) are drawn as one line per workload
+group: their goodput, cwnd and inflight summed over the flows open in each sample, their RTT
+averaged; they get no state band.
 
 Everything is aggregated over 0.5 s intervals (or the sample interval if longer), as the
 testbed plots that users compare against. Flows keep one colour in every panel. The figure is
@@ -9,7 +14,7 @@ built without pyplot, so it holds no global state and works in scripts and noteb
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import polars as pl
@@ -126,6 +131,82 @@ def binned_router(router: pl.DataFrame, width: float = BIN_S) -> pl.DataFrame:
     return b.with_columns(pl.Series("loss_pct", loss))
 
 
+def aggregate_workloads(flows: pl.DataFrame, groups: tuple[str, ...], times: pl.Series) -> pl.DataFrame:
+    """``flows`` with each workload group's flows replaced by one pseudo-flow per group (ids
+    after the last flow's): goodput, cwnd and inflight summed over the flows open at each
+    sample time of ``times`` (zero when none is), RTT averaged, no state."""
+    if not groups or "group" not in flows.columns:
+        return flows
+    is_wl = pl.col("group").is_in(list(groups))
+    keep = flows.filter(~is_wl)
+    wl = flows.filter(is_wl)
+    if len(wl) == 0:
+        return keep
+    next_id = int(flows["flow"].max()) + 1  # type: ignore[arg-type]
+    sums = [c for c in ("goodput_bps", "cwnd_pkts", "inflight_pkts") if c in flows.columns]
+    grid = pl.DataFrame({"time_s": times.unique().sort().cast(pl.Float64)})
+    parts = []
+    for k, label in enumerate(groups):
+        g = wl.filter(pl.col("group") == label)
+        if len(g) == 0:
+            continue
+        agg = g.group_by("time_s").agg(
+            *(pl.col(c).cast(pl.Float64).sum() for c in sums),
+            pl.col("rtt_ms").cast(pl.Float64).fill_nan(None).mean(),
+            pl.len().alias("open_flows"),
+        )
+        full = grid.join(agg, on="time_s", how="left").with_columns(
+            *(pl.col(c).fill_null(0.0) for c in sums),
+            pl.lit(next_id + k, dtype=flows["flow"].dtype).alias("flow"),
+            pl.lit(g["cc"][0] if "cc" in g.columns else None, dtype=pl.String).alias("cc"),
+            pl.lit(f"{label} ({g['flow'].n_unique()} flows, summed)", dtype=pl.String).alias("group"),
+            pl.lit(None, dtype=pl.String).alias("state"),
+            *(pl.lit(g[c][0], dtype=flows[c].dtype).alias(c) for c in ("kind", "direction") if c in flows.columns),
+        )
+        parts.append(full)
+    cols = ["time_s", "flow", "cc", "group", "state", "kind", "direction", "rtt_ms", *sums]
+    keep = keep.select([c for c in cols if c in keep.columns]).with_columns(
+        *(pl.col(c).cast(pl.Float64) for c in ("rtt_ms", *sums))
+    )
+    return pl.concat([keep, *(p.select([c for c in cols if c in keep.columns]) for p in parts)], how="vertical_relaxed")
+
+
+def plot_fct(ax, completions: pl.DataFrame, info: TrialInfo,  # type: ignore[no-untyped-def]
+             group_color: Optional[dict[str, Any]] = None) -> None:
+    """Completion time against size, log axes, each group in ``group_color`` (its flows' colour
+    in the time panels; tab10 otherwise); unfinished flows as their age at the end of the trial
+    (hollow); the ideal of the empty path dashed (dotted for the reverse path's, when it differs)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    labels = completions["group"].unique(maintain_order=True).to_list()
+    for k, label in enumerate(labels):
+        color = (group_color or {}).get(str(label), cmap(k % 10))
+        g = completions.filter(pl.col("group") == label)
+        done = g.filter(pl.col("fct_ms").is_not_nan())
+        ax.scatter(done["size_bytes"], done["fct_ms"], s=6, alpha=0.5, color=color, lw=0,
+                   label=f"{label}: {len(done)} completed")
+        left = g.filter(pl.col("fct_ms").is_nan())
+        if len(left):
+            age = (info.duration_s - left["start_s"]) * 1e3
+            ax.scatter(left["size_bytes"], age, s=14, facecolors="none", edgecolors=color, lw=0.8,
+                       label=f"{label}: {len(left)} unfinished (age at the end)")
+    reverse = {str(x) for x in info.reverse_groups}
+    paths = [("forward", "ideal (empty path)", "--"), ("reverse", "ideal, reverse path (empty)", ":")]
+    for direction, text, ls in paths:
+        mine = completions.filter(pl.col("group").is_in(list(reverse)) == (direction == "reverse"))
+        if len(mine):
+            ideal = mine.sort("size_bytes")
+            ax.plot(ideal["size_bytes"], ideal["ideal_fct_ms"], color="0.3", lw=1, ls=ls,
+                    label=text if reverse else "ideal (empty path)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("flow size (bytes)")
+    ax.set_ylabel("completion time (ms)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper left", fontsize=8)
+
+
 def plot_trial(
     flows: pl.DataFrame,
     router: pl.DataFrame,
@@ -133,12 +214,18 @@ def plot_trial(
     title: Optional[str] = None,
     queue_limit_bytes: Optional[float] = None,
     reverse_queue_limit_bytes: Optional[float] = None,
+    completions: Optional[pl.DataFrame] = None,
 ) -> Figure:
     """The stacked plot of one trial; returns a matplotlib Figure (not shown, not saved).
 
     With traffic in both directions (``info.bidirectional``) reverse flows are labelled so, the
     goodput totals and payload capacities are per direction (reverse dotted), and the queue
-    and loss panels add the reverse bottleneck's (purple) when the trial has one."""
+    and loss panels add the reverse bottleneck's (purple) when the trial has one. A workload's
+    flows are drawn summed, one line per group, and ``completions`` (``fct.parquet``) adds
+    completion time against size."""
+    # a workload's flows become one summed pseudo-flow per group, numbered after the last flow
+    max_listed = int(flows["flow"].max()) if len(flows) else 0  # type: ignore[arg-type]
+    flows = aggregate_workloads(flows, info.workload_groups, router["time_s"])
     width = BIN_S
     if len(flows) > 1:
         times = flows["time_s"].unique().sort()
@@ -164,12 +251,27 @@ def plot_trial(
 
     bbr = _has_bbr_model(flows)
     spans = state_spans(flows)
-    ratios = [1.3, 1, 1, 1, 0.8] + ([0.9] if bbr else []) + [0.25 + 0.08 * len(ids)]
-    fig = Figure(figsize=(11, 13 + (2.2 if bbr else 0) + 0.2 * len(ids)), layout="constrained")
-    axes = fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)
+    has_fct = completions is not None and len(completions) > 0
+    ratios = [1.3, 1, 1, 1, 0.8] + ([0.9] if bbr else []) + [0.25 + 0.08 * len(ids)] + ([2.2] if has_fct else [])
+    fig = Figure(figsize=(11, 13 + (2.2 if bbr else 0) + 0.2 * len(ids) + (4.5 if has_fct else 0)),
+                 layout="constrained")
+    all_axes = fig.subplots(len(ratios), 1, height_ratios=ratios)
+    axes = all_axes[:-1] if has_fct else all_axes  # the time axes, sharing x
+    for ax in axes[1:]:
+        ax.sharex(axes[0])
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
     ax_tp, ax_rtt, ax_cwnd, ax_q, ax_loss = axes[:5]
     ax_bbr = axes[5] if bbr else None
     ax_state = axes[-1]
+    if has_fct:
+        assert completions is not None
+        # each group in its flows' colour: a workload's summed line, else its first flow's
+        group_color: dict[str, Any] = {}
+        for i, r in enumerate(meta.iter_rows(named=True)):
+            label = str(r.get("group") or "")
+            group_color.setdefault(label.rsplit(" (", 1)[0] if r["flow"] > max_listed else label, colors[i])
+        plot_fct(all_axes[-1], completions, info, group_color)
     mss_over_mtu = info.mss / info.mtu
 
     # Throughput
@@ -303,6 +405,9 @@ def plot_trial(
         for state, xranges in bands.items():
             seen.setdefault(state, None)
             ax_state.broken_barh(xranges, (row - 0.4, 0.8), color=STATE_COLORS.get(state, "0.6"), lw=0)
+    if not seen:  # only summed workload groups: no flow of its own to show
+        ax_state.text(0.5, 0.5, "a workload's flows are summed: no per-flow state", transform=ax_state.transAxes,
+                      ha="center", va="center", fontsize=8, color="0.4")
     ax_state.set_yticks(range(len(ids)), [str(f) for f in ids], fontsize=7)
     ax_state.set_ylim(len(ids) - 0.5, -0.5)
     ax_state.set_ylabel("state\n(flow)")
@@ -322,7 +427,9 @@ def plot_trial(
 
     ncol = min(len(ids) + 2, 6)
     fig.legend(*ax_tp.get_legend_handles_labels(), loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
-    heading = title or info.name
+    import textwrap
+
+    heading = "\n".join(textwrap.wrap(title or info.name, 120))  # a long description keeps to the figure
     fig.suptitle(f"{heading}\n(seed {info.seed}; {width:g} s averages"
                  + (f"; shaded: steady window {t0:g}-{t1:g} s)" if (t0, t1) != (0.0, info.duration_s) else ")"),
                  fontsize=11)

@@ -1,7 +1,8 @@
 """A trial's results: the telemetry frames, the summary, and how they are written to disk.
 
 A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet``,
-``router.parquet``, ``summary.json`` and ``trial.png``, and the packet captures when the trial
+``router.parquet``, ``summary.json`` and ``trial.png``, ``fct.parquet`` when the trial has flows
+with a size (one row per such flow: its completion time), and the packet captures when the trial
 asked for them. It is written into a temporary
 directory beside its destination and renamed into place only once complete, so a directory
 at the destination is never half written. Parquet files are deterministic: the same trial
@@ -88,6 +89,8 @@ class TrialResult:
     backend: str = "sim"
     #: Further files of the results directory by name: the packet captures (``*.pcap``).
     files: dict[str, bytes] = field(default_factory=dict)
+    #: fct.parquet: one row per tcp flow with a size (its completion time); None without such flows.
+    completions: Optional[pl.DataFrame] = None
     info: TrialInfo = field(init=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +113,7 @@ class TrialResult:
             title=f"{self.trial.name}: {self.trial.describe()}",
             queue_limit_bytes=in_bytes(self.trial.link.queue_limits()),
             reverse_queue_limit_bytes=in_bytes(self.trial.link.reverse_queue_limits()),
+            completions=self.completions,
         )
 
     def save(self, directory: Union[str, Path], force: bool = False) -> Path:
@@ -123,6 +127,8 @@ class TrialResult:
         (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
         write_parquet(self.flows, tmp / "flows.parquet")
         write_parquet(self.router, tmp / "router.parquet")
+        if self.completions is not None:
+            write_parquet(self.completions, tmp / "fct.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
         save_figure(self.plot(), str(tmp / "trial.png"))
         for name, data in self.files.items():
@@ -149,7 +155,8 @@ class TrialResult:
         if len(flows) == 0 or len(router) == 0:
             raise DamagedFile(f"{d}: the telemetry holds no samples (flows.parquet or router.parquet is empty)")
         backend = flows["backend"][0] if "backend" in flows.columns and len(flows) else "sim"
-        return cls(trial, flows, router, summary, None, backend)
+        fct = read_parquet(d / "fct.parquet", ("flow", "fct_ms")) if (d / "fct.parquet").exists() else None
+        return cls(trial, flows, router, summary, None, backend, completions=fct)
 
 
 def dump_summary(summary: dict[str, Any]) -> str:

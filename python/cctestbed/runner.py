@@ -10,7 +10,7 @@ import polars as pl
 
 from .config import ConfigError, Trial, load_trial, sim_problems
 from .results import TrialResult
-from .schema import flow_schema, router_schema
+from .schema import completion_schema, flow_schema, router_schema
 from .summary import TrialInfo, summarize
 
 BACKEND = "sim"
@@ -48,6 +48,38 @@ def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
                          for name, dtype in router_schema().items()])
 
 
+def completions_frame(cols: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
+    """fct.parquet from the completion columns (the core's, or a backend's of the same names):
+    the flows' labels, their ideal completion time and slowdown (:mod:`cctestbed.workload`)."""
+    from . import workload
+
+    c = {k: np.asarray(v) for k, v in cols.items()}
+    ids = c["flow"].astype(np.int64)
+    specs, groups = trial.flow_list(), trial.flows
+    fwd, rev = trial.link.delays_ns
+    steps = trial.capacity_schedule()
+    ideal = np.empty(len(ids))
+    for k, (fid, size) in enumerate(zip(ids, c["size_bytes"].astype(np.int64))):
+        g = groups[specs[fid].group]
+        if g.flow_direction == "reverse":  # data over the reverse bottleneck, ACKs forward
+            assert trial.link.reverse is not None  # a reverse tcp group without one is refused
+            ideal[k] = workload.ideal_fct_ns(int(size), trial.link.reverse.capacity, rev + g.extra_delay, fwd,
+                                             trial.mss, trial.mtu) / 1e6
+            continue
+        start_s = specs[fid].start_ns / 1e9
+        rate = [bps for at, bps in steps if at <= start_s + 1e-12][-1]
+        if trial.link.access_rate is not None:
+            rate = min(rate, trial.link.access_rate)
+        ideal[k] = workload.ideal_fct_ns(int(size), rate, fwd + g.extra_delay, rev, trial.mss, trial.mtu) / 1e6
+    c["cc"] = np.asarray([groups[specs[f].group].algorithm for f in ids], dtype=object)
+    c["group"] = np.asarray([groups[specs[f].group].label for f in ids], dtype=object)
+    c["ideal_fct_ms"] = ideal
+    c["slowdown"] = c["fct_ms"].astype(float) / ideal if len(ids) else ideal
+    c["backend"] = np.full(len(ids), backend, dtype=object)
+    return pl.DataFrame([pl.Series(name, c[name].tolist() if c[name].dtype == object else c[name], dtype=dtype)
+                         for name, dtype in completion_schema().items()])
+
+
 def run_trial(
     config: Union[str, Path, dict[str, Any], Trial], seed: Optional[int] = None, allow_large: bool = False
 ) -> TrialResult:
@@ -73,6 +105,8 @@ def run_trial(
     raw = _core.simulate(trial.to_core_json())
     flows = flows_frame(raw, trial)
     router = router_frame(raw)
-    summary = summarize(flows, router, TrialInfo.from_trial(trial, backend=BACKEND))
+    fct = completions_frame(raw["completions"], trial)
+    summary = summarize(flows, router, TrialInfo.from_trial(trial, backend=BACKEND), fct)
     files = {name: bytes(data) for name, data in raw.get("captures", [])}
-    return TrialResult(trial, flows, router, summary, final=raw.get("final"), backend=BACKEND, files=files)
+    return TrialResult(trial, flows, router, summary, final=raw.get("final"), backend=BACKEND, files=files,
+                       completions=fct if len(fct) else None)

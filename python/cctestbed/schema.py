@@ -1,4 +1,5 @@
-"""The result schema: which columns ``flows.parquet`` and ``router.parquet`` hold, in order.
+"""The result schema: which columns ``flows.parquet``, ``router.parquet`` and ``fct.parquet``
+hold, in order.
 
 The simulator core declares its columns once (``crates/cctestbed-sim/src/telemetry.rs``), each
 with its type, unit and meaning, and hands the declaration over as ``_core.columns()``. Around
@@ -38,6 +39,16 @@ FLOW_TRIAL_COLUMNS = (
     Column("direction", pl.String(), "label", "which way the data goes: forward (left to right) or reverse"),
 )
 BACKEND_COLUMN = Column("backend", pl.String(), "label", "sim, kernel, or capture (cctestbed analyze)")
+
+#: fct.parquet columns the runner adds after ``flow``: the flow's labels from the trial.
+FCT_TRIAL_COLUMNS = FLOW_TRIAL_COLUMNS[:2]
+#: fct.parquet columns the runner derives from the trial and the completion time
+#: (:mod:`cctestbed.workload`), after the core's.
+FCT_DERIVED_COLUMNS = (
+    Column("ideal_fct_ms", pl.Float64(), "ms", "the flow alone on the empty path with an unlimited window: "
+           "handshake round trip, every packet back to back at the bottleneck rate, one-way delay"),
+    Column("slowdown", pl.Float64(), "", "fct_ms / ideal_fct_ms (>= 1); NaN if unfinished"),
+)
 
 
 def _core_columns(trial: Optional["Trial"]) -> dict[str, list[tuple[str, str, str, str]]]:
@@ -79,3 +90,14 @@ def flow_schema(trial: Optional["Trial"] = None) -> dict[str, pl.DataType]:
 def router_schema() -> dict[str, pl.DataType]:
     return {c.name: c.dtype for c in router_columns()}
 
+
+
+def completion_columns() -> list[Column]:
+    """fct.parquet's columns in order: ``flow``, the trial's labels, the core's completion
+    columns, the derived ideal and slowdown, ``backend``."""
+    core = [_column(*c) for c in _core_columns(None)["completions"]]
+    return [core[0], *FCT_TRIAL_COLUMNS, *core[1:], *FCT_DERIVED_COLUMNS, BACKEND_COLUMN]
+
+
+def completion_schema() -> dict[str, pl.DataType]:
+    return {c.name: c.dtype for c in completion_columns()}

@@ -26,6 +26,12 @@ same code serves single trials and sweeps. Conventions (see the README's summary
   utilization is None on an unconstrained reverse path); each group's share is of its own
   direction's capacity, and groups and flows carry their ``direction``. Trials without reverse
   traffic keep the document as it was.
+- Flow completion times (``fct.<group>``, from ``fct.parquet``: one row per tcp flow with a
+  size) cover the flows that start in the window, whenever they finish; percentiles and mean
+  slowdowns are over those that finished by the end of the trial, and ``unfinished`` counts the
+  rest. Slowdowns are also reported per size bucket (:data:`cctestbed.workload.BUCKET_NAMES`).
+  A workload's flows (groups with ``arrivals``) are left out of ``flows[]`` and of the Jain
+  indices: their per-flow figures are their completion times.
 - Percentiles interpolate linearly between samples (numpy's default).
 - Values that do not exist (no samples, nothing sent) are ``None`` (JSON null).
 """
@@ -78,6 +84,10 @@ class TrialInfo:
     bidirectional: bool = False
     #: The reverse bottleneck's capacity (``link.reverse``); None when unconstrained.
     reverse_capacity_bps: Optional[int] = None
+    #: The labels of workload groups (flow groups with ``arrivals``).
+    workload_groups: tuple[str, ...] = field(default=())
+    #: The labels of the groups that send in the reverse direction.
+    reverse_groups: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_trial(cls, trial: Any, backend: str = "sim") -> "TrialInfo":
@@ -97,6 +107,8 @@ class TrialInfo:
             schedule=tuple(trial.capacity_schedule()),
             bidirectional=trial.link.reverse is not None or any(g.flow_direction == "reverse" for g in trial.flows),
             reverse_capacity_bps=None if trial.link.reverse is None else trial.link.reverse.capacity,
+            workload_groups=tuple(dict.fromkeys(g.label for g in trial.flows if g.arrivals is not None)),
+            reverse_groups=tuple(dict.fromkeys(g.label for g in trial.flows if g.flow_direction == "reverse")),
         )
 
     def capacity_steps(self) -> list[tuple[float, int]]:
@@ -199,14 +211,16 @@ def _pct(num: float, den: float) -> Optional[float]:
 # --- the metrics ------------------------------------------------------------------------------
 
 
-def per_flow(flows: pl.DataFrame, t0: float, t1: float) -> pl.DataFrame:
+def per_flow(flows: pl.DataFrame, t0: float, t1: float, times: Optional[pl.Series] = None) -> pl.DataFrame:
     """One row per flow over the window.
 
     Columns: ``flow, cc, group, delivered_bytes, goodput_bps, sent_segs, retrans_segs,
     retrans_pct, rtt_p50_ms, rtt_mean_ms``. ``goodput_bps`` is delivered payload over the span
-    between the two counter readings (the window itself when samples fall on its ends).
+    between the two counter readings (the window itself when samples fall on its ends), read on
+    ``times`` (the sample times; default the flows'; a workload's flows have rows only while
+    open, so the router's are the trial's).
     """
-    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    s0, s1 = window_bounds(flows["time_s"] if times is None else times, t0, t1)
     span = s1 - s0
     deltas = counter_deltas(flows, ["delivered_bytes", "sent_segs", "retrans_segs"], t0, t1, by="flow")
     meta_cols = [c for c in ("cc", "group") if c in flows.columns]
@@ -342,31 +356,78 @@ def rtt_metrics(flows: pl.DataFrame, t0: float, t1: float) -> dict[str, Optional
     }
 
 
-def direction_totals(flows: pl.DataFrame, pf: pl.DataFrame, cap_bits: float, span: float) -> dict[str, Any]:
+def direction_totals(flows: pl.DataFrame, pf: pl.DataFrame, cap_bits: float, span: float,
+                     workload: tuple[str, ...] = ()) -> dict[str, Any]:
     """Utilization, goodput, retransmission rate and Jain's index of the flows in ``flows``
-    (one direction's, or all), with ``pf`` their :func:`per_flow` rows."""
+    (one direction's, or all), with ``pf`` their :func:`per_flow` rows; Jain's index leaves out
+    the ``workload`` groups' flows (their per-flow figures are their completion times)."""
     delivered_bits = float(pf["delivered_bytes"].sum()) * 8
     tcp = of_kind(flows, "tcp")
     pf_tcp = pf.filter(pl.col("flow").is_in(tcp["flow"].unique().implode()))
+    listed = pf_tcp.filter(~pl.col("group").is_in(list(workload))) if workload else pf_tcp
     return {
         "utilization": delivered_bits / cap_bits if cap_bits > 0 else None,
         "goodput_bps": delivered_bits / span if span > 0 else None,
         "retrans_pct": _pct(float(pf_tcp["retrans_segs"].sum()), float(pf_tcp["sent_segs"].sum())),
-        "jain": jain(pf_tcp["goodput_bps"].fill_null(0.0)),
+        "jain": jain(listed["goodput_bps"].fill_null(0.0)),
     }
 
 
-def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
-    """The ``summary.json`` document (see the README for the contract)."""
+def fct_metrics(fct: pl.DataFrame, t0: float, t1: float) -> dict[str, Any]:
+    """Per group: completion-time percentiles and mean slowdown, overall and per size bucket,
+    of the flows that start in the window ``[t0, t1)``; counts of finished and unfinished."""
+    from .workload import BUCKET_BOUNDS, BUCKET_NAMES
+
+    inside = fct.filter((pl.col("start_s") >= t0 - EPS) & (pl.col("start_s") < t1 - EPS))
+    bounds = [0, *BUCKET_BOUNDS, math.inf]
+    out: dict[str, Any] = {}
+    for label in inside["group"].unique(maintain_order=True).to_list():
+        g = inside.filter(pl.col("group") == label)
+        done = g.filter(pl.col("fct_ms").is_not_nan() & pl.col("fct_ms").is_not_null())
+        buckets = {}
+        for name, lo, hi in zip(BUCKET_NAMES, bounds, bounds[1:]):
+            b = done.filter((pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi))
+            in_bucket = g.filter((pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi))
+            buckets[name] = {
+                "flows": len(in_bucket),
+                "completed": len(b),
+                "slowdown_mean": _num(b["slowdown"].mean()) if len(b) else None,
+                "slowdown_p99": percentile(b["slowdown"], 0.99),
+                "fct_p99_ms": percentile(b["fct_ms"], 0.99),
+            }
+        out[str(label)] = {
+            "flows": len(g),
+            "completed": len(done),
+            "unfinished": len(g) - len(done),
+            "fct_p50_ms": percentile(done["fct_ms"], 0.5),
+            "fct_p95_ms": percentile(done["fct_ms"], 0.95),
+            "fct_p99_ms": percentile(done["fct_ms"], 0.99),
+            "fct_mean_ms": _num(done["fct_ms"].mean()) if len(done) else None,
+            "slowdown_mean": _num(done["slowdown"].mean()) if len(done) else None,
+            "slowdown_p99": percentile(done["slowdown"], 0.99),
+            "buckets": buckets,
+        }
+    return out
+
+
+def summarize(
+    flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, completions: Optional[pl.DataFrame] = None
+) -> dict[str, Any]:
+    """The ``summary.json`` document (see the README for the contract); ``completions`` is
+    ``fct.parquet``'s frame, when the trial has flows with a size."""
     t0, t1 = info.steady_s
-    s0, s1 = window_bounds(flows["time_s"], t0, t1)
+    # the sample times: the router's, as a workload's flows have rows only while open
+    times = router["time_s"] if len(router) else flows["time_s"]
+    s0, s1 = window_bounds(times, t0, t1)
     cap_bits = payload_capacity_bits(info.capacity_steps(), s0, s1, info.mss, info.mtu)
     span = s1 - s0
-    pf = per_flow(flows, t0, t1)
+    pf = per_flow(flows, t0, t1, times)
+    workload = info.workload_groups
+    pf_listed = pf.filter(~pl.col("group").is_in(list(workload))) if workload else pf
     both = info.bidirectional
     fwd = in_direction(flows, "forward") if both else flows
     pf_fwd = pf.filter(pl.col("flow").is_in(fwd["flow"].unique().implode())) if both else pf
-    totals = direction_totals(fwd, pf_fwd, cap_bits, span)
+    totals = direction_totals(fwd, pf_fwd, cap_bits, span, workload)
     rm = router_metrics(router, info, t0, t1)
     rev_cap_bits = (payload_capacity_bits([(0.0, info.reverse_capacity_bps)], s0, s1, info.mss, info.mtu)
                     if info.reverse_capacity_bps else 0.0)
@@ -384,7 +445,7 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
             "goodput_bps": bits / span if span > 0 else None,
             "flows": len(g),
             "retrans_pct": _pct(float(g["retrans_segs"].sum()), float(g["sent_segs"].sum())),
-            "jain": jain(g["goodput_bps"].fill_null(0.0)),
+            "jain": None if label in workload else jain(g["goodput_bps"].fill_null(0.0)),
             **({"direction": "reverse" if reverse else "forward"} if both else {}),
         }
 
@@ -414,6 +475,7 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
         **({"reverse": reverse_metrics(flows, router, pf, info, rev_cap_bits, span)} if both else {}),
         "groups": groups,
         **{kind: m for kind in ("udp", "ping") if (m := datagram_metrics(flows, kind, t0, t1))},
+        **({"fct": m} if completions is not None and (m := fct_metrics(completions, t0, t1)) else {}),
         "flows": [
             {
                 "id": int(r["flow"]),
@@ -424,7 +486,7 @@ def summarize(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dic
                 "retrans_pct": _num(r["retrans_pct"]),
                 "rtt_p50_ms": _num(r["rtt_p50_ms"]),
             }
-            for r in pf.iter_rows(named=True)
+            for r in pf_listed.iter_rows(named=True)
         ],
     }
     return out
@@ -439,7 +501,7 @@ def reverse_metrics(flows: pl.DataFrame, router: pl.DataFrame, pf: pl.DataFrame,
     t0, t1 = info.steady_s
     rev = in_direction(flows, "reverse")
     pf_rev = pf.filter(pl.col("flow").is_in(rev["flow"].unique().implode()))
-    totals = direction_totals(rev, pf_rev, cap_bits, span)
+    totals = direction_totals(rev, pf_rev, cap_bits, span, info.workload_groups)
     out: dict[str, Any] = {
         "capacity_bps": info.reverse_capacity_bps,
         "utilization": totals["utilization"],

@@ -65,10 +65,28 @@ GROUP_METRICS = {
 }
 
 
+#: A workload group's completion-time metrics (``fct.<label>.<key>``, and per size bucket
+#: ``fct.<label>.buckets.<bucket>.<key>``): y-axis label, title phrase.
+FCT_METRICS = {
+    "fct_p50_ms": ("FCT median (ms)", "median FCT"),
+    "fct_p95_ms": ("FCT 95th percentile (ms)", "p95 FCT"),
+    "fct_p99_ms": ("FCT 99th percentile (ms)", "p99 FCT"),
+    "fct_mean_ms": ("FCT mean (ms)", "mean FCT"),
+    "slowdown_mean": ("mean slowdown (FCT / ideal)", "mean slowdown"),
+    "slowdown_p99": ("99th-percentile slowdown", "p99 slowdown"),
+    "unfinished": ("flows unfinished at the end", "unfinished flows"),
+}
+
+
 def metric_style(col: str) -> tuple[tuple[str, float, str], str]:
     """((y label, scale factor, title phrase), the total metric whose axis rules apply)."""
     if col in METRICS:
         return METRICS[col], col
+    m = re.fullmatch(r"fct\.(.+?)(?:\.buckets\.([A-Za-z0-9_]+))?\.([a-z0-9_]+)", col)
+    if m and m.group(3) in FCT_METRICS:
+        label, phrase = FCT_METRICS[m.group(3)]
+        where = m.group(1) + (f" {m.group(2)}" if m.group(2) else "")
+        return (f"{where}: {label}", 1.0, f"{where}: {phrase}"), col
     m = re.fullmatch(r"groups\.(.+)\.([a-z0-9_]+)", col)
     base = GROUP_METRICS.get(m.group(2)) if m else None
     if m and base:

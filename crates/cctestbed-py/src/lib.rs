@@ -5,7 +5,7 @@
 //! events, so Ctrl-C stops it within a fraction of a second with `KeyboardInterrupt`.
 
 use ccsim::sim::SimOutput;
-use ccsim::telemetry::{algorithm_columns, Column, ColumnData, FlowSeries, RouterSeries};
+use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, FlowSeries, RouterSeries};
 use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
@@ -100,7 +100,7 @@ fn declared(cols: Vec<Column>) -> Vec<(String, &'static str, &'static str, &'sta
     cols.into_iter().map(|c| (c.name, c.dtype.name(), c.unit, c.doc)).collect()
 }
 
-/// The columns of `flows` and `router` a trial's output holds, in order, each as (name, dtype,
+/// The columns of `flows`, `router` and `completions` a trial's output holds, in order, each as (name, dtype,
 /// unit, doc): the one declaration of the result schema (telemetry.rs). Without a trial, the
 /// flow columns leave out the algorithms' `cc.<key>` columns.
 #[pyfunction]
@@ -125,6 +125,7 @@ fn columns(py: Python<'_>, config_json: Option<&str>) -> PyResult<PyObject> {
     let d = PyDict::new_bound(py);
     d.set_item("flows", declared(FlowSeries::trial_columns(&keys)))?;
     d.set_item("router", declared(RouterSeries::columns()))?;
+    d.set_item("completions", declared(CompletionSeries::columns()))?;
     Ok(d.into())
 }
 
@@ -150,6 +151,7 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
     res.set_item("flows", column_dict(py, out.flows.into_columns())?)?;
     let router = column_dict(py, out.router.into_columns())?;
     res.set_item("router", router)?;
+    res.set_item("completions", column_dict(py, out.completions.into_columns())?)?;
     res.set_item("state_labels", PyList::new_bound(py, out.state_labels))?;
 
     let fin = PyDict::new_bound(py);

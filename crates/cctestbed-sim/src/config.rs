@@ -598,6 +598,11 @@ pub struct FlowConfig {
     /// Which way the data goes.
     #[serde(default)]
     pub direction: Direction,
+    /// One flow of a workload (many short flows arriving over time): its telemetry rows are
+    /// only those of the sample intervals in which it is open, from its start to the sample
+    /// after its completion, so thousands of short flows do not each fill the whole trial.
+    #[serde(default)]
+    pub workload: bool,
 }
 
 fn default_iw() -> u32 {
@@ -673,6 +678,7 @@ impl FlowConfig {
             ecn: false,
             ect1: false,
             direction: Direction::Forward,
+            workload: false,
         }
     }
 }

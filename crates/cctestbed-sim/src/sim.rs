@@ -34,7 +34,7 @@ use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
-use crate::telemetry::{FlowSeries, RouterSeries, Telemetry};
+use crate::telemetry::{CompletionSeries, FlowSeries, RouterSeries, Telemetry};
 use std::collections::VecDeque;
 
 /// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.
@@ -72,6 +72,8 @@ pub struct SimOutput {
     pub events: u64,
     /// The packet captures the trial asked for (empty without `capture`).
     pub captures: Vec<CaptureFile>,
+    /// One row per TCP flow with a size: its completion time, or none by the end.
+    pub completions: CompletionSeries,
 }
 
 pub struct Simulation {
@@ -84,6 +86,8 @@ pub struct Simulation {
     /// Whether any flow sends datagrams: TCP-only trials skip every look at `datagrams`.
     any_datagram: bool,
     started: Vec<bool>,
+    /// When each sized TCP flow's receiver came to hold every byte in order.
+    completed: Vec<Option<Nanos>>,
     access: Vec<DelayLine<DataPacket>>,
     forward: DelayLine<DataPacket>,
     acks: Vec<DelayLine<AckPacket>>,
@@ -181,7 +185,8 @@ impl Simulation {
         });
         let dir: Vec<Direction> = cfg.flows.iter().map(|f| f.direction).collect();
         let routed_acks = rev_bottleneck.is_some() || dir.contains(&Direction::Reverse);
-        let telemetry = Telemetry::new(&senders, &datagrams, cfg.sample_interval_ns, cfg.duration_ns);
+        let workload = cfg.flows.iter().map(|f| f.workload).collect();
+        let telemetry = Telemetry::new(&senders, &datagrams, workload, cfg.sample_interval_ns, cfg.duration_ns);
         let any_datagram = datagrams.iter().any(Option::is_some);
         let mut q = EventQueue::default();
         for (i, f) in cfg.flows.iter().enumerate() {
@@ -214,6 +219,7 @@ impl Simulation {
             datagrams,
             any_datagram,
             started: vec![false; n],
+            completed: vec![None; n],
             access,
             acks,
             ack_agg,
@@ -453,6 +459,7 @@ impl Simulation {
                     &self.receivers,
                     &self.datagrams,
                     &self.started,
+                    &self.completed,
                     &mut self.bottleneck,
                     self.rev_bottleneck.as_mut(),
                 );
@@ -506,6 +513,11 @@ impl Simulation {
             self.send_ack(now, ack);
         }
         self.sync_delack(f);
+        if let Some(size) = self.cfg.flows[f].size_bytes {
+            if self.completed[f].is_none() && self.receivers[f].delivered_bytes >= size {
+                self.completed[f] = Some(now);
+            }
+        }
     }
 
     /// A reverse flow's packet leaves its access line: into the reverse bottleneck, or straight
@@ -670,6 +682,13 @@ impl Simulation {
         for p in self.forward.iter().chain(self.backward.iter()) {
             fin[p.flow as usize].in_transit_pkts += 1;
         }
+        let sized = self.cfg.flows.iter().filter(|f| f.size_bytes.is_some()).count();
+        let mut completions = CompletionSeries::with_capacity(sized);
+        for (i, f) in self.cfg.flows.iter().enumerate() {
+            if let (crate::config::Traffic::Tcp, Some(size)) = (&f.traffic, f.size_bytes) {
+                completions.push(i as u32, f.start_ns, size, self.receivers[i].delivered_bytes, self.completed[i]);
+            }
+        }
         let (_, qb) = self.bottleneck.queue_len();
         let in_service = self.bottleneck.in_service().map_or(0, |p| p.size as u64);
         SimOutput {
@@ -685,6 +704,7 @@ impl Simulation {
             }),
             events: self.q.processed,
             captures: self.capture.map_or_else(Vec::new, |c| c.finish()),
+            completions,
         }
     }
 }

@@ -168,7 +168,9 @@ macro_rules! series {
 
 series! {
     /// Per-flow columns: one row per flow per sample, ordered by time then flow. Datagram
-    /// flows (udp, ping) fill the TCP-only columns with 0 (counts) or NaN (measurements).
+    /// flows (udp, ping) fill the TCP-only columns with 0 (counts) or NaN (measurements). A
+    /// workload's flow (`FlowConfig::workload`) has rows only while open: from the first sample
+    /// after its start to the first at or after its completion.
     pub struct FlowSeries {
         /// End of the sample interval the row covers.
         #[unit = "s"]
@@ -313,6 +315,53 @@ series! {
     extra {}
 }
 
+series! {
+    /// Flow completions: one row per TCP flow with a size, in flow order. The completion time
+    /// is the receiver's: from the flow's start (its SYN leaves the sender) to the moment the
+    /// receiving application holds every byte in order.
+    pub struct CompletionSeries {
+        /// Flow id, in the order of the trial's flow groups.
+        #[unit = ""]
+        pub flow: Vec<u32>,
+        /// When the flow opened its connection (its SYN left the sender).
+        #[unit = "s"]
+        pub start_s: Vec<f64>,
+        /// Payload bytes the flow carries.
+        #[unit = "B"]
+        pub size_bytes: Vec<u64>,
+        /// Payload delivered in order to the receiving application by the end of the trial.
+        #[unit = "B"]
+        pub delivered_bytes: Vec<u64>,
+        /// Flow completion time: from the start to the receiving application holding every byte; NaN if unfinished at the end.
+        #[unit = "ms"]
+        pub fct_ms: Vec<f64>,
+    }
+    extra {}
+}
+
+impl CompletionSeries {
+    pub fn with_capacity(rows: usize) -> Self {
+        let mut c = CompletionSeries::default();
+        c.reserve(rows);
+        c
+    }
+
+    pub fn into_columns(self) -> Vec<(String, ColumnData)> {
+        let mut out = Vec::new();
+        self.export(&mut out);
+        out
+    }
+
+    /// Appends one flow's row; `completed` is when its receiver had every byte.
+    pub fn push(&mut self, flow: u32, start: Nanos, size: u64, delivered: u64, completed: Option<Nanos>) {
+        self.flow.push(flow);
+        self.start_s.push(start as f64 / 1e9);
+        self.size_bytes.push(size);
+        self.delivered_bytes.push(delivered);
+        self.fct_ms.push(completed.map_or(f64::NAN, |t| (t - start) as f64 / 1e6));
+    }
+}
+
 impl FlowSeries {
     /// Every column of a trial whose algorithms report `keys` (the `cc.<key>` columns, in
     /// the order [`algorithm_columns`] gives), fixed ones first.
@@ -407,6 +456,10 @@ pub struct Telemetry {
     /// For each flow, the `cc` column index of each of its telemetry keys.
     key_cols: Vec<Vec<usize>>,
     scratch: Vec<f64>,
+    /// Workload flows (rows only while open) and those whose last row, the first sample at or
+    /// after their completion, is written.
+    workload: Vec<bool>,
+    closed: Vec<bool>,
 }
 
 /// Each flow's algorithm telemetry keys (none for a datagram flow).
@@ -415,9 +468,11 @@ pub fn flow_keys<'a>(senders: &'a [Sender], datagrams: &'a [Option<DatagramFlow>
 }
 
 impl Telemetry {
-    pub fn new(senders: &[Sender], datagrams: &[Option<DatagramFlow>], interval: Nanos, duration: Nanos) -> Self {
+    /// `workload[i]`: flow i has rows only while open (see `FlowConfig::workload`).
+    pub fn new(senders: &[Sender], datagrams: &[Option<DatagramFlow>], workload: Vec<bool>, interval: Nanos, duration: Nanos) -> Self {
         let samples = (duration / interval) as usize + 1;
-        let rows = samples * senders.len();
+        // workload flows' rows grow as they come; the rest are known in advance
+        let rows = samples * workload.iter().filter(|w| !**w).count();
         let (names, key_cols) = algorithm_columns(flow_keys(senders, datagrams));
         let mut flows = FlowSeries::default();
         flows.reserve(rows);
@@ -438,6 +493,8 @@ impl Telemetry {
             prev_rev_sojourn: (0, 0),
             key_cols,
             scratch: Vec::new(),
+            closed: vec![false; workload.len()],
+            workload,
         }
     }
 
@@ -458,12 +515,19 @@ impl Telemetry {
         receivers: &[Receiver],
         datagrams: &[Option<DatagramFlow>],
         started: &[bool],
+        completed: &[Option<Nanos>],
         b: &mut Bottleneck,
         rev: Option<&mut Bottleneck>,
     ) {
         let t = now as f64 / 1e9;
         let dt = self.interval as f64 / 1e9;
         for (i, (s, r)) in senders.iter().zip(receivers).enumerate() {
+            if self.workload[i] {
+                if !started[i] || self.closed[i] {
+                    continue;
+                }
+                self.closed[i] = completed[i].is_some();
+            }
             if let Some(d) = &datagrams[i] {
                 self.sample_datagram(now, i, d, started[i]);
                 continue;

@@ -47,6 +47,7 @@ from . import topology as topo
 BACKEND = "kernel"
 PORT = 5201
 PORT_BASE = 20000
+MAX_PORT = 65535
 
 
 class KernelUnavailable(RuntimeError):
@@ -234,6 +235,11 @@ def trial_problems(trial: Trial) -> list[str]:
             problems.append(f"link.reverse.aqm: {link.reverse.aqm.kind!r}: the kernel backend's reverse bottleneck "
                             "is htb with a fifo, as its forward one; AQMs run on the simulator")
     problems += aqm_problems(trial)
+    n = len(trial.flow_list())
+    if n > MAX_PORT - PORT_BASE:
+        problems.append(f"flows: {n:,} flows in all: the kernel backend gives each its own source port from "
+                        f"{PORT_BASE}, so at most {MAX_PORT - PORT_BASE:,} fit; give a lower arrival rate or a shorter "
+                        "duration")
     return problems
 
 
@@ -468,7 +474,10 @@ def run_kernel_trial(
                 continue
             rw = {str(f): g.rwnd for f in flow_ids[k]} if g.rwnd else {}
             _, _, sink_ns, sink_ip = _hosts(names, k, g)
+            specs = trial.flow_list()
             sink_spec = {**base, "addr": sink_ip, "port": PORT, "port_base": PORT_BASE, "rwnd": rw,
+                         "sizes": {str(f): specs[f].size for f in flow_ids[k] if specs[f].size is not None},
+                         "workload": flow_ids[k] if g.arrivals is not None else [],
                          "out": str(workdir / f"sink{k}.npz")}
             procs.append(run.py(f"sink{k}", sink_ns, "traffic", "sink", _write(workdir / f"sink{k}.json", sink_spec)))
         for k, g in enumerate(trial.flows):
@@ -476,10 +485,11 @@ def run_kernel_trial(
                 continue
             assert g.cc is not None
             cc_name = plans[k].name if k in plans else kernel_cc(g.cc)
-            flows = [{"flow": f, "cc": cc_name, "start_ns": g.start + j * g.stagger, "size": g.size,
-                      "pacing": g.pacing,
+            specs = trial.flow_list()
+            flows = [{"flow": f, "cc": cc_name, "start_ns": specs[f].start_ns, "size": specs[f].size,
+                      "pacing": g.pacing, "workload": g.arrivals is not None,
                       "max_pacing_rate": None if g.max_pacing_rate is None else g.max_pacing_rate // 8}
-                     for j, f in enumerate(flow_ids[k])]
+                     for f in flow_ids[k]]
             send_ns, send_ip, _, sink_ip = _hosts(names, k, g)
             snd_spec = {**base, "src": send_ip, "dst": sink_ip, "port": PORT,
                         "port_base": PORT_BASE, "flows": flows, "out": str(workdir / f"send{k}.npz")}
@@ -557,9 +567,10 @@ def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, An
     ``ping``), from :mod:`.datagrams`; their files are named as a TCP group's."""
     names, wd, trial = run.names, run.workdir, run.trial
     traffic = g.traffic_core(trial.mtu)
-    flows = [{"flow": f, "start_ns": g.start + j * g.stagger, "size": traffic["size_bytes"],
+    specs = trial.flow_list()
+    flows = [{"flow": f, "start_ns": specs[f].start_ns, "size": traffic["size_bytes"],
               **{key: traffic.get(key) for key in ("rate_bps", "on_ns", "off_ns", "exponential", "interval_ns")}}
-             for j, f in enumerate(ids)]
+             for f in ids]
     recv, send = ("udp-sink", "udp-send") if g.flow_kind == "udp" else ("echo", "ping")
     send_ns, send_ip, sink_ns, sink_ip = _hosts(names, k, g)
     rcv_spec = {**base, "addr": sink_ip, "port": PORT, "port_base": PORT_BASE, "out": str(wd / f"sink{k}.npz")}
@@ -681,48 +692,85 @@ CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
 
 def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict[str, np.ndarray]],
                 schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """flows.parquet from the senders' and sinks' samples: a row per flow per tick, except a
+    workload's flows, which have rows only from the first tick their sender or sink sampled them
+    to the last (while open), as in the simulator."""
+    n_ticks = trial.duration // trial.sample_interval
+    expanded = trial.expanded()
+    workload = np.array([gr.arrivals is not None for _, gr, _ in expanded], dtype=bool)
+    blocks = []
+    dense = np.flatnonzero(~workload)
+    if len(dense):
+        blocks.append(_flow_block(trial, send, sink, schema, dense, np.ones(len(dense), dtype=int),
+                                  np.full(len(dense), n_ticks)))
+    if workload.any():
+        ids = np.flatnonzero(workload)
+        first = np.full(len(expanded), n_ticks + 1)
+        last = np.zeros(len(expanded), dtype=int)
+        for d in [*send, *sink]:  # the sink's last sample (every byte read) may come a tick after the sender's
+            if len(d.get("tick", [])) == 0:
+                continue
+            t, f = d["tick"].astype(int), d["flow"].astype(int)
+            ok = workload[f] & (t >= 1) & (t <= n_ticks)
+            np.minimum.at(first, f[ok], t[ok])
+            np.maximum.at(last, f[ok], t[ok])
+        ids = ids[last[ids] >= first[ids]]  # flows never sampled have no rows
+        if len(ids):
+            blocks.append(_flow_block(trial, send, sink, schema, ids, first[ids], last[ids] - first[ids] + 1))
+    df = pl.concat(blocks) if blocks else pl.DataFrame(schema=schema)
+    # rows ordered by time then flow, as the simulator writes them
+    return df.sort(["time_s", "flow"], maintain_order=True)
+
+
+def _flow_block(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict[str, np.ndarray]],
+                schema: dict[str, pl.DataType], ids: np.ndarray, first: np.ndarray, count: np.ndarray) -> pl.DataFrame:
+    """The rows of flows ``ids``, flow ``ids[i]`` over the ``count[i]`` ticks from ``first[i]``:
+    every column worked out on a grid of a row per flow and a column per tick from its first."""
     dt = trial.sample_interval
     n_ticks = trial.duration // dt
-    expanded = trial.expanded()
-    n_flows = len(expanded)
-    ticks = np.arange(1, n_ticks + 1)
+    all_flows = trial.expanded()
+    expanded = [all_flows[i] for i in ids]
+    n_flows = len(ids)
+    width = int(count.max())
+    row_of = np.full(len(all_flows), -1)
+    row_of[ids] = np.arange(n_flows)
+    ticks = first[:, None] + np.arange(width)[None, :]
+    valid = np.arange(width)[None, :] < count[:, None]
     nan = np.nan
 
     def grid(src: list[dict[str, np.ndarray]], col: str, fill: float) -> np.ndarray:
-        out = np.full((n_flows, n_ticks), fill, dtype=float)
+        out = np.full((n_flows, width), fill, dtype=float)
         for d in src:
             if len(d.get("tick", [])) == 0 or col not in d:
                 continue
-            t = d["tick"].astype(int) - 1
-            f = d["flow"].astype(int)
-            ok = (t >= 0) & (t < n_ticks)
-            out[f[ok], t[ok]] = d[col][ok].astype(float)
+            t = d["tick"].astype(int)
+            r = row_of[d["flow"].astype(int)]
+            c = t - first[np.maximum(r, 0)]
+            ok = (r >= 0) & (c >= 0) & (c < width) & (t >= 1) & (t <= n_ticks)
+            out[r[ok], c[ok]] = d[col][ok].astype(float)
         return out
 
     def times(src: list[dict[str, np.ndarray]]) -> np.ndarray:
-        out = np.tile(ticks * dt, (n_flows, 1)).astype(float)
         g = grid(src, "t_ns", nan)
-        return np.where(np.isnan(g), out, g)
+        return np.where(np.isnan(g), (ticks * dt).astype(float), g)
 
-    def ffill(a: np.ndarray, first: float = 0.0) -> np.ndarray:
-        out = a.copy()
-        for i in range(out.shape[0]):
-            row = out[i]
-            last = first
-            for j in range(row.shape[0]):
-                if np.isnan(row[j]):
-                    row[j] = last
-                else:
-                    last = row[j]
-        return out
+    def ffill(a: np.ndarray, first_value: float = 0.0) -> np.ndarray:
+        """Each NaN replaced by the last value before it in its row (``first_value`` if none)."""
+        seen = ~np.isnan(a)
+        idx = np.where(seen, np.arange(a.shape[1])[None, :], -1)
+        np.maximum.accumulate(idx, axis=1, out=idx)
+        out = a[np.arange(a.shape[0])[:, None], np.maximum(idx, 0)]
+        return np.where(idx < 0, first_value, out)
 
     def rate(counter: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
         prev_c = np.concatenate([np.zeros((n_flows, 1)), counter[:, :-1]], axis=1)
-        prev_t = np.concatenate([np.zeros((n_flows, 1)), t_ns[:, :-1]], axis=1)
+        prev_t = np.concatenate([((first - 1) * dt).astype(float)[:, None], t_ns[:, :-1]], axis=1)
         span = np.maximum(t_ns - prev_t, 1.0)
         return (counter - prev_c) * 8e9 / span
 
-    recv = ffill(grid(sink, "bytes_received", nan))
+    # tcpi_bytes_received counts the FIN's sequence number too: a sized flow's payload is its size
+    sizes = np.array([np.inf if spec.size is None else spec.size for spec in (trial.flow_list()[i] for i in ids)])
+    recv = np.minimum(ffill(grid(sink, "bytes_received", nan)), sizes[:, None])
     t_sink = times(sink)
     t_send = times(send)
     g = {k: grid(send, k, nan) for k in ("snd_mss", "unacked", "sacked", "lost", "retrans", "rtt_us", "snd_cwnd",
@@ -756,8 +804,8 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
     pacing = np.where(paced & (g["pacing_rate"] > 0) & (g["pacing_rate"] < 2**63), g["pacing_rate"] * 8, nan)
     rto = g["total_rto"]
     cols: dict[str, Any] = {
-        "time_s": np.tile(ticks * dt / 1e9, (n_flows, 1)),
-        "flow": np.repeat(np.arange(n_flows), n_ticks).reshape(n_flows, n_ticks),
+        "time_s": ticks * dt / 1e9,
+        "flow": np.repeat(ids, width).reshape(n_flows, width),
         "goodput_bps": rate(recv, t_sink),
         "delivered_bytes": recv,
         "send_rate_bps": rate(sent_bytes, t_send),
@@ -777,11 +825,11 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         "rto_count": None if np.all(np.isnan(rto)) else ffill(rto),
     }
     # states
-    state = np.empty((n_flows, n_ticks), dtype=object)
-    ca = np.empty((n_flows, n_ticks), dtype=object)
+    state = np.empty((n_flows, width), dtype=object)
+    ca = np.empty((n_flows, width), dtype=object)
     for i, (_, gr, _) in enumerate(expanded):
         if gr.flow_kind != "tcp":
-            for j in range(n_ticks):
+            for j in range(int(count[i])):
                 ca[i, j] = "open"
                 if np.isnan(g["started"][i, j]) or not g["started"][i, j]:
                     state[i, j] = "idle"
@@ -791,7 +839,7 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
                     state[i, j] = "on" if g["on"][i, j] else "off"
             continue
         bbr = kernel_cc(gr.algorithm).startswith("bbr")
-        for j in range(n_ticks):
+        for j in range(int(count[i])):
             c = g["ca_state"][i, j]
             ca_label = CA_STATES[int(c)] if not np.isnan(c) and int(c) < len(CA_STATES) else "open"
             ca[i, j] = ca_label
@@ -815,21 +863,24 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
         "cc.pacing_gain": g["bbr_pacing_gain"],
         "cc.cwnd_gain": g["bbr_cwnd_gain"],
     }
+    keep = valid.reshape(-1)
+    n_rows = int(keep.sum())
+    per_row = np.repeat(np.arange(n_flows), width)[keep]
     series = []
     for name, dtype in schema.items():
         if name == "backend":
-            series.append(pl.Series(name, [BACKEND] * (n_flows * n_ticks), dtype=dtype))
+            series.append(pl.Series(name, [BACKEND] * n_rows, dtype=dtype))
             continue
         if name in ("cc", "group", "kind", "direction"):
             vals = [{"cc": gr.algorithm, "group": gr.label, "kind": gr.flow_kind, "direction": gr.flow_direction}[name]
                     for _, gr, _ in expanded]
-            series.append(pl.Series(name, [v for v in vals for _ in range(n_ticks)], dtype=dtype))
+            series.append(pl.Series(name, [vals[r] for r in per_row], dtype=dtype))
             continue
         v = cols.get(name, cc_cols.get(name))
         if v is None:
-            series.append(pl.Series(name, [None] * (n_flows * n_ticks), dtype=dtype))
+            series.append(pl.Series(name, [None] * n_rows, dtype=dtype))
             continue
-        flat = np.asarray(v).reshape(-1)
+        flat = np.asarray(v).reshape(-1)[keep]
         if flat.dtype == object:
             series.append(pl.Series(name, flat.tolist(), dtype=dtype))
         else:
@@ -839,9 +890,9 @@ def build_flows(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
             else:
                 s = s.cast(dtype)
             series.append(s)
-    # rows ordered by time then flow, as the simulator writes them
-    df = pl.DataFrame(series)
-    return df.sort(["time_s", "flow"], maintain_order=True)
+    return pl.DataFrame(series)
+
+
 
 
 def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -930,7 +981,6 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
     fschema, rschema = sim_schema(trial)
     flows = build_flows(trial, send, sink, fschema)
     rframe = build_router(trial, router, run.mode, rschema)
-    summary = summarize(flows, rframe, TrialInfo.from_trial(trial, backend=BACKEND))
     extra: dict[str, Any] = {
         "backend": BACKEND,
         "kernel": os.uname().release,
@@ -961,4 +1011,41 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
     errors = {i: e for i, s in extra["senders"].items() for e in [s.get("errors")] if e}
     if errors:
         raise KernelRunError(f"flows failed: {errors}")
-    return KernelTrialResult(trial, flows, rframe, summary, None, BACKEND, extra=extra, files=files)
+    fct = build_completions(trial, sink, extra["senders"])
+    summary = summarize(flows, rframe, TrialInfo.from_trial(trial, backend=BACKEND), fct)
+    return KernelTrialResult(trial, flows, rframe, summary, None, BACKEND, extra=extra, files=files,
+                             completions=fct if len(fct) else None)
+
+
+def build_completions(trial: Trial, sink: list[dict[str, np.ndarray]], senders: dict[str, Any]) -> pl.DataFrame:
+    """fct.parquet from the runs' records: a sized flow starts when its sender called
+    ``connect`` and completes when its sink's application had read every byte (receiver side,
+    as the simulator measures it); delivered is what the application read by the end."""
+    from ..runner import completions_frame
+
+    connect: dict[int, int] = {}
+    for s in senders.values():
+        connect.update({int(f): int(ns) for f, ns in (s.get("connect_ns") or {}).items()})
+    done: dict[int, int] = {}
+    read: dict[int, int] = {}
+    for d in sink:
+        done.update(zip(d.get("done_flow", np.array([])).astype(int).tolist(),
+                        d.get("done_ns", np.array([])).astype(int).tolist()))
+        if len(d.get("tick", [])) and "app_bytes" in d:
+            for f, b in zip(d["flow"].astype(int).tolist(), d["app_bytes"].astype(int).tolist()):
+                read[f] = max(read.get(f, 0), b)
+    rows: dict[str, list[Any]] = {k: [] for k in ("flow", "start_s", "size_bytes", "delivered_bytes", "fct_ms")}
+    for f, spec in enumerate(trial.flow_list()):
+        if spec.size is None or trial.flows[spec.group].flow_kind != "tcp":
+            continue
+        start = connect.get(f, spec.start_ns)
+        rows["flow"].append(f)
+        rows["start_s"].append(start / 1e9)
+        rows["size_bytes"].append(spec.size)
+        rows["delivered_bytes"].append(min(read.get(f, 0), spec.size) if f not in done else spec.size)
+        rows["fct_ms"].append((done[f] - start) / 1e6 if f in done else float("nan"))
+    cols = {"flow": np.asarray(rows["flow"], dtype=np.uint32), "start_s": np.asarray(rows["start_s"], dtype=float),
+            "size_bytes": np.asarray(rows["size_bytes"], dtype=np.uint64),
+            "delivered_bytes": np.asarray(rows["delivered_bytes"], dtype=np.uint64),
+            "fct_ms": np.asarray(rows["fct_ms"], dtype=float)}
+    return completions_frame(cols, trial, backend=BACKEND)

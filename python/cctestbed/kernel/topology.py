@@ -310,6 +310,29 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
 
 # --- building -----------------------------------------------------------------------------------
 
+#: How long a new veth may take to become operational.
+OPERATIONAL_TIMEOUT_S = 5.0
+
+
+def wait_operational(devs: Sequence[tuple[str, str]], timeout_s: float = OPERATIONAL_TIMEOUT_S) -> None:
+    """Waits until every (namespace, device) is operationally up. A new veth's carrier, the qdisc
+    attached to it on carrier-on (``dev_activate``) and the bridges' view of their ports come up
+    asynchronously, through the kernel's linkwatch work; a trial starting at once was seen to
+    lose its first 0.3 to 0.5 s of packets (its SYNs, retransmitted only after the 1 s initial
+    RTO)."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(devs)
+    while pending:
+        pending = [(ns, dev) for ns, dev in pending
+                   if json.loads(sh(["ip", "-n", ns, "-j", "link", "show", "dev", dev]).stdout)[0].get("operstate")
+                   != "UP"]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TopologyError(f"interfaces not up after {timeout_s:g} s: "
+                                + ", ".join(f"{dev} in {ns}" for ns, dev in pending))
+        time.sleep(0.02)
+
 
 @dataclass
 class HostSettings:
@@ -384,6 +407,7 @@ class Topology:
                 str(h.initcwnd)])
             route = ["ip", "-n", dst, "route", "add", f"{n.ip(src_role, k)}/32", "dev", n.host_if(k)]
             sh(route + (["quickack", "1"] if h.quickack else []))
+        wait_operational(veths)
 
     def host_stack(self) -> dict[str, Any]:
         """What the first sender host's TCP stack runs with: its qdisc and the TCP sysctls that

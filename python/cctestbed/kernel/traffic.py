@@ -16,6 +16,14 @@ the kernel's own pacing for algorithms that do not ask for it, so ``pacing = tru
 cap sets the largest value but one), staggered connects, bulk or fixed-size
 transfers. Every ``interval`` it reads ``TCP_INFO`` and, for BBR, ``TCP_CC_INFO``.
 
+Workload flows (a flow group with ``arrivals``: many short flows) are sampled only while open:
+the sender closes a workload socket (an orderly close, its FIN long sent) at the first tick at
+which every byte is acknowledged, after sampling it, and the sink drops one at the first tick
+after its end of stream; so thousands of them neither pile up sockets nor samples. Both raise
+their open-file limit to the hard limit. The sender records when it called ``connect`` for each
+flow, the sink when its application had read every byte of a flow with a size: the flow's
+completion time, receiver side, as the simulator measures it.
+
 Sink (``... sink SPEC``): accepts every flow, reads and discards, and every ``interval`` reads
 each connection's ``tcpi_bytes_received`` (payload delivered in order by the receiving TCP)
 and the bytes the application has read. ``rwnd`` sets ``SO_RCVBUF`` (twice the window, as the
@@ -24,6 +32,7 @@ kernel halves it for overhead) and ``TCP_WINDOW_CLAMP`` (the advertised-window c
 
 from __future__ import annotations
 
+import collections
 import errno
 import json
 import os
@@ -95,6 +104,15 @@ def mono_ns() -> int:
     return time.monotonic_ns()
 
 
+def raise_fd_limit() -> None:
+    """Open files up to the hard limit: a workload opens a socket per flow."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class Stop(Exception):
     pass
 
@@ -140,6 +158,11 @@ class Flow:
         self.pacing: Optional[bool] = spec.get("pacing")
         #: bytes per second
         self.max_pacing_rate: Optional[int] = spec.get("max_pacing_rate")
+        #: A workload's flow: sampled while open, closed once every byte is acknowledged.
+        self.workload: bool = bool(spec.get("workload"))
+        self.closed = False
+        #: When connect() was called (CLOCK_MONOTONIC ns).
+        self.connect_ns: Optional[int] = None
         self.sock: Optional[socket.socket] = None
         self.connected = False
         self.sent = 0
@@ -148,6 +171,7 @@ class Flow:
 
 
 def run_sender(spec: dict[str, Any]) -> int:
+    raise_fd_limit()
     wait_t0(spec)
     t0: int = spec["t0_ns"]
     interval: int = spec["interval_ns"]
@@ -161,6 +185,7 @@ def run_sender(spec: dict[str, Any]) -> int:
                                                    "bbr_pacing_gain", "bbr_cwnd_gain", "started", "done")}
 
     def start(f: Flow) -> None:
+        f.connect_ns = mono_ns()
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, f.cc.encode())
@@ -176,15 +201,22 @@ def run_sender(spec: dict[str, Any]) -> int:
         by_fd[s.fileno()] = f
         ep.register(s.fileno(), select.EPOLLOUT)
 
+    open_flows: list[Flow] = []
+
     def sample(tick: int) -> None:
         now = mono_ns()
-        for f in flows:
-            if f.sock is None:
-                continue
+        still: list[Flow] = []
+        for f in open_flows:
+            assert f.sock is not None
             try:
                 info = parse_tcp_info(f.sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
             except OSError:
+                still.append(f)
                 continue
+            if f.workload and f.done_sending and info["unacked"] == 0:
+                close(f)  # sampled below for the last time
+            else:
+                still.append(f)
             bbr = None
             if f.cc.startswith("bbr"):
                 try:
@@ -203,15 +235,30 @@ def run_sender(spec: dict[str, Any]) -> int:
             cols["bbr_cwnd_gain"].append(bbr["cwnd_gain"] if bbr else nan)
             cols["started"].append(f.connected)
             cols["done"].append(f.done_sending)
+        open_flows[:] = still
 
-    pending = sorted(flows, key=lambda f: f.start_ns)
+    def close(f: Flow) -> None:
+        assert f.sock is not None
+        fd = f.sock.fileno()
+        if fd in by_fd:
+            del by_fd[fd]
+            try:
+                ep.unregister(fd)
+            except (OSError, ValueError):
+                pass
+        f.sock.close()
+        f.closed = True
+
+    pending = collections.deque(sorted(flows, key=lambda f: f.start_ns))
     tick = 1
     try:
         _sleep_until(t0)
         while True:
             now = mono_ns()
             while pending and pending[0].start_ns <= now:
-                start(pending.pop(0))
+                f = pending.popleft()
+                start(f)
+                open_flows.append(f)
             next_tick = t0 + tick * interval
             if now >= next_tick:
                 sample(tick)
@@ -258,15 +305,16 @@ def run_sender(spec: dict[str, Any]) -> int:
         errors = {f.id: f.error for f in flows if f.error}
         in_use = {}  # the congestion control each socket ran at the end, as the kernel names it
         for f in flows:
-            if f.sock is not None:
+            if f.sock is not None and not f.closed:
                 try:
                     in_use[f.id] = f.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
                 except OSError:
                     pass
         with open(spec["out"] + ".json", "w") as fh:
-            json.dump({"errors": errors, "sent": {f.id: f.sent for f in flows}, "cc": in_use}, fh)
+            json.dump({"errors": errors, "sent": {f.id: f.sent for f in flows}, "cc": in_use,
+                       "connect_ns": {f.id: f.connect_ns - t0 for f in flows if f.connect_ns is not None}}, fh)
         for f in flows:
-            if f.sock is not None:
+            if f.sock is not None and not f.closed:
                 # RST rather than FIN: nothing lingers once the trial is over.
                 f.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 f.sock.close()
@@ -277,9 +325,14 @@ def run_sender(spec: dict[str, Any]) -> int:
 
 
 def run_sink(spec: dict[str, Any]) -> int:
+    raise_fd_limit()
     interval: int = spec["interval_ns"]
     port_base: int = spec["port_base"]
     rwnd: dict[int, int] = {int(k): v for k, v in (spec.get("rwnd") or {}).items()}
+    #: Flows with a size: when the application has read them whole (CLOCK_MONOTONIC ns).
+    sizes: dict[int, int] = {int(k): v for k, v in (spec.get("sizes") or {}).items()}
+    workload: set[int] = set(spec.get("workload") or ())
+    done_ns: dict[int, int] = {}
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if rwnd:
@@ -302,7 +355,7 @@ def run_sink(spec: dict[str, Any]) -> int:
 
     def sample(tick: int) -> None:
         now = mono_ns()
-        for fd, (s, flow) in conns.items():
+        for fd, (s, flow) in list(conns.items()):
             try:
                 info = parse_tcp_info(s.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
                 received = info["bytes_received"]
@@ -314,6 +367,9 @@ def run_sink(spec: dict[str, Any]) -> int:
             cols["bytes_received"].append(received)
             cols["app_bytes"].append(app_bytes[flow])
             cols["closed"].append(flow in closed)
+            if flow in workload and flow in closed:  # that was its last sample; the socket goes
+                del conns[fd]
+                s.close()
 
     tick = 1
     try:
@@ -355,12 +411,15 @@ def run_sink(spec: dict[str, Any]) -> int:
                         ep.unregister(fd)
                         break
                     app_bytes[flow] += n
+                    if flow in sizes and flow not in done_ns and app_bytes[flow] >= sizes[flow]:
+                        done_ns[flow] = mono_ns()
                     if n < len(buf):
                         break
     except Stop:
         pass
     finally:
-        _save(spec["out"], cols)
+        done = sorted(done_ns)
+        _save(spec["out"], {**cols, "done_flow": done, "done_ns": [done_ns[f] - t0 for f in done]})
         for s, _ in conns.values():
             s.close()
         ls.close()
