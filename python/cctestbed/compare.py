@@ -14,7 +14,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from .plot import aggregate_workloads, binned_flows, binned_router, save_figure
+from .plot import aggregate_workloads, binned_flows, binned_router, save_figure, style_fct_axes
 from .results import TrialResult
 
 
@@ -180,12 +180,7 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
             done = c.filter(pl.col("fct_ms").is_not_nan())
             ax_fct.scatter(done["size_bytes"], done["fct_ms"], s=8, marker=marker, lw=0.8 if marker == "x" else 0,
                            alpha=0.5, label=f"{'A' if r is a else 'B'}: {_label(r)} ({len(done)} completed)")
-        ax_fct.set_xscale("log")
-        ax_fct.set_yscale("log")
-        ax_fct.set_xlabel("flow size (bytes)")
-        ax_fct.set_ylabel("completion time (ms)")
-        ax_fct.grid(True, which="both", alpha=0.25)
-        ax_fct.legend(loc="upper left", fontsize=8)
+        style_fct_axes(ax_fct)
     ax_tp.legend(loc="lower right", fontsize=8, ncol=max(2, len(groups) + 1))
     ax_q.legend(loc="upper right", fontsize=8)
     fig.suptitle(f"A (solid): {_label(a)}    B (dashed): {_label(b)}\n{a.trial.describe()}", fontsize=11)

@@ -199,6 +199,11 @@ def plot_fct(ax, completions: pl.DataFrame, info: TrialInfo,  # type: ignore[no-
             ideal = mine.sort("size_bytes")
             ax.plot(ideal["size_bytes"], ideal["ideal_fct_ms"], color="0.3", lw=1, ls=ls,
                     label=text if reverse else "ideal (empty path)")
+    style_fct_axes(ax)
+
+
+def style_fct_axes(ax) -> None:  # type: ignore[no-untyped-def]
+    """Completion time against size: both axes logarithmic, a grid at every decade's ticks."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("flow size (bytes)")

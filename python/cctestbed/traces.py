@@ -33,18 +33,25 @@ class TraceError(ValueError):
     """A trace file that cannot be used; the message names the file and, where it can, the line."""
 
 
-def load_trace(path: Union[str, Path]) -> tuple[int, ...]:
-    """The opportunity times (ms) of the trace file at ``path``, validated."""
+def file_identity(path: Union[str, Path], error: type[ValueError]) -> tuple[str, int, int]:
+    """(path, mtime, size) of a data file a trial names (a trace, a size CDF): the key its parsed
+    contents are cached under, so an edited file is read again; ``error`` when it is missing,
+    unreadable or not a file."""
     p = Path(path)
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
+        raise error(f"{p}: no such file") from None
     except OSError as e:
-        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
+        raise error(f"{p}: cannot read: {e.strerror}") from None
     if not p.is_file():
-        raise TraceError(f"{p}: not a file")
-    return _load(str(p), st.st_mtime_ns, st.st_size)
+        raise error(f"{p}: not a file")
+    return str(p), st.st_mtime_ns, st.st_size
+
+
+def load_trace(path: Union[str, Path]) -> tuple[int, ...]:
+    """The opportunity times (ms) of the trace file at ``path``, validated."""
+    return _load(*file_identity(path, TraceError))
 
 
 @lru_cache(maxsize=16)

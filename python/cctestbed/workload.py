@@ -67,16 +67,9 @@ def cdf_path(name: str, base: Optional[Path] = None) -> Path:
 def load_cdf(path: Union[str, Path]) -> tuple[tuple[float, float], ...]:
     """The (size in bytes, cumulative fraction) points of a CDF file, validated: sizes >= 0 and
     non-decreasing, fractions from 0 to 1 non-decreasing, the last one 1."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise CdfError(f"{p}: no such file") from None
-    except OSError as e:
-        raise CdfError(f"{p}: cannot read: {e.strerror}") from None
-    if not p.is_file():
-        raise CdfError(f"{p}: not a file")
-    return _load_cdf(str(p), st.st_mtime_ns, st.st_size)
+    from .traces import file_identity
+
+    return _load_cdf(*file_identity(path, CdfError))
 
 
 @lru_cache(maxsize=16)
