@@ -106,18 +106,30 @@ impl ReverseLinkConfig {
     /// rate, queue, loss and discipline, none of the forward link's shaping or schedules.
     pub fn as_link(&self, fwd: &LinkConfig) -> LinkConfig {
         LinkConfig {
-            capacity_bps: self.capacity_bps,
-            delay_fwd_ns: fwd.delay_rev_ns,
-            delay_rev_ns: fwd.delay_fwd_ns,
-            queue: self.queue.clone(),
             loss: self.loss.clone(),
+            aqm: self.aqm.clone(),
+            ..LinkConfig::plain(self.capacity_bps, fwd.delay_rev_ns, fwd.delay_fwd_ns, self.queue.clone())
+        }
+    }
+}
+
+impl LinkConfig {
+    /// A fixed-rate drop-tail link with no loss, shaping, schedule, trace or reverse
+    /// bottleneck: what every other setting adds to.
+    pub fn plain(capacity_bps: u64, delay_fwd_ns: Nanos, delay_rev_ns: Nanos, queue: QueueConfig) -> Self {
+        LinkConfig {
+            capacity_bps,
+            delay_fwd_ns,
+            delay_rev_ns,
+            queue,
+            loss: LossConfig::None,
             shaper: None,
             policer: None,
             schedule: vec![],
             delay_schedule: vec![],
             access_rate_bps: None,
             jitter_ns: 0,
-            aqm: self.aqm.clone(),
+            aqm: None,
             trace: None,
             ack_aggregation: None,
             reverse: None,
@@ -770,26 +782,12 @@ impl SimConfig {
             sample_interval_ns: default_sample_interval(),
             mtu,
             mss: default_mss(),
-            link: LinkConfig {
+            link: LinkConfig::plain(
                 capacity_bps,
-                delay_fwd_ns: rtt_ns / 2,
-                delay_rev_ns: rtt_ns - rtt_ns / 2,
-                queue: QueueConfig {
-                    limit_bytes: Some((queue_bdp * bdp_bytes).round().max(mtu as f64) as u64),
-                    limit_packets: None,
-                },
-                loss: LossConfig::None,
-                shaper: None,
-                policer: None,
-                schedule: vec![],
-                delay_schedule: vec![],
-                access_rate_bps: None,
-                jitter_ns: 0,
-                aqm: None,
-                trace: None,
-                ack_aggregation: None,
-                reverse: None,
-            },
+                rtt_ns / 2,
+                rtt_ns - rtt_ns / 2,
+                QueueConfig { limit_bytes: Some((queue_bdp * bdp_bytes).round().max(mtu as f64) as u64), limit_packets: None },
+            ),
             flows: vec![],
             capture: None,
         }

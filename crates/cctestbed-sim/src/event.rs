@@ -3,6 +3,12 @@
 //! Events are ordered by (time, insertion sequence), so equal times run first-in first-out and
 //! a run is fully determined by its inputs. The queue only ever holds O(links + flows + timers)
 //! entries: packets in flight wait in [`crate::link::DelayLine`]s with one event for the head.
+//!
+//! The two events that come once per packet through the bottleneck (its next departure and the
+//! forward line's next arrival) are nearly always single: each waits in a lane of its own beside
+//! the heap, and a pop takes the least key of heap top and lanes. The order is the same as with
+//! every event in the heap (one key decides wherever an entry is kept); only the heap's work per
+//! packet goes.
 
 use crate::config::Nanos;
 
@@ -58,12 +64,14 @@ impl Entry {
     }
 }
 
-/// The pending events, a 4-ary min-heap on [`Entry::key`]: half the levels of a binary heap,
-/// and the four children of a node share a cache line or two. Times are never negative, so the
-/// key's unsigned order is the time order.
-#[derive(Default)]
+/// The pending events: a 4-ary min-heap on [`Entry::key`] (half the levels of a binary heap,
+/// and the four children of a node share a cache line or two) and the [`LANES`]. Times are
+/// never negative, so the key's unsigned order is the time order.
 pub struct EventQueue {
     heap: Vec<Entry>,
+    /// One pending event of each lane's kind ([`lane`]), `EMPTY` when none; a second pending
+    /// event of a lane's kind goes to the heap.
+    lanes: [Entry; LANES],
     seq: u64,
     now: Nanos,
     /// Events popped so far (for benchmarks).
@@ -72,12 +80,39 @@ pub struct EventQueue {
 
 const ARITY: usize = 4;
 
+/// Lanes beside the heap, one per event kind that [`lane`] names.
+const LANES: usize = 2;
+
+/// A free lane: no key is this large (the time part would be past `Nanos::MAX`).
+const EMPTY: Entry = Entry { key: u128::MAX, ev: Event::Sample };
+
+/// The lane an event kind waits in, if it has one.
+fn lane(ev: &Event) -> Option<usize> {
+    match ev {
+        Event::BottleneckWake => Some(0),
+        Event::ForwardHead => Some(1),
+        _ => None,
+    }
+}
+
+impl Default for EventQueue {
+    fn default() -> Self {
+        EventQueue { heap: Vec::new(), lanes: [EMPTY; LANES], seq: 0, now: 0, processed: 0 }
+    }
+}
+
 impl EventQueue {
     pub fn push(&mut self, at: Nanos, ev: Event) {
         debug_assert!(at >= self.now, "event scheduled in the past: {at} < {}", self.now);
         debug_assert!(at >= 0);
         self.seq += 1;
         let e = Entry { key: ((at as u64 as u128) << 64) | self.seq as u128, ev };
+        if let Some(l) = lane(&ev) {
+            if self.lanes[l].key == u128::MAX {
+                self.lanes[l] = e;
+                return;
+            }
+        }
         // Sift up: move parents down until e's place is found.
         let mut i = self.heap.len();
         self.heap.push(e);
@@ -92,7 +127,39 @@ impl EventQueue {
         self.heap[i] = e;
     }
 
+    /// The lane whose event comes before the heap's top, if one does.
+    fn first_lane(&self) -> Option<usize> {
+        let mut best = self.heap.first().map_or(u128::MAX, |e| e.key);
+        let mut which = None;
+        for (l, e) in self.lanes.iter().enumerate() {
+            if e.key < best {
+                best = e.key;
+                which = Some(l);
+            }
+        }
+        which
+    }
+
     pub fn pop(&mut self) -> Option<(Nanos, Event)> {
+        self.pop_until(Nanos::MAX)
+    }
+
+    /// Pops the next event if it is due at or before `t`.
+    pub fn pop_until(&mut self, t: Nanos) -> Option<(Nanos, Event)> {
+        let top = match self.first_lane() {
+            Some(l) if self.lanes[l].at() <= t => std::mem::replace(&mut self.lanes[l], EMPTY),
+            Some(_) => return None,
+            None if self.heap.first()?.at() <= t => self.pop_heap()?,
+            None => return None,
+        };
+        let at = top.at();
+        assert!(at >= self.now, "time went backwards");
+        self.now = at;
+        self.processed += 1;
+        Some((at, top.ev))
+    }
+
+    fn pop_heap(&mut self) -> Option<Entry> {
         let last = self.heap.pop()?;
         let top = if self.heap.is_empty() {
             last
@@ -122,23 +189,22 @@ impl EventQueue {
             self.heap[i] = last;
             top
         };
-        let at = top.at();
-        assert!(at >= self.now, "time went backwards");
-        self.now = at;
-        self.processed += 1;
-        Some((at, top.ev))
+        Some(top)
     }
 
     pub fn peek_time(&self) -> Option<Nanos> {
-        self.heap.first().map(Entry::at)
+        match self.first_lane() {
+            Some(l) => Some(self.lanes[l].at()),
+            None => self.heap.first().map(Entry::at),
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.lanes.iter().filter(|e| e.key != u128::MAX).count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 }
 
@@ -225,22 +291,30 @@ mod tests {
 
     proptest::proptest! {
         /// Any interleaving of pushes (never before the last pop) and pops comes out as a
-        /// stable sort by time would give it.
+        /// stable sort by time would give it, lane events (`BottleneckWake`, `ForwardHead`,
+        /// several pending at once) among heap events.
         #[test]
-        fn pops_follow_time_then_insertion_order(ops in proptest::collection::vec((0u8..3, 0i64..50), 1..400)) {
+        fn pops_follow_time_then_insertion_order(ops in proptest::collection::vec((0u8..6, 0i64..50), 1..400)) {
             let mut q = EventQueue::default();
-            let mut reference: Vec<(Nanos, u32)> = vec![];
+            let mut reference: Vec<(Nanos, usize, Event)> = vec![];
             let mut now = 0;
             for (i, (op, dt)) in ops.into_iter().enumerate() {
-                if op < 2 {
-                    q.push(now + dt, Event::FlowStart(i as u32));
-                    reference.push((now + dt, i as u32));
+                let ev = match op {
+                    0 | 1 => Some(Event::FlowStart(i as u32)),
+                    2 => Some(Event::BottleneckWake),
+                    3 => Some(Event::ForwardHead),
+                    _ => None,
+                };
+                if let Some(ev) = ev {
+                    q.push(now + dt, ev);
+                    reference.push((now + dt, i, ev));
                 } else if let Some((t, ev)) = q.pop() {
-                    let k = (0..reference.len()).min_by_key(|&k| reference[k]).unwrap();
-                    let (rt, ri) = reference.remove(k);
-                    proptest::prop_assert_eq!((t, ev), (rt, Event::FlowStart(ri)));
+                    let k = (0..reference.len()).min_by_key(|&k| (reference[k].0, reference[k].1)).unwrap();
+                    let (rt, _, rev) = reference.remove(k);
+                    proptest::prop_assert_eq!((t, ev), (rt, rev));
                     now = t;
                 }
+                proptest::prop_assert_eq!(q.len(), reference.len());
             }
         }
     }

@@ -247,11 +247,7 @@ impl Simulation {
         let end = self.cfg.duration_ns;
         let every = every.max(1);
         let mut n: u64 = 0;
-        while let Some(at) = self.q.peek_time() {
-            if at > end {
-                break;
-            }
-            let (now, ev) = self.q.pop().unwrap();
+        while let Some((now, ev)) = self.q.pop_until(end) {
             self.handle(now, ev);
             n += 1;
             if n % every == 0 && !keep_going() {
@@ -263,11 +259,7 @@ impl Simulation {
 
     /// Processes every event up to and including time `t`.
     pub fn run_until(&mut self, t: Nanos) {
-        while let Some(at) = self.q.peek_time() {
-            if at > t {
-                break;
-            }
-            let (now, ev) = self.q.pop().unwrap();
+        while let Some((now, ev)) = self.q.pop_until(t) {
             self.handle(now, ev);
         }
     }
