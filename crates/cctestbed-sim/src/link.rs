@@ -109,6 +109,11 @@ impl<T: Copy> DelayLine<T> {
         self.q.iter().map(|(_, x)| x)
     }
 
+    /// Gives back memory beyond what the items on the line now need.
+    pub fn shrink_to_fit(&mut self) {
+        self.q.shrink_to_fit();
+    }
+
     pub fn set_delay(&mut self, delay: Nanos) {
         self.delay = delay;
     }

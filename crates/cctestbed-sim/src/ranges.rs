@@ -16,6 +16,11 @@ impl RangeSet {
         self.r.is_empty()
     }
 
+    /// Gives back memory beyond what the ranges held now need.
+    pub fn shrink_to_fit(&mut self) {
+        self.r.shrink_to_fit();
+    }
+
     /// The ranges, lowest first.
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.r.iter().copied()

@@ -88,6 +88,8 @@ pub struct Simulation {
     started: Vec<bool>,
     /// When each sized TCP flow's receiver came to hold every byte in order.
     completed: Vec<Option<Nanos>>,
+    /// Sized flows whose every byte is acknowledged and whose buffers were given back.
+    released: Vec<bool>,
     access: Vec<DelayLine<DataPacket>>,
     forward: DelayLine<DataPacket>,
     acks: Vec<DelayLine<AckPacket>>,
@@ -220,6 +222,7 @@ impl Simulation {
             any_datagram,
             started: vec![false; n],
             completed: vec![None; n],
+            released: vec![false; n],
             access,
             acks,
             ack_agg,
@@ -407,6 +410,14 @@ impl Simulation {
                 }
                 if let Some(at) = self.acks[f as usize].head_time() {
                     self.q.push(at, Event::AckHead(f));
+                }
+                let f = f as usize;
+                if !self.released[f] && self.senders[f].is_done() {
+                    self.senders[f].release_buffers();
+                    self.receivers[f].release_buffers();
+                    self.access[f].shrink_to_fit();
+                    self.acks[f].shrink_to_fit();
+                    self.released[f] = true;
                 }
             }
             Event::AckRelease(f) => {

@@ -181,6 +181,12 @@ pub enum EcnEcho {
 }
 
 impl Receiver {
+    /// Gives back the memory of a finished flow's out-of-order and SACK buffers.
+    pub fn release_buffers(&mut self) {
+        self.ooo.shrink_to_fit();
+        self.sacks.shrink_to_fit();
+    }
+
     /// `handshake_rtt_ns` is the RTT the receiver measured on the three-way handshake;
     /// `rwnd_bytes` the configured receive buffer, if any.
     pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32, rwnd_bytes: Option<u64>, handshake_rtt_ns: Nanos) -> Self {
