@@ -1,9 +1,9 @@
 """A trial's results: the telemetry frames, the summary, and how they are written to disk.
 
 A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet``,
-``router.parquet``, ``summary.json`` and ``trial.png``, ``fct.parquet`` when the trial has flows
-with a size (one row per such flow: its completion time), and the packet captures when the trial
-asked for them. It is written into a temporary
+``router.parquet``, ``summary.json``, ``fct.parquet`` when the trial has flows with a size (one
+row per such flow: its completion time), the packet captures when the trial asked for them, and
+``trial.png`` (the stacked plot) when it is asked for. It is written into a temporary
 directory beside its destination and renamed into place only once complete, so a directory
 at the destination is never half written. Parquet files are deterministic: the same trial
 and seed give byte-identical files (fixed compression, no timestamps in the metadata).
@@ -28,7 +28,10 @@ from .summary import TrialInfo
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json", "trial.png")
+#: The files of every trial's results directory.
+FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json")
+#: The stacked plot, written when asked for (``run --plot``, ``save(plot=True)``, ``cctestbed plot``).
+PLOT_FILE = "trial.png"
 
 
 class DamagedFile(ValueError):
@@ -116,21 +119,24 @@ class TrialResult:
             completions=self.completions,
         )
 
-    def save(self, directory: Union[str, Path], force: bool = False) -> Path:
-        """Write every result file into ``directory`` atomically; see :func:`write_dir`."""
-        return write_dir(Path(directory), self.write_files, force=force)
+    def save(self, directory: Union[str, Path], force: bool = False, plot: bool = False) -> Path:
+        """Write every result file into ``directory`` atomically (see :func:`write_dir`), and the
+        stacked plot (``trial.png``) if ``plot``."""
+        return write_dir(Path(directory), lambda tmp: self.write_files(tmp, plot=plot), force=force)
 
-    def write_files(self, tmp: Path) -> None:
-        """The result files, written into the (temporary) directory ``tmp``."""
-        from .plot import save_figure
-
+    def write_files(self, tmp: Path, plot: bool = False) -> None:
+        """The result files, written into the (temporary) directory ``tmp``; ``trial.png`` too if
+        ``plot`` (drawing it loads matplotlib and takes most of a short trial's time)."""
         (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
         write_parquet(self.flows, tmp / "flows.parquet")
         write_parquet(self.router, tmp / "router.parquet")
         if self.completions is not None:
             write_parquet(self.completions, tmp / "fct.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
-        save_figure(self.plot(), str(tmp / "trial.png"))
+        if plot:
+            from .plot import save_figure
+
+            save_figure(self.plot(), str(tmp / PLOT_FILE))
         for name, data in self.files.items():
             (tmp / name).write_bytes(data)
 
