@@ -59,7 +59,7 @@ kernel-deps:
 	fi
 
 demo: build
-	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force
+	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force --plot
 
 # Headless Chromium (Debian's package) renders the sweep report in its test; where it cannot be
 # installed (no apt, not root) that one test is skipped and says why.

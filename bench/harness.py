@@ -6,6 +6,8 @@
 - validate: wall time of ``cctestbed validate examples/default.toml``, a whole process each.
 - run overhead: wall time of ``cctestbed run examples/default.toml`` minus the simulation's own
   time (the core alone, in this process, on the same trial).
+- run --plot: the same with the stacked plot drawn (trial.png), timed in turn with the run
+  without it; its cost is the difference of the two medians.
 - sweep driver: peak resident memory of the ``cctestbed sweep`` process (its workers not
   counted) over a sweep of short trials (200 ms, one flow), read from /proc while it runs, and
   its resident memory after a tenth, half and all of the trials.
@@ -71,10 +73,16 @@ def bench_run(runs: int, tmp: Path) -> None:
         sim.append(time.perf_counter() - t0)
     args = ["run", str(TRIAL), "-o", str(tmp / "run"), "--force"]
     wall(args, tmp)
-    total = [wall(args, tmp) for _ in range(runs)]
+    wall([*args, "--plot"], tmp)
+    total, plotted = [], []
+    for _ in range(runs):  # in turn, so that both see the same load
+        total.append(wall(args, tmp))
+        plotted.append(wall([*args, "--plot"], tmp))
     over = [t - statistics.median(sim) for t in total]
     print(f"run {TRIAL.name}: wall {spread(total, 's')}; simulation alone {spread(sim, 's')}; "
           f"overhead {spread(over, 's')}")
+    print(f"run {TRIAL.name} --plot: wall {spread(plotted, 's')}; the plot costs "
+          f"{statistics.median(plotted) - statistics.median(total):.2f} s (difference of the medians)")
 
 
 def bench_sweep(n: int, tmp: Path) -> None:

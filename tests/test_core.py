@@ -1,6 +1,8 @@
 """Through the compiled core: determinism, conservation, end-to-end runs and the API."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -9,7 +11,7 @@ import pytest
 import cctestbed
 from cctestbed import _core
 from cctestbed.config import ConfigError, load_trial, parse_trial
-from cctestbed.results import FILES, TrialResult
+from cctestbed.results import FILES, PLOT_FILE, TrialResult
 from cctestbed.summary import TrialInfo, summarize
 
 
@@ -102,9 +104,8 @@ def test_end_to_end_run_writes_consistent_results(cli, trial_dict, write_trial, 
     out = tmp_path / "res"
     r = cli("run", write_trial(d), "-o", out)
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
-    assert str(out / "trial.png") in r.output
-    assert (out / "trial.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES), "no trial.png unless --plot"
+    assert f"cctestbed plot {out}" in r.output, "says how to draw the plot"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temp dirs left"
 
     summary = json.loads((out / "summary.json").read_text())
@@ -151,11 +152,47 @@ def test_python_api(trial_dict, tmp_path):
     assert len(fig.axes) == 6
     assert fig.axes[-1].get_ylabel().startswith("state")
     saved = r1.save(tmp_path / "x")
+    assert sorted(p.name for p in saved.iterdir()) == sorted(FILES), "the plot is drawn only when asked"
     back = TrialResult.load(saved)
     assert back.summary == r1.summary
     assert back.flows.equals(r1.flows, null_equal=True)
     with pytest.raises(FileExistsError):
         r1.save(tmp_path / "x")
+    drawn = r1.save(tmp_path / "y", plot=True)
+    assert sorted(p.name for p in drawn.iterdir()) == sorted((*FILES, PLOT_FILE))
+    assert (drawn / PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    for name in FILES:
+        assert (drawn / name).read_bytes() == (saved / name).read_bytes(), name
+
+
+def _imported(stderr: str) -> set[str]:
+    """The modules a process run under ``python -X importtime`` imported."""
+    return {ln.split("|")[-1].strip() for ln in stderr.splitlines() if ln.startswith("import time:")}
+
+
+def test_run_draws_the_plot_only_when_asked(trial_dict, write_trial, tmp_path):
+    path = write_trial(trial_dict(duration="1s"))
+    cmd = [sys.executable, "-X", "importtime", "-m", "cctestbed", "run", str(path)]
+    bare = subprocess.run([*cmd, "-o", str(tmp_path / "bare")], capture_output=True, text=True, check=True)
+    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == sorted(FILES)
+    assert f"plot:    cctestbed plot {tmp_path / 'bare'}" in bare.stdout
+    modules = _imported(bare.stderr)
+    assert "cctestbed.runner" in modules, "the importtime listing was read"
+    assert not {m for m in modules if m.split(".")[0] == "matplotlib"}, "run without --plot loads no matplotlib"
+
+    drawn = subprocess.run([*cmd, "-o", str(tmp_path / "drawn"), "--plot"], capture_output=True, text=True,
+                           check=True)
+    assert sorted(p.name for p in (tmp_path / "drawn").iterdir()) == sorted((*FILES, PLOT_FILE))
+    assert (tmp_path / "drawn" / PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    assert f"plot:    {tmp_path / 'drawn' / PLOT_FILE}" in drawn.stdout
+    for name in FILES:
+        assert (tmp_path / "drawn" / name).read_bytes() == (tmp_path / "bare" / name).read_bytes(), name
+
+    # the plot drawn later from the directory is the one run --plot draws
+    later = subprocess.run([sys.executable, "-m", "cctestbed", "plot", str(tmp_path / "bare")], capture_output=True,
+                           text=True, check=True)
+    assert f"plot: {tmp_path / 'bare' / PLOT_FILE}" in later.stdout
+    assert (tmp_path / "bare" / PLOT_FILE).read_bytes() == (tmp_path / "drawn" / PLOT_FILE).read_bytes()
 
 
 def test_random_loss_rate_reaches_the_router(trial_dict):

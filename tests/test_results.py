@@ -94,3 +94,40 @@ def test_parquet_is_byte_identical_and_round_trips(tmp_path):
     back = pl.read_parquet(a)
     assert back.schema == df.schema
     assert back.equals(df, null_equal=True)
+
+
+def test_parquet_strings_are_plain_and_only_they_dictionary_encoded(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = pl.DataFrame(
+        {
+            "time_s": [0.01 * i for i in range(6)],
+            "flow": pl.Series([0, 1, 2, 0, 1, 2], dtype=pl.UInt32),
+            "state": ["startup", "drain", None, "probe_bw", "probe_rtt", "drain"],
+            "bytes": pl.Series(range(6), dtype=pl.UInt64),
+        }
+    )
+    # several chunks, one of them a slice: the strings' offsets do not start at 0
+    df = pl.concat([base.head(2), base.slice(3, 3)], rechunk=False)
+    assert df.n_chunks() == 2
+    path = tmp_path / "x.parquet"
+    write_parquet(df, path)
+    f = pq.ParquetFile(path)
+    assert f.schema_arrow == pa.schema([("time_s", pa.float64()), ("flow", pa.uint32()), ("state", pa.string()),
+                                        ("bytes", pa.uint64())])
+    meta = f.metadata
+    assert meta.num_row_groups == 1
+    for i in range(meta.num_columns):
+        col = meta.row_group(0).column(i)
+        assert col.compression == "ZSTD" and col.statistics.has_min_max
+        assert ("RLE_DICTIONARY" in col.encodings) == (col.path_in_schema == "state"), col.path_in_schema
+    assert pl.read_parquet(path).equals(df, null_equal=True)
+
+    # the same bytes as the plain way of writing it (a cast of the strings by pyarrow)
+    table = df.to_arrow()
+    table = table.cast(pa.schema([pa.field(f.name, pa.string() if f.name == "state" else f.type) for f in table.schema]))
+    ref = tmp_path / "ref.parquet"
+    pq.write_table(table, str(ref), compression="zstd", compression_level=3, row_group_size=1 << 20,
+                   write_statistics=True, use_dictionary=["state"])
+    assert path.read_bytes() == ref.read_bytes()

@@ -151,10 +151,13 @@ def run(
     allow_large: bool = typer.Option(
         False, "--allow-large", help="Run a trial past the resource limits (flows, telemetry rows, packets)."
     ),
+    plot: bool = typer.Option(
+        False, "--plot/--no-plot", help="Also draw the stacked plot (trial.png; later: cctestbed plot DIR)."
+    ),
 ) -> None:
     """Run one trial and write its results directory."""
     try:
-        _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large)
+        _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large, plot)
     except KeyboardInterrupt:
         # the core stops within a fraction of a second; a results directory is written atomically
         err.print(interrupt.MESSAGE, markup=False)
@@ -170,6 +173,7 @@ def _run(
     link_emulator: Optional[str],
     capture: Optional[bool],
     allow_large: bool,
+    plot: bool,
 ) -> None:
     from .config import ConfigError, load_trial, parse_trial, sim_problems
     from .runner import run_trial
@@ -229,15 +233,20 @@ def _run(
             spinner="dots",
         ):
             result = run_trial(trial)
-    with err.status("writing results ...", spinner="dots"):
-        path = result.save(dest, force=force)
+    with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
+        path = result.save(dest, force=force, plot=plot)
 
     out.print(f"[bold]{trial.name}[/]: {trial.describe()}")
     if result.summary["flows"]:  # a workload's flows are summarised by their completion times
         out.print(_summary_table(result.summary))
     out.print(_totals_table(result.summary))
     out.print(f"results: {path}")
-    out.print(f"plot:    {path / 'trial.png'}")
+    if plot:
+        out.print(f"plot:    {path / 'trial.png'}", markup=False)
+    else:
+        import shlex
+
+        out.print(f"plot:    cctestbed plot {shlex.quote(str(path))}", markup=False)
 
 
 @app.command()

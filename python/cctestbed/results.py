@@ -1,9 +1,9 @@
 """A trial's results: the telemetry frames, the summary, and how they are written to disk.
 
 A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet``,
-``router.parquet``, ``summary.json`` and ``trial.png``, ``fct.parquet`` when the trial has flows
-with a size (one row per such flow: its completion time), and the packet captures when the trial
-asked for them. It is written into a temporary
+``router.parquet``, ``summary.json``, ``fct.parquet`` when the trial has flows with a size (one
+row per such flow: its completion time), the packet captures when the trial asked for them, and
+``trial.png`` (the stacked plot) when it is asked for. It is written into a temporary
 directory beside its destination and renamed into place only once complete, so a directory
 at the destination is never half written. Parquet files are deterministic: the same trial
 and seed give byte-identical files (fixed compression, no timestamps in the metadata).
@@ -28,7 +28,10 @@ from .summary import TrialInfo
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json", "trial.png")
+#: The files of every trial's results directory.
+FILES = ("trial.toml", "flows.parquet", "router.parquet", "summary.json")
+#: The stacked plot, written when asked for (``run --plot``, ``save(plot=True)``, ``cctestbed plot``).
+PLOT_FILE = "trial.png"
 
 
 class DamagedFile(ValueError):
@@ -116,21 +119,24 @@ class TrialResult:
             completions=self.completions,
         )
 
-    def save(self, directory: Union[str, Path], force: bool = False) -> Path:
-        """Write every result file into ``directory`` atomically; see :func:`write_dir`."""
-        return write_dir(Path(directory), self.write_files, force=force)
+    def save(self, directory: Union[str, Path], force: bool = False, plot: bool = False) -> Path:
+        """Write every result file into ``directory`` atomically (see :func:`write_dir`), and the
+        stacked plot (``trial.png``) if ``plot``."""
+        return write_dir(Path(directory), lambda tmp: self.write_files(tmp, plot=plot), force=force)
 
-    def write_files(self, tmp: Path) -> None:
-        """The result files, written into the (temporary) directory ``tmp``."""
-        from .plot import save_figure
-
+    def write_files(self, tmp: Path, plot: bool = False) -> None:
+        """The result files, written into the (temporary) directory ``tmp``; ``trial.png`` too if
+        ``plot`` (drawing it loads matplotlib and takes most of a short trial's time)."""
         (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
         write_parquet(self.flows, tmp / "flows.parquet")
         write_parquet(self.router, tmp / "router.parquet")
         if self.completions is not None:
             write_parquet(self.completions, tmp / "fct.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
-        save_figure(self.plot(), str(tmp / "trial.png"))
+        if plot:
+            from .plot import save_figure
+
+            save_figure(self.plot(), str(tmp / PLOT_FILE))
         for name, data in self.files.items():
             (tmp / name).write_bytes(data)
 
@@ -166,18 +172,22 @@ def dump_summary(summary: dict[str, Any]) -> str:
 def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
     """Deterministic parquet: plain string types, zstd level 3, one row group per 1M rows,
     dictionary encoding for the text columns (on numbers it costs a third of the write time and
-    makes the file larger)."""
+    makes the file larger). polars' own writer is not used: it stores its strings as
+    ``large_string`` and dictionary-encodes integer columns (examples/default.toml's flows.parquet
+    38 % larger)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = df.to_arrow()
-    fields = []
-    for f in table.schema:
-        t = f.type
-        if pa.types.is_large_string(t) or str(t) == "string_view":
-            t = pa.string()
-        fields.append(pa.field(f.name, t))
-    table = table.cast(pa.schema(fields))
+    compat = getattr(pl, "CompatLevel", None)  # polars >= 1.1; before it, strings were large_string
+    table = df.to_arrow(compat_level=compat.oldest()) if compat is not None else df.to_arrow()
+    columns: list[Any] = []
+    fields: list[Any] = []
+    for f, col in zip(table.schema, table.columns):
+        if pa.types.is_large_string(f.type) or str(f.type) == "string_view":
+            col = pa.chunked_array([_plain_string(c) for c in col.chunks], pa.string())
+        columns.append(col)
+        fields.append(pa.field(f.name, col.type))
+    table = pa.Table.from_arrays(columns, schema=pa.schema(fields))
     pq.write_table(
         table,
         str(path),
@@ -187,6 +197,23 @@ def write_parquet(df: pl.DataFrame, path: Union[str, Path]) -> None:
         write_statistics=True,
         use_dictionary=[f.name for f in fields if pa.types.is_string(f.type)],
     )
+
+
+def _plain_string(arr: Any) -> Any:
+    """A ``large_string`` array as a ``string`` array: the same buffers with its 64-bit offsets
+    narrowed by NumPy, which spares loading ``pyarrow.compute`` (slower to import than the whole
+    write) for a cast. Anything else (``string_view``, 2 GB of text) is cast."""
+    import numpy as np
+    import pyarrow as pa
+
+    validity, offsets, data = arr.buffers() if pa.types.is_large_string(arr.type) else (None, None, None)
+    if offsets is None:
+        return arr.cast(pa.string())
+    off = np.frombuffer(offsets, dtype=np.int64, count=arr.offset + len(arr) + 1)
+    if off[-1] > np.iinfo(np.int32).max:
+        return arr.cast(pa.string())
+    return pa.Array.from_buffers(pa.string(), len(arr), [validity, pa.py_buffer(off.astype(np.int32)), data],
+                                 null_count=arr.null_count, offset=arr.offset)
 
 
 class ReplaceRefused(ValueError):
