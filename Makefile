@@ -17,6 +17,9 @@ $(VENV)/.deps: Makefile pyproject.toml
 # cargo rebuilds only what changed; maturin then reinstalls the extension into the venv.
 build: venv kernel-deps
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	@# the package's bytecode, so that commands start without compiling it, also where
+	@# PYTHONDONTWRITEBYTECODE keeps Python from writing it (a newer source is compiled anew)
+	$(PY) -m compileall -q python/cctestbed > /dev/null
 	cargo build --release --quiet -p cctestbed-linkemu
 	@$(MAKE) --no-print-directory bpf
 
