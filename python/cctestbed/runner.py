@@ -15,25 +15,32 @@ from .summary import TrialInfo, summarize
 
 BACKEND = "sim"
 
+def _labels(name: str, labels: list[str], codes: np.ndarray) -> pl.Series:
+    """A text column from per-row codes into ``labels``, gathered by polars (no Python string per
+    row)."""
+    return pl.Series(name, labels, dtype=pl.String).gather(pl.Series(codes, dtype=pl.UInt32))
+
+
 def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
     """flows.parquet from the core's ``flows`` columns: state codes as labels, the trial's
     columns (cc, group, kind, direction) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
-    labels = np.asarray(raw["state_labels"], dtype=object)
     cols: dict[str, Any] = {k: np.asarray(v) for k, v in raw["flows"].items()}
     flow_ids = cols["flow"].astype(np.int64)
     expanded = trial.expanded()
-    cols["cc"] = np.asarray([g.algorithm for _, g, _ in expanded], dtype=object)[flow_ids]
-    cols["group"] = np.asarray([g.label for _, g, _ in expanded], dtype=object)[flow_ids]
-    cols["kind"] = np.asarray([g.flow_kind for _, g, _ in expanded], dtype=object)[flow_ids]
-    cols["direction"] = np.asarray([g.flow_direction for _, g, _ in expanded], dtype=object)[flow_ids]
-    cols["backend"] = np.full(len(flow_ids), backend, dtype=object)
+    text = {
+        "cc": _labels("cc", [g.algorithm for _, g, _ in expanded], flow_ids),
+        "group": _labels("group", [g.label for _, g, _ in expanded], flow_ids),
+        "kind": _labels("kind", [g.flow_kind for _, g, _ in expanded], flow_ids),
+        "direction": _labels("direction", [g.flow_direction for _, g, _ in expanded], flow_ids),
+        "backend": _labels("backend", [backend], np.zeros(len(flow_ids), dtype=np.int64)),
+    }
+    labels = list(raw["state_labels"])
     for c in ("state", "ca_state"):
         if c in cols:
-            cols[c] = labels[cols[c].astype(np.int64)] if len(labels) else cols[c].astype(str)
+            text[c] = _labels(c, labels, cols[c].astype(np.int64)) if labels else pl.Series(c, cols[c].astype(str))
     series = []
     for name, dtype in flow_schema(trial).items():
-        v = cols[name]
-        series.append(pl.Series(name, v.tolist() if v.dtype == object else v, dtype=dtype))
+        series.append(text[name].cast(dtype) if name in text else pl.Series(name, cols[name], dtype=dtype))
     return pl.DataFrame(series)
 
 
@@ -43,8 +50,8 @@ def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
     ``marks_<cause>``, come from the core's list of causes)."""
     cols = {k: np.asarray(v) for k, v in raw["router"].items()}
     n = len(cols["time_s"])
-    cols["backend"] = np.full(n, backend, dtype=object)
-    return pl.DataFrame([pl.Series(name, cols[name].tolist() if name == "backend" else cols[name], dtype=dtype)
+    return pl.DataFrame([_labels(name, [backend], np.zeros(n, dtype=np.int64)).cast(dtype) if name == "backend"
+                         else pl.Series(name, cols[name], dtype=dtype)
                          for name, dtype in router_schema().items()])
 
 

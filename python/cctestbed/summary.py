@@ -149,9 +149,13 @@ def counter_deltas(
     before ``t0``; a counter with no sample at or before ``t0`` starts from zero.
     """
     keys = [by] if by else []
+    # telemetry comes in time order (then by flow): a stable sort by time alone would change nothing
+    in_time_order = df["time_s"].is_sorted()
 
     def last_at(t: float) -> pl.DataFrame:
-        sub = df.select(*keys, "time_s", *columns).filter(pl.col("time_s") <= t + EPS).sort([*keys, "time_s"])
+        sub = df.select(*keys, "time_s", *columns).filter(pl.col("time_s") <= t + EPS)
+        if not in_time_order:
+            sub = sub.sort("time_s", maintain_order=True)
         if by:
             return sub.group_by(by, maintain_order=True).agg([pl.col(c).last() for c in columns])
         return sub.select([pl.col(c).last() for c in columns]) if len(sub) else pl.DataFrame()
