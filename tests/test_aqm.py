@@ -59,7 +59,7 @@ def test_aqm_refusals_name_field_value_and_what_is_valid(trial_dict, aqm, fragme
 
 
 def test_the_aqm_sweep_puts_drop_tail_beside_each_discipline():
-    from cctestbed.sweep import load_sweep
+    from cctestbed.sweep.spec import load_sweep
 
     s = load_sweep(EXAMPLES / "aqm-sweep.toml")
     kinds = {x.values["aqm"]: (x.trial.link.aqm.kind if x.trial.link.aqm else None) for x in s.specs}

@@ -261,7 +261,7 @@ def test_junk_values_never_escape_as_other_exceptions(path, value):
     value=st.one_of(st.floats(min_value=1e19, max_value=1e300), st.integers(min_value=2**64, max_value=10**400)),
 )
 def test_sweep_axis_values_out_of_range(axis, value):
-    from cctestbed.sweep import SweepError, parse_sweep
+    from cctestbed.sweep.spec import SweepError, parse_sweep
 
     raw = {"name": "s", "base": copy.deepcopy(BASE), "axes": {axis: [value]}}
     with pytest.raises(SweepError) as e:
@@ -660,9 +660,9 @@ def test_incremental_table_equals_a_full_rebuild(finished, tmp_path):
 
     from polars.testing import assert_frame_equal
 
-    from cctestbed.store import Store
-    from cctestbed.sweep import parse_sweep
-    from cctestbed.store import read_meta
+    from cctestbed.sweep.store import Store
+    from cctestbed.sweep.spec import parse_sweep
+    from cctestbed.sweep.store import read_meta
 
     d = tmp_path / "d"
     shutil.copytree(finished / "sweep", d)
@@ -696,8 +696,8 @@ def test_incremental_table_follows_columns_that_change_type(finished, tmp_path):
     import polars as pl
     from polars.testing import assert_frame_equal
 
-    from cctestbed.store import Store, read_meta
-    from cctestbed.sweep import parse_sweep
+    from cctestbed.sweep.store import Store, read_meta
+    from cctestbed.sweep.spec import parse_sweep
 
     d = tmp_path / "d"
     shutil.copytree(finished / "sweep", d)
@@ -783,7 +783,7 @@ def test_sweep_workers_end_when_the_sweep_is_killed(tmp_path):
 
 
 def test_large_sweeps_keep_keys_not_trials(monkeypatch):
-    import cctestbed.sweep as sw
+    import cctestbed.sweep.spec as sw
 
     raw = {"name": "s", "trials": 2, "base": copy.deepcopy(BASE), "axes": {"link.capacity": ["5Mbit", "10Mbit"]}}
     small = sw.parse_sweep(copy.deepcopy(raw))
@@ -802,8 +802,8 @@ def test_sweep_driver_holds_only_the_trials_in_flight(tmp_path, monkeypatch):
     import gc
     import weakref
 
-    import cctestbed.execute as ex
-    import cctestbed.sweep as sw
+    import cctestbed.sweep.execute as ex
+    import cctestbed.sweep.spec as sw
 
     raw = {"name": "s", "trials": 24, "base": doc(duration="200ms", sample_interval="50ms")}
     sweep = sw.parse_sweep(raw)

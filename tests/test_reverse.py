@@ -145,7 +145,7 @@ def test_the_forward_rtt_rises_by_the_reverse_queue():
 
 
 def test_sweep_metrics_are_per_direction():
-    from cctestbed.metrics import sweep_metrics
+    from cctestbed.sweep.metrics import sweep_metrics
 
     r = run_trial(trial({"cc": "cubic", "group": "down"}, {"cc": "cubic", "direction": "reverse", "group": "up"},
                         duration="10s", steady=["4s", "10s"]))
@@ -173,7 +173,7 @@ def test_an_unconstrained_reverse_path_reports_no_queue_with_the_same_keys():
 
 
 def test_a_sweep_varies_the_reverse_link_and_the_direction(tmp_path):
-    from cctestbed.sweep import parse_sweep
+    from cctestbed.sweep.spec import parse_sweep
 
     raw = {"name": "s", "trials": 1,
            "base": trial({"cc": "cubic", "group": "down"}, {"cc": "cubic", "group": "up", "direction": "reverse"}),

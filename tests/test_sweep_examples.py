@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cctestbed.sweep import load_sweep
+from cctestbed.sweep.spec import load_sweep
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SWEEPS = sorted(f for f in EXAMPLES.glob("*.toml") if "[base]" in f.read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cctestbed.sweep import SweepError, load_sweep, parse_sweep, trial_key
+from cctestbed.sweep.spec import SweepError, load_sweep, parse_sweep, trial_key
 
 #: The sweep file of issue 4, verbatim.
 ISSUE_EXAMPLE = '''

@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from cctestbed.metrics import counters_at, cov, interval_edges, quartiles, sweep_metrics
-from cctestbed.store import _column_type, _kind, flatten, merge
+from cctestbed.sweep.metrics import counters_at, cov, interval_edges, quartiles, sweep_metrics
+from cctestbed.sweep.store import _column_type, _kind, flatten, merge
 from cctestbed.summary import TrialInfo
 
 # Capacity 12 kbit/s with mss = mtu: the payload capacity of a 0.5 s interval is 6000 bits = 750 B.

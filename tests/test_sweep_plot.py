@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from sweep_helpers import small_sweep_run
 
-from cctestbed.sweepplot import PlotError, SweepData, choose_axes, column_scale, plot_metric, plot_shares
+from cctestbed.sweep.plot import PlotError, SweepData, choose_axes, column_scale, plot_metric, plot_shares
 
 
 def test_axis_values_read_as_numbers():

@@ -14,8 +14,8 @@ import pytest
 from polars.testing import assert_frame_equal
 from sweep_helpers import cli_process, hooked_env, small_sweep_run, write_small_sweep
 
-from cctestbed.store import trial_metrics
-from cctestbed.sweep import load_sweep
+from cctestbed.sweep.store import trial_metrics
+from cctestbed.sweep.spec import load_sweep
 
 TRIAL_FILES = {"trial.toml", "flows.parquet", "router.parquet", "summary.json", "metrics.json", "run.json"}
 
@@ -210,7 +210,7 @@ def test_dask_local_cluster_gives_the_same_table(tmp_path_factory, tmp_path, cli
 
 def test_dask_refuses_an_unreachable_scheduler(tmp_path, cli, monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr("cctestbed.execute.DASK_CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr("cctestbed.sweep.execute.DASK_CONNECT_TIMEOUT_S", 2)
     f = write_small_sweep(tmp_path)
     r = cli("sweep", f, "-o", tmp_path / "out", "--cluster", "tcp://127.0.0.1:9")
     assert r.exit_code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output

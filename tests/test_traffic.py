@@ -134,7 +134,7 @@ def test_the_readme_documents_every_declared_column():
 
 
 def test_sweep_metrics_give_a_udp_groups_one_way_delay():
-    from cctestbed.metrics import sweep_metrics
+    from cctestbed.sweep.metrics import sweep_metrics
 
     r = run_trial(trial({"cc": "reno"}, {"kind": "udp", "rate": "5Mbit", "group": "bg"}, duration="3s"))
     m = sweep_metrics(r.flows, r.router, r.info)

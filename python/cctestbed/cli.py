@@ -346,7 +346,7 @@ def analyze(
 
 
 # sweep, plot and report
-from .sweep_cli import register as _register_sweep_commands  # noqa: E402
+from .sweep.cli import register as _register_sweep_commands  # noqa: E402
 
 _register_sweep_commands(app)
 

@@ -87,8 +87,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     that finishes is added to the reference at once, replacing the rep it measures again (and
     those finished in the store but missing from it are added first).
     """
-    from ..execute import run_sweep
-    from ..store import Store
+    from ..sweep.execute import run_sweep
+    from ..sweep.store import Store
     from .measure import metrics_of_dir
     from .reference import provenance
 

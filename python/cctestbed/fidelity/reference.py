@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 import polars as pl
 
 from ..results import write_parquet
-from ..store import atomic_write_bytes
+from ..sweep.store import atomic_write_bytes
 
 FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")

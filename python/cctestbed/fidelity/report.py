@@ -26,7 +26,7 @@ def known_path(suite: Any) -> Optional[Path]:
 
 def sim_metrics_from_store(suite: Any, sim_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """scenario -> metric dicts of its finished simulator trials in the sweep store ``sim_dir``."""
-    from ..store import Store
+    from ..sweep.store import Store
     from .measure import metrics_of_dir
 
     store = Store(sim_dir)
@@ -216,14 +216,14 @@ def overlay(extra: dict[str, Any], suite: Any, scenario: str, dest: Path) -> Opt
     """The first rep's kernel and simulator trials overlaid (compare's plot), where both are at hand."""
     from ..compare import plot_compare, save_compare
     from ..results import TrialResult
-    from ..store import Store
+    from ..sweep.store import Store
 
     dirs = extra.get("dirs") or {}
     if not dirs.get("kernel") or not dirs.get("sim"):
         return None
     sc = suite.scenario(scenario)
     seed = suite.seeds[0]
-    from ..sweep import trial_key
+    from ..sweep.spec import trial_key
 
     kd = Store(Path(dirs["kernel"])).trial_dir(trial_key(sc.trial_for(seed, "kernel")))
     sd = Store(Path(dirs["sim"])).trial_dir(trial_key(sc.trial_for(seed, "sim")))

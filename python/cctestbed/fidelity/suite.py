@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..config import ConfigError, Trial, parse_trial, read_trial_file
-from ..store import merge
-from ..sweep import Axis, Sweep, SweepError, TrialSpec, trial_key
+from ..sweep.store import merge
+from ..sweep.spec import Axis, Sweep, SweepError, TrialSpec, trial_key
 
 TOP_KEYS = ("name", "description", "reps", "defaults", "scenarios", "tolerances")
 #: Bumped when the meaning of a scenario key changes (every kernel reference row is then stale).

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import polars as pl
 
-from .summary import EPS, TrialInfo, counter_deltas, in_direction, payload_capacity_bits, window
+from ..summary import EPS, TrialInfo, counter_deltas, in_direction, payload_capacity_bits, window
 
 INTERVAL_S = 0.5
 

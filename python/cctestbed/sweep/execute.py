@@ -2,7 +2,7 @@
 
 Each trial runs in a worker as :func:`run_job`, which returns the finished trial's files as bytes
 (or its error). Only the process that runs the sweep writes to the output directory, committing
-each trial to the :class:`~cctestbed.store.Store` as it arrives, so a local run and a cluster run
+each trial to the :class:`~cctestbed.sweep.store.Store` as it arrives, so a local run and a cluster run
 produce the same directory, and killing the sweep loses at most the trials still running.
 """
 
@@ -26,7 +26,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
-from .sweep import Sweep, TrialSpec
+from .spec import Sweep, TrialSpec
 
 #: A trial whose worker process dies this many times is recorded as failed.
 MAX_CRASHES = 2
@@ -44,7 +44,7 @@ PER_TRIAL_S = 0.05
 
 
 def _versions() -> dict[str, str]:
-    from . import __version__, core_version
+    from .. import __version__, core_version
 
     return {"cctestbed": __version__, "core": core_version()}
 
@@ -58,10 +58,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {"key": job["key"], "host": platform.node(), "pid": os.getpid()}
     try:
-        from .config import parse_trial
+        from ..config import parse_trial
         from .metrics import sweep_metrics
-        from .results import dump_summary, write_parquet
-        from .runner import run_trial
+        from ..results import dump_summary, write_parquet
+        from ..runner import run_trial
 
         trial = parse_trial(job["trial"], allow_large=True)  # the sweep checked its size
         result = run_trial(trial)
@@ -79,7 +79,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 write_parquet(df, Path(tmp) / name)
                 files[name] = (Path(tmp) / name).read_bytes()
             if job.get("trial_plot"):
-                from .plot import save_figure
+                from ..plot import save_figure
 
                 save_figure(result.plot(), str(Path(tmp) / "trial.png"))
                 files["trial.png"] = (Path(tmp) / "trial.png").read_bytes()
@@ -373,7 +373,7 @@ def run_sweep(
 
     ``report(event, spec, outcome)`` is called with ``"start"`` (spec None, outcome holds ``todo``
     and ``skipped``) and then ``"done"`` or ``"failed"`` per trial. Raises
-    :class:`~cctestbed.store.StoreMismatch` or :class:`~cctestbed.store.StoreBusy` before running
+    :class:`~cctestbed.sweep.store.StoreMismatch` or :class:`~cctestbed.sweep.store.StoreBusy` before running
     anything when the directory cannot be used.
     """
     from .store import Store
@@ -474,7 +474,7 @@ def _packets(spec: TrialSpec) -> float:
 
 
 def _rows(spec: TrialSpec) -> float:
-    from .config import resources
+    from ..config import resources
 
     return float(resources(spec.trial).rows)
 
@@ -489,12 +489,12 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     rate); writing results scales with the telemetry rows (samples x flows). One probe of
     ``probe_s`` simulated seconds measures both rates on this machine.
     """
-    from . import _core
-    from .config import parse_trial
+    from .. import _core
+    from ..config import parse_trial
     from .metrics import sweep_metrics
-    from .results import write_parquet
-    from .runner import flows_frame, router_frame
-    from .summary import TrialInfo, summarize
+    from ..results import write_parquet
+    from ..runner import flows_frame, router_frame
+    from ..summary import TrialInfo, summarize
 
     if not specs:
         return Estimate(0, 0.0, 0.0, 0.0, 0.0, workers)

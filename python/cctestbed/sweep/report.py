@@ -17,7 +17,7 @@ from typing import Any, Optional
 import polars as pl
 
 from .store import read_table
-from .sweepplot import SweepData, choose_axes, summary_plots
+from .plot import SweepData, choose_axes, summary_plots
 
 #: Columns of the per-point table: (column, heading, scale, format).
 POINT_METRICS = (

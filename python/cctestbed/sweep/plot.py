@@ -20,9 +20,9 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from . import units
-from .plot import save_figure
-from .results import DamagedFile
+from .. import units
+from ..plot import save_figure
+from ..results import DamagedFile
 from .store import read_table
 
 #: Short names for ``--y``; anything else must be a trials.parquet column.

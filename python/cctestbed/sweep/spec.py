@@ -38,8 +38,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
-from . import units
-from .config import U64_MAX, ConfigError, Trial, _model_in, parse_trial, read_trial_file
+from .. import units
+from ..config import U64_MAX, ConfigError, Trial, _model_in, parse_trial, read_trial_file
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 

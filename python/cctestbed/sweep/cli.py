@@ -18,7 +18,7 @@ from rich.console import Console
 if TYPE_CHECKING:
     from rich.table import Table
 
-from .units import human_size
+from ..units import human_size
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -93,7 +93,7 @@ def sweep_command(
 ) -> None:
     """Run every trial of a sweep (axes x seeds) and collect trials.parquet; finished trials are kept."""
     from .store import Store, StoreBusy, StoreMismatch
-    from .sweep import MAX_SWEEP_TRIALS, SweepError, load_sweep, parse_sweep
+    from .spec import MAX_SWEEP_TRIALS, SweepError, load_sweep, parse_sweep
 
     if cluster is not None:
         from .execute import check_cluster_address
@@ -109,7 +109,7 @@ def sweep_command(
         meta_path = output / "sweep.json"
         if not meta_path.is_file():
             _fail(f"{output} holds no sweep (no sweep.json); give the SWEEP_FILE")
-        from .results import DamagedFile
+        from ..results import DamagedFile
         from .store import read_meta
 
         try:
@@ -294,7 +294,7 @@ def plot_command(
 ) -> None:
     """Draw a trial's stacked plot, a flow's time-sequence plot from captures (--kind tseq), or a
     sweep's summary plots (loss, utilization, shares vs queue)."""
-    from .results import DamagedFile
+    from ..results import DamagedFile
     from .store import Store
 
     if not directory.is_dir():
@@ -302,8 +302,8 @@ def plot_command(
     if kind not in ("trial", "tseq"):
         _fail(f"--kind {kind}: valid are trial, tseq")
     if kind == "tseq":
-        from .plot import save_figure
-        from .tseq import TseqError, plot_tseq
+        from ..plot import save_figure
+        from ..tseq import TseqError, plot_tseq
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories, not to --kind tseq")
@@ -325,7 +325,7 @@ def plot_command(
             if k1 < k2 and v1 == v2:
                 _fail(f"{k1} and {k2} both name '{v1}'; the x axis, the lines and the panels need different columns")
     if Store.is_sweep_dir(directory):
-        from .sweepplot import PlotError, SweepData, default_plots, plot_metric
+        from .plot import PlotError, SweepData, default_plots, plot_metric
 
         try:
             data = SweepData.load(directory)
@@ -341,8 +341,8 @@ def plot_command(
             out.print(f"plot: {p}")
         return
     if (directory / "summary.json").is_file() and (directory / "flows.parquet").is_file():
-        from .plot import save_figure
-        from .results import TrialResult
+        from ..plot import save_figure
+        from ..results import TrialResult
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
@@ -371,7 +371,7 @@ def report_command(
     if not Store.is_sweep_dir(directory):
         _fail(f"{directory} is not a sweep directory (no sweep.json)")
     from .report import write_report
-    from .sweepplot import PlotError
+    from .plot import PlotError
 
     try:
         path = write_report(directory, output)

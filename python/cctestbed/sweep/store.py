@@ -9,7 +9,7 @@ Layout of a sweep directory::
     failed/<key>.json     a trial that failed: its error and traceback (removed once it succeeds)
     .lock                 held while a sweep runs in the directory
 
-``<key>`` is :func:`cctestbed.sweep.trial_key`: a hash of the trial's normalised core config
+``<key>`` is :func:`cctestbed.sweep.spec.trial_key`: a hash of the trial's normalised core config
 (seed included), its steady window and the backend, so the same trial is stored once whatever
 sweep file asks for it. A trial directory is filled under a temporary name and renamed into place
 in one step: a trial is either finished and complete in the store or absent. ``trials.parquet`` is
@@ -28,8 +28,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import polars as pl
 
-from .results import DamagedFile
-from .sweep import FIXED_COLUMNS, Sweep, TrialSpec
+from ..results import DamagedFile
+from .spec import FIXED_COLUMNS, Sweep, TrialSpec
 
 TRIALS_DIR = "trials"
 FAILED_DIR = "failed"
@@ -79,7 +79,7 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def trial_metrics(trial_dir: Path) -> dict[str, Any]:
     """summary.json merged with metrics.json (summary.json wins), flattened to dotted keys;
     :class:`~cctestbed.results.DamagedFile` if either is damaged."""
-    from .results import read_json
+    from ..results import read_json
 
     summary = read_json(trial_dir / "summary.json")
     extra_path = trial_dir / "metrics.json"
@@ -435,7 +435,7 @@ class _writer:
 
 def read_meta(root: Path) -> dict[str, Any]:
     """sweep.json of a sweep directory; :class:`~cctestbed.results.DamagedFile` if it is damaged."""
-    from .results import DamagedFile, read_json
+    from ..results import DamagedFile, read_json
 
     path = Path(root) / META
     meta = read_json(path)
@@ -446,7 +446,7 @@ def read_meta(root: Path) -> dict[str, Any]:
 
 def read_table(root: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
     """trials.parquet and sweep.json of a sweep directory (DamagedFile if either is damaged)."""
-    from .results import read_parquet
+    from ..results import read_parquet
 
     root = Path(root)
     meta = read_meta(root)
