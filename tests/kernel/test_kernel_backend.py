@@ -62,6 +62,26 @@ def test_capacity_and_min_rtt():
     assert_nothing_left(r.extra["trial_id"])
 
 
+def test_rwnd_caps_the_window_as_in_the_simulator():
+    """A receive window far below the BDP limits the flow to rwnd per round trip, on both
+    backends: in flight within rwnd, goodput rwnd / RTT (within 5 %). The sink's clamp and the
+    kernel resetting it are in cctestbed.kernel.traffic; test_kernel_reverse checks the trial in
+    which the reset showed."""
+    doc = kernel_trial(name="rwnd", duration="10s", steady=["3s", "10s"],
+                       link={"capacity": "80Mbit", "rtt": "40ms", "queue": "1bdp"}, flows=[{"cc": "cubic", "rwnd": "32KB"}])
+    r = run_kernel_trial(parse_trial(doc))
+    from cctestbed.runner import run_trial
+
+    sim = run_trial(parse_trial({**doc, "backend": "sim"}))
+    steady = r.flows.filter(pl.col("time_s") > 3.0)
+    inflight_p95 = steady["inflight_bytes"].quantile(0.95)
+    k, s = r.summary["total"]["goodput_bps"], sim.summary["total"]["goodput_bps"]
+    print(f"\nrwnd 32 KB over 40 ms: kernel goodput {k / 1e6:.2f} Mbit/s, in flight p95 {inflight_p95 / 1e3:.1f} KB; "
+          f"simulator {s / 1e6:.2f} Mbit/s")
+    assert inflight_p95 <= 32_000, "in flight stays within rwnd"
+    assert abs(k / s - 1) <= 0.05
+
+
 def test_queue_drops_match_retransmissions():
     """0.5 BDP, 4 BBR flows: router drops match the flows' retransmissions within 5 %."""
     cc = "bbr" if has_bbr() else "cubic"

@@ -26,8 +26,11 @@ completion time, receiver side, as the simulator measures it.
 
 Sink (``... sink SPEC``): accepts every flow, reads and discards, and every ``interval`` reads
 each connection's ``tcpi_bytes_received`` (payload delivered in order by the receiving TCP)
-and the bytes the application has read. ``rwnd`` sets ``SO_RCVBUF`` (twice the window, as the
-kernel halves it for overhead) and ``TCP_WINDOW_CLAMP`` (the advertised-window cap itself).
+and the bytes the application has read. ``rwnd`` sets ``SO_RCVBUF`` to the window (the kernel
+doubles it and keeps about half for overhead) and ``TCP_WINDOW_CLAMP`` (the advertised-window cap
+itself), applied again after every read: Linux resets a connection's clamp to what its buffer
+allows whenever its measured payload-to-truesize ratio changes (``tcp_measure_rcv_mss``), which
+the first data segment already does, and would otherwise advertise twice the window.
 """
 
 from __future__ import annotations
@@ -338,7 +341,7 @@ def run_sink(spec: dict[str, Any]) -> int:
     if rwnd:
         # The listening socket's buffer is inherited by accepted sockets and sets the window
         # scale negotiated in the handshake; the per-flow clamp is applied after accept.
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 * max(rwnd.values()))
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, max(rwnd.values()))
     ls.bind((spec["addr"], spec["port"]))
     ls.listen(256)
     ls.setblocking(False)
@@ -415,6 +418,8 @@ def run_sink(spec: dict[str, Any]) -> int:
                         done_ns[flow] = mono_ns()
                     if n < len(buf):
                         break
+                if flow in rwnd and flow not in closed:
+                    s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])  # see the module doc
     except Stop:
         pass
     finally:
