@@ -48,8 +48,10 @@ def test_ping_measures_the_base_rtt_and_then_the_queue():
     p = empty.summary["ping"]["ping"]
     print(f"\nkernel: ping on an empty 20 Mbit/s, 30 ms path: RTT p50 {p['rtt_p50_ms']:.3f} p99 {p['rtt_p99_ms']:.3f} ms "
           f"(base + serialization {want:.3f})")
-    # the echo's turnaround and the link emulator's timing add a little, never less
-    assert want - 0.05 <= p["rtt_p50_ms"] <= want + 0.5
+    # the echo's turnaround (a Python process woken by select) and the link emulator's timing
+    # add a little, never less: +0.43 to +0.53 ms in four runs on 2026-11-23, where +0.5 ms had
+    # been the bound; up to 1 ms, the per-direction timing error test_capacity_and_min_rtt allows
+    assert want - 0.05 <= p["rtt_p50_ms"] <= want + 1.0
     lost = empty.flows.filter(pl.col("lost_segs").diff().fill_null(0) > 0).select("time_s", "sent_segs", "lost_segs")
     assert p["loss_pct"] == 0.0, f"probes lost on an empty path: {lost}"
 
