@@ -415,7 +415,7 @@ def test_ctrl_c_at_any_moment_of_start_up_prints_one_line_and_exits_130(tmp_path
     import subprocess
     import time
 
-    long = _set(doc(duration="600s"), "link.capacity", "100Mbit")
+    long = _set(doc(duration="600s"), "link.capacity", "1Gbit")  # run must still be simulating at 2 s
     (tmp_path / "long.json").write_text(json.dumps(long))
     heavy = _set(doc(duration="600s"), "link.capacity", "1Gbit")  # no trial finishes in the test
     heavy["flows"][0]["count"] = 4
