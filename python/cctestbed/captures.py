@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from .config import Trial
-from .results import dump_summary, write_dir, write_parquet
+from .results import PLOT_FILE, dump_summary, write_dir, write_parquet
 from .summary import TrialInfo, summarize
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class CaptureAnalysis:
             write_parquet(self.router, tmp / "router.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
         (tmp / "capture.json").write_text(json.dumps(self.report, indent=2) + "\n", encoding="utf-8")
-        save_figure(self.plot(), str(tmp / "trial.png"))
+        save_figure(self.plot(), str(tmp / PLOT_FILE))
 
     def save(self, directory: Union[str, Path], force: bool = False) -> Path:
         return write_dir(Path(directory), self.write_files, force=force)

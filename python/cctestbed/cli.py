@@ -242,7 +242,9 @@ def _run(
     out.print(_totals_table(result.summary))
     out.print(f"results: {path}")
     if plot:
-        out.print(f"plot:    {path / 'trial.png'}", markup=False)
+        from .results import PLOT_FILE
+
+        out.print(f"plot:    {path / PLOT_FILE}", markup=False)
     else:
         import shlex
 

@@ -15,6 +15,7 @@ from .summary import TrialInfo, summarize
 
 BACKEND = "sim"
 
+
 def _labels(name: str, labels: list[str], codes: np.ndarray) -> pl.Series:
     """A text column from per-row codes into ``labels``, gathered by polars (no Python string per
     row)."""

@@ -342,7 +342,7 @@ def plot_command(
         return
     if (directory / "summary.json").is_file() and (directory / "flows.parquet").is_file():
         from ..plot import save_figure
-        from ..results import TrialResult
+        from ..results import PLOT_FILE, TrialResult
 
         if any(v is not None for v in (x, y, by, facet)):
             _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
@@ -353,7 +353,7 @@ def plot_command(
             result = TrialResult.load(directory)
         except DamagedFile as e:
             _fail(str(e))
-        dest = output if output is not None else directory / "trial.png"
+        dest = output if output is not None else directory / PLOT_FILE
         save_figure(result.plot(), str(dest))
         out.print(f"plot: {dest}")
         return

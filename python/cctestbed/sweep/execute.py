@@ -80,9 +80,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 files[name] = (Path(tmp) / name).read_bytes()
             if job.get("trial_plot"):
                 from ..plot import save_figure
+                from ..results import PLOT_FILE
 
-                save_figure(result.plot(), str(Path(tmp) / "trial.png"))
-                files["trial.png"] = (Path(tmp) / "trial.png").read_bytes()
+                save_figure(result.plot(), str(Path(tmp) / PLOT_FILE))
+                files[PLOT_FILE] = (Path(tmp) / PLOT_FILE).read_bytes()
         files.update(result.files)  # packet captures, when the trial asks for them
         extra = getattr(result, "extra", None)
         if extra:  # the kernel backend's record of the run (kernel version, link emulator timing)
