@@ -524,6 +524,7 @@ def run_kernel_trial(
             p.popen.stdin.close()
         sched = _CapacitySchedule(topology, trial, t0)
         sched.start()
+        steal_at_start = host_cpu_steal_ms()
         say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
         end = t0 + trial.duration
         while time.monotonic_ns() < end + 3_000_000_000:
@@ -534,6 +535,7 @@ def run_kernel_trial(
             if time.monotonic_ns() > end and all(p.popen.poll() is not None for p in procs):
                 break
         sched.stop()
+        run.info["host_cpu_steal_ms"] = host_cpu_steal_ms() - steal_at_start
         unfinished = [p.name for p in procs if p.popen.poll() is None]
         if unfinished:
             raise KernelRunError(f"did not finish: {', '.join(unfinished)}")
@@ -560,6 +562,17 @@ def run_kernel_trial(
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
             signal.signal(signal.SIGHUP, old_hup)
+
+
+def host_cpu_steal_ms() -> float:
+    """CPU time the hypervisor took from this machine's CPUs so far (/proc/stat's steal column,
+    all CPUs), in ms. Kept per trial because a stolen CPU stalls the link emulator, the qdiscs and
+    the stacks at once: the trial then ran on a slower, burstier path than it describes."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, Any]) -> list[Proc]:
@@ -994,6 +1007,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
                     "bfifo limit = queue limit x (mtu + 14) / mtu",
         },
         "bottleneck": run.info.get("bottleneck"),
+        "host_cpu_steal_ms": run.info.get("host_cpu_steal_ms"),
         "bpf": run.info.get("bpf", {}),
         "host_stack": run.info.get("host_stack"),
         "senders": {},
