@@ -84,7 +84,7 @@ tshark:
 # side of the fidelity suite against the checked-in kernel reference (docs/fidelity.md).
 test: build browser tshark
 	@status=0; \
-	cargo test --release --workspace --no-fail-fast || status=1; \
+	cargo test --profile test-release --workspace --no-fail-fast || status=1; \
 	$(PY) -m pytest || status=1; \
 	$(VENV)/bin/cctestbed fidelity check fidelity/suite.toml --json results/fidelity-check.json || status=1; \
 	exit $$status

@@ -60,34 +60,16 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     try:
         from ..config import parse_trial
         from .metrics import sweep_metrics
-        from ..results import dump_summary, write_parquet
         from ..runner import run_trial
 
         trial = parse_trial(job["trial"], allow_large=True)  # the sweep checked its size
         result = run_trial(trial)
         metrics = sweep_metrics(result.flows, result.router, result.info)
-        files: dict[str, bytes] = {
-            "trial.toml": trial.to_toml().encode(),
-            "summary.json": dump_summary(result.summary).encode(),
-            "metrics.json": (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode(),
-        }
         with tempfile.TemporaryDirectory(prefix="cctestbed-job-") as tmp:
-            frames = [("flows.parquet", result.flows), ("router.parquet", result.router)]
-            if result.completions is not None:
-                frames.append(("fct.parquet", result.completions))
-            for name, df in frames:
-                write_parquet(df, Path(tmp) / name)
-                files[name] = (Path(tmp) / name).read_bytes()
-            if job.get("trial_plot"):
-                from ..plot import save_figure
-                from ..results import PLOT_FILE
-
-                save_figure(result.plot(), str(Path(tmp) / PLOT_FILE))
-                files[PLOT_FILE] = (Path(tmp) / PLOT_FILE).read_bytes()
-        files.update(result.files)  # packet captures, when the trial asks for them
-        extra = getattr(result, "extra", None)
-        if extra:  # the kernel backend's record of the run (kernel version, link emulator timing)
-            files["kernel.json"] = (json.dumps(extra, indent=1, default=str) + "\n").encode()
+            # the files `cctestbed run` writes (kernel.json too, from the kernel backend)
+            result.write_files(Path(tmp), plot=bool(job.get("trial_plot")))
+            files: dict[str, bytes] = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
+        files["metrics.json"] = (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode()
         elapsed = time.perf_counter() - t0
         run = {"key": job["key"], "elapsed_s": round(elapsed, 3), "started": started, **out, **_versions()}
         files["run.json"] = (json.dumps(run, indent=1) + "\n").encode()
