@@ -245,3 +245,18 @@ def test_two_points_that_are_the_same_trial_are_refused():
         "axes: point 3 (capacity='4Mbit', queue='10KB') is the same trial as point 2 "
         "(capacity='4Mbit', queue='1bdp'); the values differ only in how they are written"
     ]
+
+
+def test_the_sweep_package_gives_the_sweep_file_names_in_a_fresh_interpreter():
+    """``from cctestbed.sweep import load_sweep`` as a notebook's first line (the README's
+    promise): the package loads its ``spec`` submodule on first use, and names it does not have
+    are an ImportError, not an endless recursion."""
+    import subprocess
+    import sys
+
+    code = ("from cctestbed.sweep import load_sweep, parse_sweep, Sweep\n"
+            "from cctestbed.sweep import spec\n"
+            "assert load_sweep is spec.load_sweep and Sweep is spec.Sweep\n"
+            "try:\n    from cctestbed.sweep import no_such_name\nexcept ImportError:\n    print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr[-2000:]

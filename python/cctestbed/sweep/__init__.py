@@ -15,12 +15,14 @@ loaded on first use.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from . import spec
-
+    # importlib, not `from . import spec`: that asks this module for `spec` first, which would
+    # come back here before the submodule is loaded
+    spec = importlib.import_module(f"{__name__}.spec")
     try:
         return getattr(spec, name)
     except AttributeError:
