@@ -24,13 +24,19 @@
 //! The bottleneck qdisc (HTB) releases a packet as soon as it may start sending it, and the
 //! veth delivers it at once, so a receiver would get each packet one transmission time earlier
 //! than from a real link, which delivers its last bit at the end of that time. With
-//! `--serialization-bps` (the trial's capacity) the forward delay of each frame grows by its
-//! transmission time at that rate (its IP bytes, as the simulator counts them): a constant
-//! shift for frames of one size, so the queue sees the same arrivals, one transmission time
-//! later, and every frame reaches the receiver when it would over a real link. The rate is
-//! the trial's initial capacity; after a capacity change the shift is that of the initial rate.
-//! A trial with a reverse bottleneck (`link.reverse`: the same HTB and fifo on `left`'s egress)
-//! gives its rate as `--serialization-rev-bps`, and reverse frames are shifted the same way.
+//! `--serialization-bps` (the trial's capacity) each forward frame enters the delay line its
+//! own transmission time at that rate late (its IP bytes, as the simulator counts them), so it
+//! reaches the receiver when it would over a real link; for frames of one size that is a
+//! constant shift, and the queue sees the same arrivals, one transmission time later. Where
+//! sizes mix, a frame whose own shift would put it before the frame ahead of it (a 52-byte ACK
+//! that follows a 1500-byte datagram by less than their difference, 1.2 ms at 10 Mbit/s) keeps
+//! its real gap behind that frame instead ([`Shifter`]): held right behind it, it would reach
+//! the queue just after it, into the room the datagram had just taken. So within a stream of
+//! mixed sizes the queue sees the real arrivals, shifted by the larger frames' time, and a frame
+//! on its own gets its own time. The rate is the trial's initial capacity; after a capacity
+//! change the shift is that of the initial rate. A trial with a reverse bottleneck
+//! (`link.reverse`: the same HTB and fifo on `left`'s egress) gives its rate as
+//! `--serialization-rev-bps`, and reverse frames are shifted the same way.
 //!
 //! Counters are kept in a small memory-mapped file (`--stats`, little-endian `u64` slots,
 //! see [`Slot`]) that the router sampler reads every sample interval; at exit a JSON report
@@ -115,11 +121,37 @@ fn err<T>(what: &str) -> Result<T, String> {
 
 /// Time to transmit a frame's IP packet (the frame less its 14-byte Ethernet header) at
 /// `rate_bps`; 0 without a rate.
+/// Transmission time of a frame's IP packet at `rate_bps` (0: no bottleneck, no time).
 fn transmission_ns(frame_len: usize, rate_bps: u64) -> Nanos {
     if rate_bps == 0 {
         return 0;
     }
     (frame_len.saturating_sub(14) as u128 * 8 * 1_000_000_000 / rate_bps as u128) as Nanos
+}
+
+/// When each frame of one direction enters its delay line: its arrival plus its transmission
+/// time at the bottleneck rate, unless that would put it before the frame ahead of it; then
+/// it keeps its real gap behind that frame (module docs).
+struct Shifter {
+    rate_bps: u64,
+    /// The previous frame's arrival and entry times.
+    last: Option<(Nanos, Nanos)>,
+}
+
+impl Shifter {
+    fn new(rate_bps: u64) -> Self {
+        Shifter { rate_bps, last: None }
+    }
+
+    fn enter(&mut self, at: Nanos, frame_len: usize) -> Nanos {
+        let own = at + transmission_ns(frame_len, self.rate_bps);
+        let enter = match self.last {
+            Some((prev_at, prev_enter)) if own < prev_enter => prev_enter + (at - prev_at).max(0),
+            _ => own,
+        };
+        self.last = Some((at, enter));
+        enter
+    }
 }
 
 struct Args {
@@ -488,6 +520,7 @@ fn run(a: Args) -> Result<(), String> {
         Direction { line: DelayLine::new(a.delay_rev, None), retry: None, forward: false },
     ];
     let mut hist = [Hist::new(), Hist::new()];
+    let mut shifters = [Shifter::new(a.serialization_bps), Shifter::new(a.serialization_rev_bps)];
     let mut wake = Hist::new();
     let mut fatal: Option<String> = None;
     stats.set(Slot::Magic, MAGIC);
@@ -511,11 +544,11 @@ fn run(a: Args) -> Result<(), String> {
                         stats.add(rx_p, 1);
                         stats.add(rx_b, len as u64);
                         let idx = slab.put(frame);
-                        // Frames enter the line one transmission time at their bottleneck's rate
-                        // late (see the module docs); the line keeps them in order.
-                        let shift = transmission_ns(len, if d == 0 { a.serialization_bps } else { a.serialization_rev_bps });
-                        let due = at + shift + if d == 0 { a.delay_fwd } else { a.delay_rev };
-                        dirs[d].line.push(at + shift, (idx, due), len as u32);
+                        // Frames enter the line one transmission time at their bottleneck's
+                        // rate late, keeping their gaps where sizes mix (see the module docs).
+                        let enter = shifters[d].enter(at, len);
+                        let due = enter + if d == 0 { a.delay_fwd } else { a.delay_rev };
+                        dirs[d].line.push(enter, (idx, due), len as u32);
                     }
                     Err(e) => {
                         fatal = Some(format!("recv: {e}"));
@@ -687,6 +720,23 @@ mod tests {
         assert_eq!(transmission_ns(1514, 1_000_000), 12_000_000);
         assert_eq!(transmission_ns(66, 1_000_000), 416_000);
         assert_eq!(transmission_ns(1514, 0), 0);
+    }
+
+    #[test]
+    fn a_small_frame_keeps_its_gap_behind_a_larger_one_and_its_own_shift_alone() {
+        let mut s = Shifter::new(10_000_000); // 1500 bytes: 1.2 ms; 52 bytes: 41.6 us
+        assert_eq!(s.enter(0, 1514), 1_200_000);
+        // an ACK 0.5 ms behind the datagram: its own shift would overtake it, so it keeps 0.5 ms
+        assert_eq!(s.enter(500_000, 66), 1_700_000);
+        // and so does the next one, behind the ACK (the gaps the queue sees are the real ones)
+        assert_eq!(s.enter(600_000, 66), 1_800_000);
+        // a datagram's own shift puts it after them: its own shift
+        assert_eq!(s.enter(1_000_000, 1514), 2_200_000);
+        // an ACK on its own, long after: its own transmission time
+        assert_eq!(s.enter(50_000_000, 66), 50_041_600);
+        // without a bottleneck rate nothing moves
+        let mut none = Shifter::new(0);
+        assert_eq!((none.enter(5, 1514), none.enter(6, 66)), (5, 6));
     }
 
     #[test]
