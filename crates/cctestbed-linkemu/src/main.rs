@@ -121,7 +121,6 @@ fn err<T>(what: &str) -> Result<T, String> {
 
 /// Time to transmit a frame's IP packet (the frame less its 14-byte Ethernet header) at
 /// `rate_bps`; 0 without a rate.
-/// Transmission time of a frame's IP packet at `rate_bps` (0: no bottleneck, no time).
 fn transmission_ns(frame_len: usize, rate_bps: u64) -> Nanos {
     if rate_bps == 0 {
         return 0;
