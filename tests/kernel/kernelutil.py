@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 KERNEL_TRIAL: dict[str, Any] = {
     "name": "k",
@@ -20,6 +20,52 @@ def kernel_trial(**updates: Any) -> dict[str, Any]:
     d = copy.deepcopy(KERNEL_TRIAL)
     d.update(updates)
     return d
+
+
+#: CPU time a hypervisor may take from this machine, in ms per second of trial (all CPUs), for
+#: a kernel trial to measure the path it describes. A stolen CPU stalls the link emulator, the
+#: qdiscs and the stacks at once: a CI host that took 380-500 ms during a 12 s trial made the
+#: emulator send 1 % of frames more than 1.3 ms late and cost a CUBIC flow 2.3 % of its goodput;
+#: a CI run of the BBR Shallow test (its steal not recorded) measured 89.6 % utilization where
+#: quiet runs measure 97.1-97.2 %. Locally 60-140 ms per 12 s.
+QUIET_HOST_STEAL_MS_PER_S = 20.0
+
+
+def host_was_quiet(result: Any) -> bool:
+    """Whether the hypervisor took less than the quiet budget during this kernel trial."""
+    budget = QUIET_HOST_STEAL_MS_PER_S * result.trial.duration / 1e9
+    return (result.extra.get("host_cpu_steal_ms") or 0.0) < budget
+
+
+def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3) -> Any:
+    """Run a kernel trial and check its bounds. A miss on a quiet host fails at once; a miss on a
+    host that took more than the quiet budget runs the trial again, up to ``attempts`` in all,
+    and the last attempt's miss fails whatever the host did. For bounds on rates and times,
+    which a stalled virtual machine moves. Every attempt's steal is printed."""
+    for attempt in range(1, attempts + 1):
+        r = run()
+        steal = r.extra.get("host_cpu_steal_ms") or 0.0
+        print(f"\nattempt {attempt}: host CPU steal {steal:.0f} ms in {r.trial.duration / 1e9:g} s"
+              f"{'' if host_was_quiet(r) else ' (disturbed)'}")
+        try:
+            check(r)
+            return r
+        except AssertionError as miss:
+            if host_was_quiet(r) or attempt == attempts:
+                raise
+            print(f"missed on a disturbed host, running again: {miss}")
+    raise AssertionError("unreachable")
+
+
+def run_with_sim_schema(**updates: Any) -> Any:
+    """The default kernel trial with ``updates``, run; its telemetry has the simulator's schema."""
+    from cctestbed.config import parse_trial
+    from cctestbed.kernel.backend import run_kernel_trial, sim_schema
+
+    r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
+    fschema, rschema = sim_schema(r.trial)
+    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
+    return r
 
 
 def has_bbr() -> bool:

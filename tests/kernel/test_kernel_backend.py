@@ -15,10 +15,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
-from kernelutil import has_bbr, kernel_trial, our_namespaces, registry_entry
+from kernelutil import check_on_quiet_host, has_bbr, host_was_quiet, kernel_trial, our_namespaces, registry_entry
 
 from cctestbed.config import parse_trial
 from cctestbed.kernel.backend import run_kernel_trial
@@ -38,11 +39,6 @@ def assert_nothing_left(trial_id: str) -> None:
     assert not Path(f"/tmp/cctestbed-{trial_id}").exists()
 
 
-#: CPU time (ms, all CPUs) the hypervisor may take during the 12 s capacity trial for the link
-#: emulator's timing to be the emulator's, not the host's.
-QUIET_HOST_STEAL_MS = 250
-
-
 def test_capacity_and_min_rtt():
     """1 CUBIC flow, 80 Mbit/s, 1 BDP: payload rate within 3 %; min RTT within 1 ms of 25 ms; the
     userspace link emulator sends 99 % of frames within 1 ms of when they are due.
@@ -50,38 +46,33 @@ def test_capacity_and_min_rtt():
     The emulator runs SCHED_FIFO, so load inside this machine does not delay it (two busy
     processes on both cores: p99 81-102 us), but a virtual machine whose CPUs the host takes
     away stalls it for tens of ms (a CI run: p99 2.9 ms, max 21 ms, and 2.3 % less goodput).
-    Such a run measures the host, not the emulator: the trial is run again, up to three times in
-    all, and every attempt is printed with the CPU time stolen during it. The timing bound is
-    met by some attempt, and missing it while the host took less than ``QUIET_HOST_STEAL_MS``
-    fails at once: locally 60-140 ms in a 12 s trial gave p99 77-160 us, while a CI host that took
-    380-500 ms in each of three attempts gave p99 1.3-1.9 ms. When the host took more in every
-    attempt, the bound is left unchecked with a warning that says so; the goodput and min RTT
-    bounds are always checked."""
-    timing_checked = False
-    for attempt in range(1, 4):
-        r = run_kernel_trial(parse_trial(kernel_trial(name="capacity", duration="12s", steady=["4s", "12s"])))
-        emu = r.extra.get("linkemu")
-        if emu is None:  # the tc link emulator: no per-frame timing of its own
-            break
-        fwd, rev = emu["timing_error_fwd"], emu["timing_error_rev"]
-        steal = r.extra["host_cpu_steal_ms"]
-        print(f"\nattempt {attempt}: link emulator timing error p50/p99/max: fwd {fwd['p50_us']}/{fwd['p99_us']}/"
-              f"{fwd['max_us']:.0f} us, rev {rev['p50_us']}/{rev['p99_us']}/{rev['max_us']:.0f} us, "
-              f"realtime {emu['realtime']}, host CPU steal {steal:.0f} ms")
-        timing_checked = fwd["p99_us"] <= 1000 and rev["p99_us"] <= 1000
-        if timing_checked:
-            break
-        assert steal >= QUIET_HOST_STEAL_MS, f"the emulator missed 1 ms at p99 on a host that took only {steal:.0f} ms"
+    The bounds are checked on a quiet host (``check_on_quiet_host``). The timing bound measures
+    the host's scheduling as much as the emulator: it is checked whenever the host was quiet and
+    left unchecked, with a warning that says so, on a disturbed one (a CI host that took
+    380-500 ms in each of three 12 s attempts gave p99 1.3-1.9 ms; locally 60-140 ms gave
+    77-160 us)."""
     expected = 80e6 * 1448 / 1500
-    goodput = r.summary["total"]["goodput_bps"]
-    min_rtt = last_row(r.flows)[0]["min_rtt_ms"]
-    print(f"capacity: goodput {goodput / 1e6:.3f} Mbit/s vs {expected / 1e6:.3f} expected "
-          f"({100 * (goodput / expected - 1):+.2f} %); min RTT {min_rtt:.3f} ms vs 25 ms")
-    assert abs(goodput / expected - 1) <= 0.03
-    assert abs(min_rtt - 25.0) <= 1.0
-    if emu is not None and not timing_checked:
-        warnings.warn(f"the link emulator's 1 ms bound was not checked: the host took {QUIET_HOST_STEAL_MS} ms "
-                      "of CPU or more during each of three attempts, and the emulator missed it in each")
+
+    def check(r: Any) -> None:
+        goodput = r.summary["total"]["goodput_bps"]
+        min_rtt = last_row(r.flows)[0]["min_rtt_ms"]
+        print(f"capacity: goodput {goodput / 1e6:.3f} Mbit/s vs {expected / 1e6:.3f} expected "
+              f"({100 * (goodput / expected - 1):+.2f} %); min RTT {min_rtt:.3f} ms vs 25 ms")
+        assert abs(goodput / expected - 1) <= 0.03
+        assert abs(min_rtt - 25.0) <= 1.0
+        emu = r.extra.get("linkemu")
+        if emu is not None:  # the tc link emulator has no per-frame timing of its own
+            fwd, rev = emu["timing_error_fwd"], emu["timing_error_rev"]
+            print(f"link emulator timing error p50/p99/max: fwd {fwd['p50_us']}/{fwd['p99_us']}/{fwd['max_us']:.0f} us, "
+                  f"rev {rev['p50_us']}/{rev['p99_us']}/{rev['max_us']:.0f} us, realtime {emu['realtime']}")
+            if host_was_quiet(r):
+                assert fwd["p99_us"] <= 1000 and rev["p99_us"] <= 1000
+
+    r = check_on_quiet_host(lambda: run_kernel_trial(parse_trial(kernel_trial(name="capacity", duration="12s",
+                                                                               steady=["4s", "12s"]))), check)
+    if r.extra.get("linkemu") is not None and not host_was_quiet(r):
+        warnings.warn(f"the link emulator's 1 ms bound was not checked: the host took "
+                      f"{r.extra['host_cpu_steal_ms']:.0f} ms of CPU during the 12 s trial")
     # the schema is the simulator's, plus the backend column
     from cctestbed.kernel.backend import sim_schema
 
@@ -98,17 +89,19 @@ def test_rwnd_caps_the_window_as_in_the_simulator():
     which the reset showed."""
     doc = kernel_trial(name="rwnd", duration="10s", steady=["3s", "10s"],
                        link={"capacity": "80Mbit", "rtt": "40ms", "queue": "1bdp"}, flows=[{"cc": "cubic", "rwnd": "32KB"}])
-    r = run_kernel_trial(parse_trial(doc))
     from cctestbed.runner import run_trial
 
     sim = run_trial(parse_trial({**doc, "backend": "sim"}))
-    steady = r.flows.filter(pl.col("time_s") > 3.0)
-    inflight_p95 = steady["inflight_bytes"].quantile(0.95)
-    k, s = r.summary["total"]["goodput_bps"], sim.summary["total"]["goodput_bps"]
-    print(f"\nrwnd 32 KB over 40 ms: kernel goodput {k / 1e6:.2f} Mbit/s, in flight p95 {inflight_p95 / 1e3:.1f} KB; "
-          f"simulator {s / 1e6:.2f} Mbit/s")
-    assert inflight_p95 <= 32_000, "in flight stays within rwnd"
-    assert abs(k / s - 1) <= 0.05
+
+    def check(r: Any) -> None:
+        inflight_p95 = r.flows.filter(pl.col("time_s") > 3.0)["inflight_bytes"].quantile(0.95)
+        k, s = r.summary["total"]["goodput_bps"], sim.summary["total"]["goodput_bps"]
+        print(f"rwnd 32 KB over 40 ms: kernel goodput {k / 1e6:.2f} Mbit/s, in flight p95 {inflight_p95 / 1e3:.1f} KB; "
+              f"simulator {s / 1e6:.2f} Mbit/s")
+        assert inflight_p95 <= 32_000, "in flight stays within rwnd"
+        assert abs(k / s - 1) <= 0.05
+
+    check_on_quiet_host(lambda: run_kernel_trial(parse_trial(doc)), check)
 
 
 def test_queue_drops_match_retransmissions():

@@ -6,24 +6,19 @@ are printed (``pytest -s`` shows them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pytest
-from kernelutil import kernel_trial
+from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, sim_schema, trial_problems
+from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, trial_problems
 from cctestbed.runner import run_trial
 
 #: 80 Mbit/s down, 10 Mbit/s up with a 100 KB up queue: 80 ms of standing delay when full.
 LINK = {"capacity": "80Mbit", "rtt": "20ms", "queue": "1bdp", "reverse": {"capacity": "10Mbit", "queue": "100KB"}}
 Q_OVER_C_MS = 100_000 * 8 / 10e6 * 1e3
-
-
-def run(**updates):
-    r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
-    fschema, rschema = sim_schema(r.trial)
-    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
-    return r
 
 
 def test_reverse_data_delays_forward_acks_by_the_reverse_queue():
@@ -45,28 +40,31 @@ def test_reverse_data_delays_forward_acks_by_the_reverse_queue():
     doc = dict(name="rev-acks", duration="12s", steady=["4s", "12s"], link=LINK,
                flows=[{"cc": "cubic", "rwnd": "32KB", "delayed_ack": False},
                       {"kind": "udp", "rate": "12Mbit", "direction": "reverse", "group": "up"}])
-    r = run(**doc)
     sim = run_trial(parse_trial(kernel_trial(**doc)))
-    rtt = r.summary["rtt"]["p50_ms"]
-    rev = r.summary["reverse"]
-    print(f"\nkernel: forward RTT p50 {rtt:.2f} ms (+{rtt - 20:.2f} ms over RTprop; Q/C {Q_OVER_C_MS:.0f} ms), "
-          f"up queue mean {rev['queue']['mean_bytes']:.0f} B; simulator: RTT p50 {sim.summary['rtt']['p50_ms']:.2f} ms, "
-          f"up queue mean {sim.summary['reverse']['queue']['mean_bytes']:.0f} B")
-    assert -3.0 <= rtt - 20.0 - Q_OVER_C_MS <= 6.0
-    down, sim_down = r.summary["flows"][0]["goodput_bps"], sim.summary["flows"][0]["goodput_bps"]
-    print(f"forward goodput: kernel {down / 1e6:.3f} Mbit/s, simulator {sim_down / 1e6:.3f} Mbit/s")
-    assert abs(down / sim_down - 1) <= 0.10
-    fwd = r.flows.filter((pl.col("flow") == 0) & (pl.col("time_s") > 4.0))
-    assert fwd["inflight_bytes"].quantile(0.95) <= 32_000, "the window clamp (rwnd) holds"
-    assert rev["queue"]["mean_bytes"] > 100_000 - 3 * 1500, "the up queue stood full"
-    up = r.flows.filter(pl.col("direction") == "reverse")
-    assert set(up["kind"].unique()) == {"udp"} and up["delivered_bytes"].max() > 0
+
+    def check(r: Any) -> None:
+        rtt = r.summary["rtt"]["p50_ms"]
+        rev = r.summary["reverse"]
+        print(f"\nkernel: forward RTT p50 {rtt:.2f} ms (+{rtt - 20:.2f} ms over RTprop; Q/C {Q_OVER_C_MS:.0f} ms), "
+              f"up queue mean {rev['queue']['mean_bytes']:.0f} B; simulator: RTT p50 {sim.summary['rtt']['p50_ms']:.2f} ms, "
+              f"up queue mean {sim.summary['reverse']['queue']['mean_bytes']:.0f} B")
+        assert -3.0 <= rtt - 20.0 - Q_OVER_C_MS <= 6.0
+        down, sim_down = r.summary["flows"][0]["goodput_bps"], sim.summary["flows"][0]["goodput_bps"]
+        print(f"forward goodput: kernel {down / 1e6:.3f} Mbit/s, simulator {sim_down / 1e6:.3f} Mbit/s")
+        assert abs(down / sim_down - 1) <= 0.10
+        fwd = r.flows.filter((pl.col("flow") == 0) & (pl.col("time_s") > 4.0))
+        assert fwd["inflight_bytes"].quantile(0.95) <= 32_000, "the window clamp (rwnd) holds"
+        assert rev["queue"]["mean_bytes"] > 100_000 - 3 * 1500, "the up queue stood full"
+        up = r.flows.filter(pl.col("direction") == "reverse")
+        assert set(up["kind"].unique()) == {"udp"} and up["delivered_bytes"].max() > 0
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**doc), check)
 
 
 def test_reverse_tcp_fills_the_up_link_and_is_sampled_like_any_flow():
     doc = dict(name="rev-tcp", duration="10s", steady=["4s", "10s"], link=LINK,
                flows=[{"cc": "cubic", "group": "down"}, {"cc": "cubic", "direction": "reverse", "group": "up"}])
-    r = run(**doc)
+    r = run_with_sim_schema(**doc)
     s = r.summary
     up, down = s["groups"]["up"], s["groups"]["down"]
     print(f"\nkernel: download {down['goodput_bps'] / 1e6:.2f} Mbit/s, upload {up['goodput_bps'] / 1e6:.2f} Mbit/s "

@@ -4,46 +4,44 @@ tolerances real time needs. Measured figures are printed (``pytest -s`` shows th
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pytest
-from kernelutil import has_bbr, kernel_trial
+from kernelutil import check_on_quiet_host, has_bbr, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, sim_schema, trial_problems
-
-
-def run(**updates):
-    r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
-    fschema, rschema = sim_schema(r.trial)
-    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
-    return r
+from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, trial_problems
 
 
 def test_udp_leaves_tcp_the_rest_and_reports_its_loss_and_delay():
     cap, rate = 50e6, 20e6
-    r = run(name="udp", duration="14s", steady=["4s", "14s"],
-            link={"capacity": "50Mbit", "rtt": "20ms", "queue": "1bdp"},
-            flows=[{"cc": "cubic"}, {"kind": "udp", "rate": "20Mbit", "group": "bg"}])
-    s = r.summary
-    tcp_ip = s["groups"]["cubic"]["goodput_bps"] * 1500 / 1448
-    udp = s["udp"]["bg"]
-    print(f"\nkernel: cubic beside 20 Mbit/s udp on 50: {tcp_ip / 1e6:.3f} Mbit/s at IP level "
-          f"({100 * (tcp_ip / (cap - rate) - 1):+.2f} % of C - r); udp delivered {udp['delivered_bps'] / 1e6:.3f} "
-          f"Mbit/s, loss {udp['loss_pct']:.3f} %, one-way delay p50 {udp['owd_p50_ms']:.2f} p95 {udp['owd_p95_ms']:.2f} ms")
-    assert abs(tcp_ip / (cap - rate) - 1) <= 0.02
-    sent_payload = rate * (1500 - 28) / 1500
-    assert abs(udp["delivered_bps"] / sent_payload - 1 + udp["loss_pct"] / 100) < 0.02
-    assert 10.0 <= udp["owd_p50_ms"] <= udp["owd_p95_ms"] <= 10.0 + 20.0 + 2.0, "propagation plus at most the queue"
-    flows = r.flows.filter(pl.col("kind") == "udp")
-    assert flows["lost_segs"].null_count() == 0 and flows["owd_ms"].drop_nans().len() > 0.9 * len(flows)
+
+    def check(r: Any) -> None:
+        s = r.summary
+        tcp_ip = s["groups"]["cubic"]["goodput_bps"] * 1500 / 1448
+        udp = s["udp"]["bg"]
+        print(f"\nkernel: cubic beside 20 Mbit/s udp on 50: {tcp_ip / 1e6:.3f} Mbit/s at IP level "
+              f"({100 * (tcp_ip / (cap - rate) - 1):+.2f} % of C - r); udp delivered {udp['delivered_bps'] / 1e6:.3f} "
+              f"Mbit/s, loss {udp['loss_pct']:.3f} %, one-way delay p50 {udp['owd_p50_ms']:.2f} p95 {udp['owd_p95_ms']:.2f} ms")
+        assert abs(tcp_ip / (cap - rate) - 1) <= 0.02
+        sent_payload = rate * (1500 - 28) / 1500
+        assert abs(udp["delivered_bps"] / sent_payload - 1 + udp["loss_pct"] / 100) < 0.02
+        assert 10.0 <= udp["owd_p50_ms"] <= udp["owd_p95_ms"] <= 10.0 + 20.0 + 2.0, "propagation plus at most the queue"
+        flows = r.flows.filter(pl.col("kind") == "udp")
+        assert flows["lost_segs"].null_count() == 0 and flows["owd_ms"].drop_nans().len() > 0.9 * len(flows)
+
+    doc = dict(name="udp", duration="14s", steady=["4s", "14s"], link={"capacity": "50Mbit", "rtt": "20ms", "queue": "1bdp"},
+               flows=[{"cc": "cubic"}, {"kind": "udp", "rate": "20Mbit", "group": "bg"}])
+    check_on_quiet_host(lambda: run_with_sim_schema(**doc), check)
 
 
 def test_ping_measures_the_base_rtt_and_then_the_queue():
     # The window starts at 1.5 s: in some runs the first group's host loses what it sends in the
     # first few hundred milliseconds after the start (a TCP flow of that group then sees its SYN
     # retransmitted at 1 s); that is the topology's, not the probes'.
-    empty = run(name="ping-empty", duration="4s", steady=["1.5s", "4s"],
-                link={"capacity": "20Mbit", "rtt": "30ms", "queue": "1bdp"}, flows=[{"kind": "ping", "interval": "10ms"}])
+    empty = run_with_sim_schema(name="ping-empty", duration="4s", steady=["1.5s", "4s"],
+                                link={"capacity": "20Mbit", "rtt": "30ms", "queue": "1bdp"}, flows=[{"kind": "ping", "interval": "10ms"}])
     want = 30.0 + 84 * 8 / 20e6 * 1e3
     p = empty.summary["ping"]["ping"]
     print(f"\nkernel: ping on an empty 20 Mbit/s, 30 ms path: RTT p50 {p['rtt_p50_ms']:.3f} p99 {p['rtt_p99_ms']:.3f} ms "
@@ -55,9 +53,9 @@ def test_ping_measures_the_base_rtt_and_then_the_queue():
     lost = empty.flows.filter(pl.col("lost_segs").diff().fill_null(0) > 0).select("time_s", "sent_segs", "lost_segs")
     assert p["loss_pct"] == 0.0, f"probes lost on an empty path: {lost}"
 
-    loaded = run(name="ping-queue", duration="8s", steady=["3s", "8s"],
-                 link={"capacity": "20Mbit", "rtt": "20ms", "queue": "2bdp"},
-                 flows=[{"kind": "udp", "rate": "22Mbit"}, {"kind": "ping"}])
+    loaded = run_with_sim_schema(name="ping-queue", duration="8s", steady=["3s", "8s"],
+                                 link={"capacity": "20Mbit", "rtt": "20ms", "queue": "2bdp"},
+                                 flows=[{"kind": "udp", "rate": "22Mbit"}, {"kind": "ping"}])
     rtt = loaded.flows.filter((pl.col("kind") == "ping") & (pl.col("time_s") > 3.0))["rtt_ms"].drop_nans().mean()
     router = loaded.router.filter(pl.col("time_s") > 3.0)
     queue_ms = float(router["queue_bytes"].cast(pl.Float64).mean()) * 8 / 20e6 * 1e3
@@ -73,8 +71,8 @@ def test_pacing_caps_hold_per_flow():
     flows = [{"cc": "cubic", "max_pacing_rate": "5Mbit", "group": "c5"},
              {"cc": "bbr" if has_bbr() else "reno", "max_pacing_rate": "12Mbit", "group": "c12"},
              {"cc": "cubic", "group": "free"}]
-    r = run(name="caps", duration="10s", steady=["3s", "10s"], sample_interval="100ms",
-            link={"capacity": "100Mbit", "rtt": "20ms", "queue": "1bdp"}, flows=flows)
+    r = run_with_sim_schema(name="caps", duration="10s", steady=["3s", "10s"], sample_interval="100ms",
+                            link={"capacity": "100Mbit", "rtt": "20ms", "queue": "1bdp"}, flows=flows)
     g = r.summary["groups"]
     print("\nkernel: capped goodputs " + ", ".join(f"{k} {g[k]['goodput_bps'] / 1e6:.3f} Mbit/s (cap {v / 1e6:g})"
                                                 for k, v in caps.items()) + f"; free {g['free']['goodput_bps'] / 1e6:.2f}")

@@ -8,19 +8,16 @@ import math
 
 import polars as pl
 import pytest
-from kernelutil import kernel_trial
+from kernelutil import kernel_trial, run_with_sim_schema
 
 from cctestbed import workload
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import run_kernel_trial, sim_schema
 from cctestbed.runner import run_trial
 from cctestbed.schema import completion_schema
 
 
 def run(**updates):
-    r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
-    fschema, rschema = sim_schema(r.trial)
-    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
+    r = run_with_sim_schema(**updates)
     assert r.completions is not None and dict(r.completions.schema) == completion_schema()
     return r
 
