@@ -12,6 +12,7 @@ from kernelutil import check_on_quiet_host, has_bbr, kernel_trial, run_with_sim_
 
 from cctestbed.config import parse_trial
 from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, trial_problems
+from cctestbed.runner import run_trial
 
 
 def test_udp_leaves_tcp_the_rest_and_reports_its_loss_and_delay():
@@ -64,6 +65,37 @@ def test_ping_measures_the_base_rtt_and_then_the_queue():
           f"the router's mean queue is {queue_ms:.2f} ms")
     assert queue_ms > 30.0, "the udp stream keeps the 40 ms queue near full"
     assert abs((rtt - base) - queue_ms) <= 1.5
+
+
+def test_ping_after_a_capacity_drop_carries_the_new_rates_transmission_time():
+    # 1400-byte probes on an empty path whose capacity drops from 20 to 1 Mbit/s at 3 s: a probe
+    # then takes 11.2 ms to cross the bottleneck, where it took 0.56 ms before. htb releases a
+    # lone probe at once, so this time is the link emulator's shift, which follows the schedule
+    # (it had kept the initial rate's: +0.56 ms after the drop, 10.6 ms short).
+    drop_at, size = 3.0, 1400
+    doc = dict(name="ping-drop", duration="7s", steady=["1.5s", "7s"], sample_interval="100ms",
+               link={"capacity": "20Mbit", "rtt": "30ms", "queue": "100KB",
+                     "schedule": [{"at": f"{drop_at:g}s", "capacity": "1Mbit"}]},
+               flows=[{"kind": "ping", "interval": "100ms", "packet_size": f"{size}B"}])
+
+    def rtt_p50(r: Any, t0: float, t1: float) -> float:
+        f = r.flows.filter((pl.col("kind") == "ping") & (pl.col("time_s") > t0) & (pl.col("time_s") <= t1))
+        return float(f["rtt_ms"].drop_nans().median())
+
+    sim = run_trial(parse_trial(kernel_trial(**doc)))
+    before, after = 30.0 + size * 8 / 20e6 * 1e3, 30.0 + size * 8 / 1e6 * 1e3
+    sim_before, sim_after = rtt_p50(sim, 1.5, drop_at), rtt_p50(sim, drop_at + 0.5, 7.0)
+    assert abs(sim_before - before) <= 0.05 and abs(sim_after - after) <= 0.05, (sim_before, sim_after)
+
+    def check(r: Any) -> None:
+        k_before, k_after = rtt_p50(r, 1.5, drop_at), rtt_p50(r, drop_at + 0.5, 7.0)
+        print(f"ping RTT p50 before the drop: kernel {k_before:.2f} ms, simulator {sim_before:.2f} ms; "
+              f"after: kernel {k_after:.2f} ms, simulator {sim_after:.2f} ms")
+        # the echo's turnaround and the emulator's timing add up to 1 ms, never less (ping test above)
+        assert sim_before - 0.05 <= k_before <= sim_before + 1.0
+        assert sim_after - 0.05 <= k_after <= sim_after + 1.0
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**doc), check)
 
 
 def test_pacing_caps_hold_per_flow():

@@ -33,10 +33,12 @@
 //! its real gap behind that frame instead ([`Shifter`]): held right behind it, it would reach
 //! the queue just after it, into the room the datagram had just taken. So within a stream of
 //! mixed sizes the queue sees the real arrivals, shifted by the larger frames' time, and a frame
-//! on its own gets its own time. The rate is the trial's initial capacity; after a capacity
-//! change the shift is that of the initial rate. A trial with a reverse bottleneck
-//! (`link.reverse`: the same HTB and fifo on `left`'s egress) gives its rate as
-//! `--serialization-rev-bps`, and reverse frames are shifted the same way.
+//! on its own gets its own time. The rate is the bottleneck's current one: the backend writes
+//! each scheduled capacity into the stats file's `SerializationBps` slot as it changes the
+//! qdisc's rate, and frames read after that are shifted by the new rate. A trial with a
+//! reverse bottleneck (`link.reverse`: the same HTB and fifo on `left`'s egress, at a fixed
+//! rate) gives its rate as `--serialization-rev-bps`, and reverse frames are shifted the same
+//! way.
 //!
 //! Counters are kept in a small memory-mapped file (`--stats`, little-endian `u64` slots,
 //! see [`Slot`]) that the router sampler reads every sample interval; at exit a JSON report
@@ -96,6 +98,10 @@ enum Slot {
     UpdatedNs,
     /// Frames sent more than 1 ms after they were due.
     LateOver1ms,
+    /// The forward bottleneck's rate, bit/s, that forward frames are shifted by: set from
+    /// `--serialization-bps` at start and rewritten by the backend when it changes the
+    /// bottleneck's rate (a capacity schedule); read before every batch of frames.
+    SerializationBps,
     Count,
 }
 
@@ -522,12 +528,14 @@ fn run(a: Args) -> Result<(), String> {
     let mut shifters = [Shifter::new(a.serialization_bps), Shifter::new(a.serialization_rev_bps)];
     let mut wake = Hist::new();
     let mut fatal: Option<String> = None;
+    stats.set(Slot::SerializationBps, a.serialization_bps);
     stats.set(Slot::Magic, MAGIC);
     stats.set(Slot::UpdatedNs, mono() as u64);
     let started = mono();
 
     while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
         // 1. Read whatever waits on both interfaces.
+        shifters[0].rate_bps = stats.get(Slot::SerializationBps);
         let offset = mono() - clock_ns(libc::CLOCK_REALTIME);
         for (d, sock) in [(0usize, &left), (1usize, &right)] {
             for _ in 0..512 {

@@ -522,7 +522,7 @@ def run_kernel_trial(
             assert p.popen.stdin is not None
             p.popen.stdin.write(f"{t0}\n")
             p.popen.stdin.close()
-        sched = _CapacitySchedule(topology, trial, t0)
+        sched = _CapacitySchedule(topology, trial, t0, emu_stats)
         sched.start()
         steal_at_start = host_cpu_steal_ms()
         say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
@@ -642,22 +642,27 @@ def _netem_loss(trial: Trial) -> Optional[str]:
 
 
 class _CapacitySchedule(threading.Thread):
-    """Changes the bottleneck rate at the trial's scheduled times."""
+    """Changes the bottleneck rate at the trial's scheduled times, and with it the rate whose
+    transmission time the userspace link emulator shifts forward frames by (``emu_stats``)."""
 
-    def __init__(self, topology: topo.Topology, trial: Trial, t0: int):
+    def __init__(self, topology: topo.Topology, trial: Trial, t0: int, emu_stats: Optional[str]):
         super().__init__(daemon=True)
-        self.topology, self.trial, self.t0 = topology, trial, t0
+        self.topology, self.trial, self.t0, self.emu_stats = topology, trial, t0, emu_stats
         self.done = threading.Event()
         self.error: Optional[str] = None
 
     def run(self) -> None:
+        from .routerstats import set_emu_serialization
+
         for c in sorted(self.trial.link.schedule, key=lambda c: c.at):
             wait = (self.t0 + c.at - time.monotonic_ns()) / 1e9
             if wait > 0 and self.done.wait(wait):
                 return
             try:
                 self.topology.set_bottleneck(c.capacity, None, None, change=True)
-            except topo.TopologyError as e:
+                if self.emu_stats is not None:
+                    set_emu_serialization(self.emu_stats, c.capacity)
+            except (topo.TopologyError, OSError) as e:
                 self.error = str(e)
 
     def stop(self) -> None:

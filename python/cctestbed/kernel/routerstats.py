@@ -54,6 +54,7 @@ EMU_SLOTS = (
     "late_max_ns",
     "updated_ns",
     "late_over_1ms",
+    "serialization_bps",
 )
 EMU_MAGIC = 0x6363_7465_6D75_0001
 
@@ -130,6 +131,17 @@ class EmuStats:
     def read(self) -> dict[str, int]:
         vals = struct.unpack_from(f"<{len(EMU_SLOTS)}Q", self.map, 0)
         return dict(zip(EMU_SLOTS, vals))
+
+
+def set_emu_serialization(path: str, rate_bps: int) -> None:
+    """Tell the emulator the forward bottleneck's new rate (its ``serialization_bps`` slot):
+    frames it reads from now on are shifted by their transmission time at that rate."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, len(EMU_SLOTS) * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            struct.pack_into("<Q", m, 8 * EMU_SLOTS.index("serialization_bps"), rate_bps)
+    finally:
+        os.close(fd)
 
 
 def emu_ready(path: str) -> bool:
