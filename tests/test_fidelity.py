@@ -214,6 +214,40 @@ def test_remeasure_runs_again_what_the_reference_holds_and_replaces_it(tmp_path)
     assert run_backend(suite, "sim", tmp_path / "b", reference=ref, workers=2, remeasure=True) == (0, 0)
 
 
+def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, monkeypatch):
+    """A rep whose link emulator missed its 1 ms p99 is not added to the reference: it runs again
+    in the same `fidelity run` (up to three attempts), and one already in a reference file is
+    dropped on loading, so the next run measures it again."""
+    from cctestbed.fidelity import reference as refmod
+    from cctestbed.fidelity.cli import DISTURBED_ATTEMPTS, run_backend
+
+    real = refmod.provenance
+    attempts: dict[str, int] = {}
+
+    def provenance(trial_dir: Path) -> dict:
+        attempts[trial_dir.name] = attempts.get(trial_dir.name, 0) + 1
+        stalled = trial_dir.name == first and attempts[trial_dir.name] < 3
+        return {**real(trial_dir), "emu_p99_us": 5400.0 if stalled else 150.0}
+
+    monkeypatch.setattr(refmod, "provenance", provenance)
+    suite = parse_suite(MINI, source=str(tmp_path / "suite.toml"))
+    first = suite.sweep("sim").specs[0].key
+    ref = Reference(tmp_path / "ref.parquet")
+    assert DISTURBED_ATTEMPTS >= 3
+    done, failed = run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2)
+    assert (done, failed) == (6, 0) and attempts[first] == 3, "two stalled attempts, then a quiet one"
+    rows = Reference(tmp_path / "ref.parquet").rows
+    assert len(rows) == 4 and all(r["emu_p99_us"] == 150.0 for r in rows.values())
+
+    key = next(iter(rows))
+    ref.rows[key]["emu_p99_us"] = 1500.0
+    ref.save()
+    again = Reference(tmp_path / "ref.parquet")
+    assert not again.has(key) and len(again.rows) == 3
+    assert run_backend(suite, "sim", tmp_path / "b", reference=again, workers=2) == (1, 0)
+    assert len(Reference(tmp_path / "ref.parquet").rows) == 4
+
+
 def _reference_from_simulator(suite, path: Path) -> Reference:
     """A reference holding the simulator's own reps under the kernel's keys."""
     from cctestbed.fidelity.cli import _sim_job

@@ -7,6 +7,7 @@ the known-deviations file does not list; 2 a bad suite, reference or command lin
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -16,6 +17,8 @@ from rich.console import Console
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+#: Attempts at a kernel rep whose host stalled (:func:`.reference.disturbed`) in one run.
+DISTURBED_ATTEMPTS = 3
 
 app = typer.Typer(
     add_completion=False,
@@ -90,17 +93,31 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     from ..sweep.execute import run_sweep
     from ..sweep.store import Store
     from .measure import metrics_of_dir
-    from .reference import provenance
+    from .reference import disturbed, provenance
 
     sweep = suite.sweep(backend)
     scen_key = {s.key: suite.scenario(s.values["scenario"]).scenario_key(s.seed, backend) for s in sweep.specs}
     store = Store(dest)
 
+    not_kept: dict[str, str] = {}  # sweep key -> why the rep is not in the reference
+    progress: Any = None
+
+    def progress_print(text: str) -> None:
+        (progress.console if progress is not None else err).print(text, highlight=False)
+
     def to_reference(spec: Any, save: bool = True) -> None:
         d = store.trial_dir(spec.key)
         row = {"scenario": spec.values["scenario"], "seed": spec.seed, "key": scen_key[spec.key],
                **provenance(d), **metrics_of_dir(d)}
+        why = disturbed(row)
+        if why is not None:
+            not_kept[spec.key] = why
+            return
         reference.add(row, save=save)
+
+    def measure_again(spec: Any, why: str) -> None:
+        progress_print(f"[yellow]not kept[/]: {spec.values['scenario']} seed {spec.seed}: {why}; measuring it again")
+        shutil.rmtree(store.trial_dir(spec.key))
 
     if reference is not None and not remeasure:
         synced = False
@@ -108,6 +125,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
             if (not reference.has(scen_key[s.key]) or reference.stale(scen_key[s.key])) and store.is_done(s.key):
                 to_reference(s, save=False)
                 synced = True
+                if s.key in not_kept:
+                    measure_again(s, not_kept.pop(s.key))
         if synced:
             reference.save()
         sweep.specs = [s for s in sweep.specs if not reference.has(scen_key[s.key])]
@@ -142,14 +161,26 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
             to_reference(spec)
         progress.advance(0)
 
+    done = 0
     try:
-        run = run_sweep(sweep, dest, workers=n_workers, resume=True, report=report)
+        for attempt in range(1, DISTURBED_ATTEMPTS + 1):
+            run = run_sweep(sweep, dest, workers=n_workers, resume=True, report=report)
+            done += run.done
+            if run.interrupted or not not_kept:
+                break
+            for s in sweep.specs:  # a rep measured on a stalled host is measured again
+                if s.key in not_kept and attempt < DISTURBED_ATTEMPTS:
+                    measure_again(s, not_kept.pop(s.key))
+                    progress.update(0, total=progress.tasks[0].total + 1)
+                elif s.key in not_kept:  # the next `fidelity run` into this store measures it again
+                    progress_print(f"[red]not kept[/]: {s.values['scenario']} seed {s.seed}: {not_kept[s.key]} "
+                                   f"in each of {DISTURBED_ATTEMPTS} attempts; run `fidelity run` again later")
     finally:
         progress.stop()
     if run.interrupted:
         err.print("interrupted: finished trials are kept" + (" and in the reference" if reference is not None else ""))
         raise typer.Exit(130)
-    return run.done, failed
+    return done, failed
 
 
 @app.command("run")

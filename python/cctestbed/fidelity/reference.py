@@ -26,6 +26,12 @@ from ..sweep.store import atomic_write_bytes
 FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")
 PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "sender_qdisc", "metrics_version")
+#: A kernel rep whose link emulator sent 1 % of frames later than this (its forward p99 timing
+#: error, us) ran on a stalled host, not on the path its trial describes, and is not kept: the
+#: bound the kernel tests hold the emulator to. Such reps come in bursts when the virtual
+#: machine's host takes its CPUs (two step-bbr reps: p99 3.0 and 5.5 ms, queue p95 1.56 and
+#: 1.76 BDP, where the quiet reps measured 0.80-0.86).
+DISTURBED_EMU_P99_US = 1000.0
 
 
 def default_path(suite_source: Optional[str]) -> Path:
@@ -60,6 +66,15 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
     }
 
 
+def disturbed(row: dict[str, Any]) -> Optional[str]:
+    """Why a kernel rep is not kept in the reference (see :data:`DISTURBED_EMU_P99_US`), or None."""
+    p99 = row.get("emu_p99_us")
+    if p99 is not None and p99 > DISTURBED_EMU_P99_US:
+        return (f"the link emulator sent 1 % of frames over {p99 / 1000:.1f} ms late "
+                f"(a stalled host; kept up to {DISTURBED_EMU_P99_US / 1000:g} ms)")
+    return None
+
+
 def _link_emulator(kj: dict[str, Any]) -> Optional[str]:
     """The kernel path's link emulation: ``userspace+tx`` once the emulator delays each frame by
     its transmission time at the bottleneck rate (docs/kernel.md), plain ``userspace`` before."""
@@ -84,7 +99,8 @@ class Reference:
             if missing:
                 raise ValueError(f"{self.path}: not a kernel reference (no {', '.join(missing)} column)")
             for r in df.iter_rows(named=True):
-                self.rows[r["key"]] = {k: v for k, v in r.items() if v is not None or k in ID_COLUMNS}
+                if disturbed(r) is None:  # a rep from a stalled host is measured again
+                    self.rows[r["key"]] = {k: v for k, v in r.items() if v is not None or k in ID_COLUMNS}
 
     def has(self, key: str) -> bool:
         return key in self.rows
