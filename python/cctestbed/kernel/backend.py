@@ -652,8 +652,9 @@ class _CapacitySchedule(threading.Thread):
         self.error: Optional[str] = None
 
     def run(self) -> None:
-        from .routerstats import set_emu_serialization
+        from .routerstats import EmuStats
 
+        emu = None
         for c in sorted(self.trial.link.schedule, key=lambda c: c.at):
             wait = (self.t0 + c.at - time.monotonic_ns()) / 1e9
             if wait > 0 and self.done.wait(wait):
@@ -661,7 +662,8 @@ class _CapacitySchedule(threading.Thread):
             try:
                 self.topology.set_bottleneck(c.capacity, None, None, change=True)
                 if self.emu_stats is not None:
-                    set_emu_serialization(self.emu_stats, c.capacity)
+                    emu = emu or EmuStats(self.emu_stats, writable=True)
+                    emu.set_serialization(c.capacity)
             except (topo.TopologyError, OSError) as e:
                 self.error = str(e)
 

@@ -119,12 +119,14 @@ class QdiscReader:
 
 
 class EmuStats:
-    """The emulator's counters, read from its memory-mapped stats file."""
+    """The emulator's memory-mapped stats file: its counters, read by the router sampler, and
+    (``writable``) the one slot the backend sets, ``serialization_bps``."""
 
-    def __init__(self, path: str):
-        fd = os.open(path, os.O_RDONLY)
+    def __init__(self, path: str, writable: bool = False):
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         try:
-            self.map = mmap.mmap(fd, len(EMU_SLOTS) * 8, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.map = mmap.mmap(fd, len(EMU_SLOTS) * 8, mmap.MAP_SHARED, prot)
         finally:
             os.close(fd)
 
@@ -132,16 +134,10 @@ class EmuStats:
         vals = struct.unpack_from(f"<{len(EMU_SLOTS)}Q", self.map, 0)
         return dict(zip(EMU_SLOTS, vals))
 
-
-def set_emu_serialization(path: str, rate_bps: int) -> None:
-    """Tell the emulator the forward bottleneck's new rate (its ``serialization_bps`` slot):
-    frames it reads from now on are shifted by their transmission time at that rate."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        with mmap.mmap(fd, len(EMU_SLOTS) * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
-            struct.pack_into("<Q", m, 8 * EMU_SLOTS.index("serialization_bps"), rate_bps)
-    finally:
-        os.close(fd)
+    def set_serialization(self, rate_bps: int) -> None:
+        """The forward bottleneck's new rate: frames the emulator reads from now on are shifted
+        by their transmission time at that rate."""
+        struct.pack_into("<Q", self.map, 8 * EMU_SLOTS.index("serialization_bps"), rate_bps)
 
 
 def emu_ready(path: str) -> bool:
