@@ -44,14 +44,14 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
     which a stalled virtual machine moves. Every attempt's steal is printed."""
     for attempt in range(1, attempts + 1):
         r = run()
-        steal = r.extra.get("host_cpu_steal_ms") or 0.0
-        print(f"\nattempt {attempt}: host CPU steal {steal:.0f} ms in {r.trial.duration / 1e9:g} s"
-              f"{'' if host_was_quiet(r) else ' (disturbed)'}")
+        quiet = host_was_quiet(r)
+        print(f"\nattempt {attempt}: host CPU steal {r.extra.get('host_cpu_steal_ms') or 0.0:.0f} ms in "
+              f"{r.trial.duration / 1e9:g} s{'' if quiet else ' (disturbed)'}")
         try:
             check(r)
             return r
         except AssertionError as miss:
-            if host_was_quiet(r) or attempt == attempts:
+            if quiet or attempt == attempts:
                 raise
             print(f"missed on a disturbed host, running again: {miss}")
     raise AssertionError("unreachable")

@@ -93,7 +93,7 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     from ..sweep.execute import run_sweep
     from ..sweep.store import Store
     from .measure import metrics_of_dir
-    from .reference import disturbed, provenance
+    from .reference import provenance
 
     sweep = suite.sweep(backend)
     scen_key = {s.key: suite.scenario(s.values["scenario"]).scenario_key(s.seed, backend) for s in sweep.specs}
@@ -109,11 +109,9 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
         d = store.trial_dir(spec.key)
         row = {"scenario": spec.values["scenario"], "seed": spec.seed, "key": scen_key[spec.key],
                **provenance(d), **metrics_of_dir(d)}
-        why = disturbed(row)
+        why = reference.add(row, save=save)
         if why is not None:
             not_kept[spec.key] = why
-            return
-        reference.add(row, save=save)
 
     def measure_again(spec: Any, why: str) -> None:
         progress_print(f"[yellow]not kept[/]: {spec.values['scenario']} seed {spec.seed}: {why}; measuring it again")

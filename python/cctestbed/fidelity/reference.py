@@ -105,11 +105,16 @@ class Reference:
     def has(self, key: str) -> bool:
         return key in self.rows
 
-    def add(self, row: dict[str, Any], save: bool = True) -> None:
-        """Add (or replace) one rep; rewrite the file atomically unless ``save`` is False."""
+    def add(self, row: dict[str, Any], save: bool = True) -> Optional[str]:
+        """Add (or replace) one rep and rewrite the file atomically unless ``save`` is False;
+        a rep from a stalled host is not kept, and why is returned (:func:`disturbed`)."""
+        why = disturbed(row)
+        if why is not None:
+            return why
         self.rows[row["key"]] = row
         if save:
             self.save()
+        return None
 
     def frame(self) -> pl.DataFrame:
         rows = sorted(self.rows.values(), key=lambda r: (r["scenario"], r["seed"]))
