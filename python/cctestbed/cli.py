@@ -32,6 +32,11 @@ class CommandGroup(TyperGroup):
         except KeyboardInterrupt:
             err.print("interrupted", markup=False)
             raise typer.Exit(130) from None
+        except Exception as e:  # a Ctrl-C a library reported as an error of its own
+            if not interrupt.pressed or isinstance(e, (typer.Exit, typer.Abort)):
+                raise
+            err.print("interrupted", markup=False)
+            raise typer.Exit(130) from None
 
 
 app = typer.Typer(

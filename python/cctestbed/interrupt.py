@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 #: What a command interrupted before it wrote anything prints (otherwise: "interrupted").
 MESSAGE = "interrupted: nothing was written"
 
+#: Whether Ctrl-C was pressed while a command ran. A library may turn the ``KeyboardInterrupt``
+#: into an error of its own (pydantic, building a model's schema as a module loads, raises a
+#: SchemaError), which the command then reports as the interruption it is.
+pressed = False
+
 
 def _exit_at_once(signum: int, frame: Optional[FrameType]) -> None:
     os.write(2, (MESSAGE + "\n").encode())
@@ -35,10 +40,17 @@ def while_starting() -> None:
         signal.signal(signal.SIGINT, _exit_at_once)
 
 
+def _raise_interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    global pressed
+    pressed = True
+    raise KeyboardInterrupt
+
+
 def command_started() -> None:
-    """Ctrl-C raises ``KeyboardInterrupt`` from now on, for the command to handle."""
+    """Ctrl-C raises ``KeyboardInterrupt`` from now on, for the command to handle, and sets
+    :data:`pressed`."""
     if signal.getsignal(signal.SIGINT) is _exit_at_once:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _raise_interrupt)
 
 
 def command_finished() -> None:
