@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from . import interrupt
+from .console import err, out
 from .units import human_rate, human_size, human_time
 
 if TYPE_CHECKING:
@@ -45,8 +45,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Congestion-control testbed: run trials on a deterministic packet-level dumbbell simulator.",
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:
@@ -277,8 +275,8 @@ def validate(
     rev = trial.link.reverse
     reverse = (f", reverse {human_rate(rev.capacity)} with queue limit {shown(trial.link.reverse_queue_limits())}"
                if rev is not None else "")
-    out.print(
-        f"[green]ok[/]: {trial.name}: {len(trial.expanded())} flow(s), {human_rate(trial.link.capacity)}, "
+    out.line(
+        f"ok: {trial.name}: {len(trial.expanded())} flow(s), {human_rate(trial.link.capacity)}, "
         f"RTprop {human_time(trial.link.rtprop_ns)}, BDP {human_size(trial.link.bdp_bytes())}, "
         f"queue limit {shown(trial.link.queue_limits())}{reverse}, {human_time(trial.duration)}"
     )

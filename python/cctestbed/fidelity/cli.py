@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from ..console import err, out
+
 #: Attempts at a kernel rep whose host stalled (:func:`.reference.disturbed`) in one run.
 DISTURBED_ATTEMPTS = 3
 
@@ -77,7 +76,7 @@ def _progress(title: str, total: int) -> Any:
 
     p = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                  TextColumn("[red]{task.fields[failed]} failed[/]"), TextColumn("elapsed"), TimeElapsedColumn(),
-                 TextColumn("ETA"), TimeRemainingColumn(), console=err, transient=False)
+                 TextColumn("ETA"), TimeRemainingColumn(), console=err.rich, transient=False)
     p.add_task(title, total=total, failed=0)
     return p
 

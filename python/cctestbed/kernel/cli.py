@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
+
+from ..console import err, out
 
 if TYPE_CHECKING:
     from ..config import Trial
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:

@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
+
+from ..console import err, out
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 from ..units import human_size
-
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _refuse(source: str, problems: list[str], what: str = "sweep") -> None:
@@ -227,7 +225,7 @@ def sweep_command(
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=err,
+        console=err.rich,
         transient=False,
     )
     task = progress.add_task(sweep.name, total=n_trials, failed=0)
