@@ -131,6 +131,19 @@ def test_existing_output_is_refused_without_force(cli, trial_dict, write_trial, 
     assert os.listdir(out_dir) == ["keep"]
 
 
+@pytest.mark.parametrize("name", ["[/]", "[bold]x", "a[red]b[/red]"])
+def test_a_path_with_brackets_is_printed_as_it_is(cli, trial_dict, write_trial, tmp_path, name):
+    """Paths, names and error texts are never read as style markup: '[/]' once ended in a
+    MarkupError traceback instead of the one-line refusal."""
+    out_dir = tmp_path / name  # "[/]" is the directory "]" in "["
+    out_dir.mkdir(parents=True)
+    r = cli("run", write_trial(trial_dict()), "-o", out_dir)
+    assert r.exit_code == 2
+    assert f"error: {out_dir} exists; pass --force to replace it" in r.output
+    r = cli("validate", tmp_path / name / "missing.toml")
+    assert r.exit_code == 2 and f"{out_dir}" in r.output
+
+
 @pytest.mark.parametrize("where", ["cwd", "parent", "trial file", "plain file", "foreign dir"])
 def test_force_never_deletes_what_is_not_results(cli, trial_dict, write_trial, tmp_path, monkeypatch, where):
     """`run -o . --force` once deleted the working directory; every such target is refused, exit 2."""

@@ -7,13 +7,13 @@ which case nothing is written; 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from . import interrupt
-from .console import err, out
+from .console import err, escape, fail, out, refuse
 from .units import human_rate, human_size, human_time
 
 if TYPE_CHECKING:
@@ -30,12 +30,12 @@ class CommandGroup(TyperGroup):
             interrupt.command_started()
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            err.print("interrupted", markup=False)
+            err.print("interrupted")
             raise typer.Exit(130) from None
         except Exception as e:  # a Ctrl-C a library reported as an error of its own
             if not interrupt.pressed or isinstance(e, (typer.Exit, typer.Abort)):
                 raise
-            err.print("interrupted", markup=False)
+            err.print("interrupted")
             raise typer.Exit(130) from None
 
 
@@ -64,11 +64,8 @@ def main(
     """Congestion-control testbed."""
 
 
-def _refuse(e: ConfigError) -> None:
-    err.print(f"[bold red]error[/]: {e.source or 'trial'} is not valid ({len(e.problems)} problem(s)):")
-    for p in e.problems:
-        err.print(f"  - {p}", markup=False)
-    raise typer.Exit(2)
+def _refuse(e: ConfigError) -> NoReturn:
+    refuse(f"{e.source or 'trial'} is not valid", e.problems)
 
 
 def _fmt(x: Optional[float], spec: str, scale: float = 1.0) -> str:
@@ -163,7 +160,7 @@ def run(
         _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large, plot)
     except KeyboardInterrupt:
         # the core stops within a fraction of a second; a results directory is written atomically
-        err.print(interrupt.MESSAGE, markup=False)
+        err.print(interrupt.MESSAGE)
         raise typer.Exit(130)
 
 
@@ -198,31 +195,26 @@ def _run(
         _refuse(e)
     dest = output if output is not None else Path("results") / trial.name
     if dest.exists() and not force:
-        err.print(f"[bold red]error[/]: {dest} exists; pass --force to replace it", markup=True)
-        raise typer.Exit(2)
+        fail(f"{dest} exists; pass --force to replace it")
     if force:
         from .results import ReplaceRefused, check_replaceable
 
         try:
             check_replaceable(dest, protect=(trial_file,))
         except ReplaceRefused as e:
-            err.print("[bold red]error[/]: ", end="")
-            err.print(f"{e}; nothing was written", markup=False)
-            raise typer.Exit(2)
+            fail(f"{e}; nothing was written")
     from .results import DestinationError, check_destination, clean_stale
 
     try:
         check_destination(dest)
     except DestinationError as e:
-        err.print("[bold red]error[/]: ", end="")
-        err.print(f"{e}; nothing was run", markup=False)
-        raise typer.Exit(2)
+        fail(f"{e}; nothing was run")
     removed, kept = clean_stale(dest.absolute().parent)
     for p in removed:
-        err.print(f"removed {p}, left by a run that was killed", markup=False)
+        err.print(f"removed {p}, left by a run that was killed")
     for p in kept:
         err.print(f"note: {p} holds results an interrupted --force run had moved aside; "
-                  "move them back or delete the directory", markup=False)
+                  "move them back or delete the directory")
 
     n_flows = len(trial.flow_list())
     if trial.backend == "kernel":
@@ -231,7 +223,7 @@ def _run(
         result = run_kernel(trial, link_emulator, capture)
     else:
         with err.status(
-            f"simulating [bold]{trial.name}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
+            f"simulating [bold]{escape(trial.name)}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
             f"of simulated time ...",
             spinner="dots",
         ):
@@ -239,7 +231,7 @@ def _run(
     with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
         path = result.save(dest, force=force, plot=plot)
 
-    out.print(f"[bold]{trial.name}[/]: {trial.describe()}")
+    out.print(f"[bold]{escape(trial.name)}[/]: {escape(trial.describe())}", markup=True)
     if result.summary["flows"]:  # a workload's flows are summarised by their completion times
         out.print(_summary_table(result.summary))
     out.print(_totals_table(result.summary))
@@ -247,11 +239,11 @@ def _run(
     if plot:
         from .results import PLOT_FILE
 
-        out.print(f"plot:    {path / PLOT_FILE}", markup=False)
+        out.print(f"plot:    {path / PLOT_FILE}")
     else:
         import shlex
 
-        out.print(f"plot:    cctestbed plot {shlex.quote(str(path))}", markup=False)
+        out.print(f"plot:    cctestbed plot {shlex.quote(str(path))}")
 
 
 @app.command()
@@ -303,48 +295,46 @@ def analyze(
     from .config import ConfigError, load_trial
     from .results import DestinationError, ReplaceRefused, check_destination, check_replaceable
 
-    def fail(msg: str) -> None:
-        err.print("[bold red]error[/]: ", end="")
-        err.print(f"{msg}; nothing was written", markup=False)
-        raise typer.Exit(2)
+    def refused(msg: str) -> NoReturn:
+        fail(f"{msg}; nothing was written")
 
     interval_ns: Optional[int] = None
     window: Optional[tuple[float, float]] = None
     try:
         interval_ns = units.parse_time(interval) if interval is not None else None
     except ValueError as e:
-        fail(f"--interval {interval}: {e}")
+        refused(f"--interval {interval}: {e}")
     try:
         window = (units.parse_time(steady[0]) / 1e9, units.parse_time(steady[1]) / 1e9) if steady else None
     except ValueError as e:
-        fail(f"--steady {' '.join(steady or ())}: {e}")
+        refused(f"--steady {' '.join(steady or ())}: {e}")
     if interval_ns is not None and interval_ns <= 0:
-        fail(f"--interval {interval}: must be > 0")
+        refused(f"--interval {interval}: must be > 0")
     trial = None
     if trial_file is not None:
         path = trial_file / "trial.toml" if trial_file.is_dir() else trial_file
         try:
             trial = load_trial(path, allow_large=True)
         except ConfigError as e:
-            fail(f"{path}: not a valid trial ({'; '.join(e.problems)})")
+            refused(f"{path}: not a valid trial ({'; '.join(e.problems)})")
     if output.exists() and not force:
-        fail(f"{output} exists; pass --force to replace it")
+        refused(f"{output} exists; pass --force to replace it")
     try:
         if force:
             check_replaceable(output)
         check_destination(output)
     except (ReplaceRefused, DestinationError) as e:
-        fail(str(e))
+        refused(str(e))
     try:
         with err.status(f"analysing {len(captures) + (2 if ingress else 0)} capture(s) ...", spinner="dots"):
             result = analyze_captures(captures, ingress, egress, trial, interval_ns, window, name=output.name)
             path = result.save(output, force=force)
     except CaptureError as e:
-        fail(str(e))
+        refused(str(e))
     s = result.summary
     for c in result.report["connections"]:
         out.print(f"flow {c['flow']}: {c['sender']} -> {c['receiver']} (sender capture: {c['sender_capture'] or '-'}, "
-                  f"receiver capture: {c['receiver_capture'] or '-'})", markup=False)
+                  f"receiver capture: {c['receiver_capture'] or '-'})")
     if s["flows"]:  # a workload's flows are summarised by their completion times
         out.print(_summary_table(s))
     out.print(f"results: {path}")

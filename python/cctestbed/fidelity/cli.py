@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 import typer
 
-from ..console import err, out
+from ..console import err, escape, fail, out, refuse
+
 
 #: Attempts at a kernel rep whose host stalled (:func:`.reference.disturbed`) in one run.
 DISTURBED_ATTEMPTS = 3
@@ -26,22 +27,13 @@ app = typer.Typer(
 )
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    err.print("[bold red]error[/]: ", end="")
-    err.print(msg, markup=False)
-    raise typer.Exit(code)
-
-
 def _load(suite_file: Path, reps: Optional[int]) -> Any:
     from .suite import SuiteError, load_suite
 
     try:
         suite = load_suite(suite_file)
     except SuiteError as e:
-        err.print(f"[bold red]error[/]: {suite_file} is not a valid fidelity suite ({len(e.problems)} problem(s)):")
-        for p in e.problems:
-            err.print(f"  - {p}", markup=False)
-        raise typer.Exit(2)
+        refuse(f"{suite_file} is not a valid fidelity suite", e.problems)
     if reps is not None:
         suite.reps = reps
     return suite
@@ -56,7 +48,7 @@ def _select(suite: Any, only: Optional[str]) -> None:
     pats = [p.strip() for p in only.split(",") if p.strip()]
     keep = [s for s in suite.scenarios if any(fnmatch.fnmatchcase(s.id, p) for p in pats)]
     if not keep:
-        _fail(f"--scenarios {only!r} matches no scenario; ids are e.g. {', '.join(s.id for s in suite.scenarios[:4])}")
+        fail(f"--scenarios {only!r} matches no scenario; ids are e.g. {', '.join(s.id for s in suite.scenarios[:4])}")
     suite.scenarios = keep
 
 
@@ -67,7 +59,7 @@ def _reference(suite: Any, path: Optional[Path]) -> Any:
     try:
         return Reference(p)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def _progress(title: str, total: int) -> Any:
@@ -102,7 +94,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     progress: Any = None
 
     def progress_print(text: str) -> None:
-        (progress.console if progress is not None else err).print(text, highlight=False)
+        """A line with markup (its values escaped), above the progress bar while there is one."""
+        (progress.console if progress is not None else err).print(text, markup=True)
 
     def to_reference(spec: Any, save: bool = True) -> None:
         d = store.trial_dir(spec.key)
@@ -113,7 +106,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
             not_kept[spec.key] = why
 
     def measure_again(spec: Any, why: str) -> None:
-        progress_print(f"[yellow]not kept[/]: {spec.values['scenario']} seed {spec.seed}: {why}; measuring it again")
+        progress_print(f"[yellow]not kept[/]: {escape(spec.values['scenario'])} seed {spec.seed}: {escape(why)}; "
+                       "measuring it again")
         shutil.rmtree(store.trial_dir(spec.key))
 
     if reference is not None and not remeasure:
@@ -152,8 +146,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
         if event == "failed":
             failed += 1
             progress.update(0, failed=failed)
-            progress.console.print(f"[red]failed[/]: {spec.values['scenario']} seed {spec.seed}: {res['error']}",
-                                   highlight=False)
+            progress.console.print(f"[red]failed[/]: {escape(spec.values['scenario'])} seed {spec.seed}: "
+                                   f"{escape(res['error'])}", markup=True)
         elif reference is not None:
             to_reference(spec)
         progress.advance(0)
@@ -170,8 +164,9 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
                     measure_again(s, not_kept.pop(s.key))
                     progress.update(0, total=progress.tasks[0].total + 1)
                 elif s.key in not_kept:  # the next `fidelity run` into this store measures it again
-                    progress_print(f"[red]not kept[/]: {s.values['scenario']} seed {s.seed}: {not_kept[s.key]} "
-                                   f"in each of {DISTURBED_ATTEMPTS} attempts; run `fidelity run` again later")
+                    progress_print(f"[red]not kept[/]: {escape(s.values['scenario'])} seed {s.seed}: "
+                                   f"{escape(not_kept[s.key])} in each of {DISTURBED_ATTEMPTS} attempts; "
+                                   "run `fidelity run` again later")
     finally:
         progress.stop()
     if run.interrupted:
@@ -196,11 +191,11 @@ def run_command(
     suite = _load(suite_file, reps)
     _select(suite, scenarios)
     if backend not in (None, "kernel", "sim"):
-        _fail(f"--backend: {backend!r}: valid are kernel, sim")
+        fail(f"--backend: {backend!r}: valid are kernel, sim")
     ref = _reference(suite, reference)
     sides = [backend] if backend else ["kernel", "sim"]
     if "kernel" in sides and os.geteuid() != 0:
-        _fail("the kernel side requires root (namespaces and qdiscs): run with sudo, or pass --backend sim")
+        fail("the kernel side requires root (namespaces and qdiscs): run with sudo, or pass --backend sim")
     failed = 0
     for side in sides:
         _, f = run_backend(suite, side, output / side, reference=ref if side == "kernel" else None, workers=workers,
@@ -230,7 +225,7 @@ def report_command(
     suite = _load(suite_file, None)
     ref = _reference(suite, reference)
     if not (directory / "sim" / "sweep.json").is_file():
-        _fail(f"{directory} holds no simulator trials (no sim/sweep.json); run `cctestbed fidelity run {suite_file} "
+        fail(f"{directory} holds no simulator trials (no sim/sweep.json); run `cctestbed fidelity run {suite_file} "
               f"-o {directory} --backend sim` first")
     _write_report(suite, directory, ref)
     out.print(_headline_of(directory))
@@ -287,7 +282,7 @@ def check_command(
     ref = _reference(suite, reference)
     kernel = kernel_metrics(suite, ref)
     if not kernel:
-        _fail(f"{ref.path} holds no kernel rep of this suite's scenarios: run `sudo cctestbed fidelity run "
+        fail(f"{ref.path} holds no kernel rep of this suite's scenarios: run `sudo cctestbed fidelity run "
               f"{suite_file} --backend kernel` first")
     n = sum(len(suite.seeds_of(sc)) for sc in suite.scenarios if sc.id in kernel)
     progress = _progress(f"{suite.name}: simulator", n)
@@ -296,15 +291,16 @@ def check_command(
     try:
         cells, extra = build_cells(suite, kernel, sim)
     except ValueError as e:  # a damaged known-deviations file
-        _fail(str(e))
+        fail(str(e))
     misses = [c for c in cells if c.verdict == "miss"]
     for c in misses:
         def f(x: Optional[float]) -> str:
             return "-" if x is None else f"{x:.3g}"
-        out.print(f"[red]miss[/]: {c.scenario}: {c.metric}: simulator {f(c.sim_mean)}, kernel {f(c.kernel_mean)} "
-                  f"[{f(c.kernel_min)}, {f(c.kernel_max)}], allowed +-{f(c.allowed)}")
+        miss = (f"{c.scenario}: {c.metric}: simulator {f(c.sim_mean)}, kernel {f(c.kernel_mean)} "
+                f"[{f(c.kernel_min)}, {f(c.kernel_max)}], allowed +-{f(c.allowed)}")
+        out.print(f"[red]miss[/]: {escape(miss)}", markup=True)
     for s in extra["stale_known"]:
-        out.print(f"[yellow]note[/]: known deviation now within tolerance: {s}")
+        out.print(f"[yellow]note[/]: known deviation now within tolerance: {escape(s)}", markup=True)
     out.print(headline(extra))
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..console import err, out
+from ..console import err, fail, out, refuse
 
 if TYPE_CHECKING:
     from ..config import Trial
@@ -33,16 +33,11 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
                 status=lambda s: st.update(f"kernel: [bold]{trial.name}[/]: {s} ..."),
             )
         except KernelUnavailable as e:
-            err.print(f"[bold red]error[/]: {e}", markup=True)
-            raise typer.Exit(2)
+            fail(str(e))
         except TrialRefused as e:
-            err.print(f"[bold red]error[/]: the kernel backend cannot run {trial.name} ({len(e.problems)} problem(s)):")
-            for p in e.problems:
-                err.print(f"  - {p}", markup=False)
-            raise typer.Exit(2)
+            refuse(f"the kernel backend cannot run {trial.name}", e.problems)
         except KernelRunError as e:
-            err.print(f"[bold red]error[/]: the kernel run failed: {e}", markup=True)
-            raise typer.Exit(1)
+            fail(f"the kernel run failed: {e}", code=1)
         except KeyboardInterrupt:
             err.print("interrupted: everything the trial created has been removed")
             raise typer.Exit(130)
@@ -59,8 +54,7 @@ def cleanup(
     from .topology import cleanup as do_cleanup
 
     if os.geteuid() != 0:
-        err.print("[bold red]error[/]: cleanup requires root: run with sudo (sudo cctestbed cleanup)", markup=True)
-        raise typer.Exit(2)
+        fail("cleanup requires root: run with sudo (sudo cctestbed cleanup)")
     done = do_cleanup(everything=everything)
     if not done["trials"] and not done["namespaces"] and not done.get("congestion_controls"):
         out.print("nothing to clean up")
@@ -86,8 +80,7 @@ def compare(
     try:
         a, b = load_pair(dir_a, dir_b)
     except (OSError, ValueError) as e:
-        err.print(f"[bold red]error[/]: {e}", markup=True)
-        raise typer.Exit(2)
+        fail(str(e))
     out.print(compare_table(a, b))
     dest = output if output is not None else dir_b / "compare.png"
     save_compare(plot_compare(a, b), dest)

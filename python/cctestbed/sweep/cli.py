@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
-from ..console import err, out
+from ..console import err, escape, fail, out, refuse
+
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -22,17 +23,8 @@ if TYPE_CHECKING:
 from ..units import human_size
 
 
-def _refuse(source: str, problems: list[str], what: str = "sweep") -> None:
-    err.print(f"[bold red]error[/]: {source} is not a valid {what} ({len(problems)} problem(s)):")
-    for p in problems:
-        err.print(f"  - {p}", markup=False)
-    raise typer.Exit(2)
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    err.print("[bold red]error[/]: ", end="")
-    err.print(msg, markup=False)
-    raise typer.Exit(code)
+def _refuse(source: str, problems: list[str], what: str = "sweep") -> NoReturn:
+    refuse(f"{source} is not a valid {what}", problems)
 
 
 def _duration(seconds: float) -> str:
@@ -50,6 +42,7 @@ LIST_TRIALS = 200
 
 def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
     t.add_column("#", justify="right")
@@ -60,11 +53,11 @@ def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
     t.add_column("state")
     for s in specs:
         if store is not None and store.is_done(s.key):
-            state = "[green]done[/]"
+            state = Text("done", style="green")
         elif store is not None and store.failure(s.key):
-            state = "[red]failed[/] (will run again)"
+            state = Text.assemble(("failed", "red"), " (will run again)")
         else:
-            state = "to run"
+            state = Text("to run")
         t.add_row(str(s.index), *(str(s.values[c]) for c in sweep.columns), str(s.seed), s.key, state)
     return t
 
@@ -99,21 +92,21 @@ def sweep_command(
         try:
             check_cluster_address(cluster)
         except ValueError as e:
-            _fail(f"{e}; nothing was written")
+            fail(f"{e}; nothing was written")
 
     if sweep_file is None:
         if not (resume and output is not None):
-            _fail("give a SWEEP_FILE, or --resume with -o DIR to continue the sweep stored in DIR")
+            fail("give a SWEEP_FILE, or --resume with -o DIR to continue the sweep stored in DIR")
         meta_path = output / "sweep.json"
         if not meta_path.is_file():
-            _fail(f"{output} holds no sweep (no sweep.json); give the SWEEP_FILE")
+            fail(f"{output} holds no sweep (no sweep.json); give the SWEEP_FILE")
         from ..results import DamagedFile
         from .store import read_meta
 
         try:
             sweep = parse_sweep(read_meta(output)["sweep"], source=str(meta_path), allow_large=allow_large)
         except DamagedFile as e:
-            _fail(f"{e}; give the SWEEP_FILE with --resume to run it into {output} again")
+            fail(f"{e}; give the SWEEP_FILE with --resume to run it into {output} again")
         except SweepError as e:
             _refuse(str(meta_path), e.problems)
     else:
@@ -122,13 +115,13 @@ def sweep_command(
         except SweepError as e:
             _refuse(str(sweep_file), e.problems)
     if cluster is not None and workers is not None:
-        _fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
+        fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
     dest = output if output is not None else Path("results") / sweep.name
     store = Store(dest)
     try:
         store.check_compatible(sweep, resume)
     except StoreMismatch as e:
-        _fail(str(e))
+        fail(str(e))
     n_workers = workers or os.cpu_count() or 1
     if workers is None and _uses_kernel(sweep):
         # real TCP runs in real time: parallel trials would share the cores and skew each other
@@ -136,7 +129,7 @@ def sweep_command(
     known = store if Store.is_sweep_dir(dest) else None
     n_trials = sweep.n_trials
     head = (
-        f"[bold]{sweep.name}[/]: {n_trials:,} trial(s) = {sweep.n_points:,} point(s) x {len(sweep.seeds):,} seed(s)"
+        f"[bold]{escape(sweep.name)}[/]: {n_trials:,} trial(s) = {sweep.n_points:,} point(s) x {len(sweep.seeds):,} seed(s)"
         + (f"; axes: {', '.join(f'{a.column} ({len(a.values)})' for a in sweep.axes)}" if sweep.axes else "")
     )
     too_many = (
@@ -147,7 +140,7 @@ def sweep_command(
     if dry_run:
         from .execute import estimate
 
-        out.print(head)
+        out.print(head, markup=True)
         if sweep.checked:
             todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
             listed = sweep.specs[:LIST_TRIALS]
@@ -187,7 +180,7 @@ def sweep_command(
         return
 
     if n_trials > MAX_SWEEP_TRIALS and not allow_large:
-        _fail(f"{sweep.source or sweep.name}: {too_many}; nothing was written")
+        fail(f"{sweep.source or sweep.name}: {too_many}; nothing was written")
     if not sweep.checked:
         with err.status(f"checking every one of the {sweep.n_points:,} points ...", spinner="dots"):
             try:
@@ -203,7 +196,7 @@ def sweep_command(
             try:
                 client = connect(cluster)
             except RuntimeError as e:
-                _fail(f"{e}; nothing was written")
+                fail(f"{e}; nothing was written")
 
     from rich.progress import (
         BarColumn,
@@ -234,7 +227,7 @@ def sweep_command(
         if event == "start":
             progress.update(task, total=res["todo"])
             where = f"on {cluster}" if cluster else f"with {min(n_workers, max(res['todo'], 1))} worker process(es)"
-            err.print(head)
+            err.print(head, markup=True)
             if res["skipped"]:
                 err.print(f"{res['skipped']} trial(s) already finished in {dest}: skipped")
             if res["todo"]:
@@ -244,7 +237,7 @@ def sweep_command(
         if event == "failed":
             progress.update(task, failed=progress.tasks[0].fields["failed"] + 1)
             vals = ", ".join(f"{k}={v}" for k, v in spec.values.items())
-            progress.console.print(f"[red]failed[/]: {vals} seed {spec.seed}: {res['error']}", markup=True,
+            progress.console.print(f"[red]failed[/]: {escape(vals)} seed {spec.seed}: {escape(res['error'])}", markup=True,
                                    highlight=False)
         progress.advance(task)
 
@@ -253,20 +246,21 @@ def sweep_command(
         run = run_sweep(sweep, dest, workers=n_workers, cluster=client, resume=resume,
                         trial_plots=trial_plots, report=report)
     except StoreBusy as e:
-        _fail(str(e))
+        fail(str(e))
     except StoreMismatch as e:
-        _fail(str(e))
+        fail(str(e))
     except (OSError, RuntimeError) as e:
         progress.stop()
-        _fail(f"the sweep could not run: {e}", 1)
+        fail(f"the sweep could not run: {e}", 1)
     finally:
         progress.stop()
         if client is not None:
             client.close()
     wall = time.perf_counter() - t0
     out.print(
-        f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} failed"
-        f" in {_duration(wall)}" + (" [yellow](interrupted)[/]" if run.interrupted else "")
+        escape(f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} failed"
+               f" in {_duration(wall)}") + (" [yellow](interrupted)[/]" if run.interrupted else ""),
+        markup=True,
     )
     out.print(f"table:   {dest / 'trials.parquet'}")
     out.print(f"plots:   cctestbed plot {dest}    report: cctestbed report {dest}")
@@ -296,32 +290,32 @@ def plot_command(
     from .store import Store
 
     if not directory.is_dir():
-        _fail(f"{directory}: no such directory")
+        fail(f"{directory}: no such directory")
     if kind not in ("trial", "tseq"):
-        _fail(f"--kind {kind}: valid are trial, tseq")
+        fail(f"--kind {kind}: valid are trial, tseq")
     if kind == "tseq":
         from ..plot import save_figure
         from ..tseq import TseqError, plot_tseq
 
         if any(v is not None for v in (x, y, by, facet)):
-            _fail("--x, --y, --by and --facet apply to sweep directories, not to --kind tseq")
+            fail("--x, --y, --by and --facet apply to sweep directories, not to --kind tseq")
         if flow < 0:
-            _fail(f"--flow {flow}: must be >= 0")
+            fail(f"--flow {flow}: must be >= 0")
         try:
             fig = plot_tseq(directory, flow, t_from, t_to)
         except TseqError as e:
-            _fail(str(e))
+            fail(str(e))
         dest = output if output is not None else directory / f"tseq-flow{flow}.png"
         save_figure(fig, str(dest))
         out.print(f"plot: {dest}")
         return
     if any(v is not None for v in (t_from, t_to)) or flow != 0:
-        _fail("--flow, --from and --to apply to --kind tseq")
+        fail("--flow, --from and --to apply to --kind tseq")
     named = {k: v for k, v in (("--x", x), ("--by", by), ("--facet", facet)) if v is not None}
     for k1, v1 in named.items():
         for k2, v2 in named.items():
             if k1 < k2 and v1 == v2:
-                _fail(f"{k1} and {k2} both name '{v1}'; the x axis, the lines and the panels need different columns")
+                fail(f"{k1} and {k2} both name '{v1}'; the x axis, the lines and the panels need different columns")
     if Store.is_sweep_dir(directory):
         from .plot import PlotError, SweepData, default_plots, plot_metric
 
@@ -334,7 +328,7 @@ def plot_command(
                 dest = output if output is not None else directory / "plots" / f"{y.replace('.', '_')}.png"
                 paths = [plot_metric(data, y, dest, x=x, by=by, facet=facet)]
         except PlotError as e:
-            _fail(str(e))
+            fail(str(e))
         for p in paths:
             out.print(f"plot: {p}")
         return
@@ -343,19 +337,19 @@ def plot_command(
         from ..results import PLOT_FILE, TrialResult
 
         if any(v is not None for v in (x, y, by, facet)):
-            _fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
+            fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
         if (directory / "capture.json").is_file() and not (directory / "trial.toml").is_file():
-            _fail(f"{directory} holds captures analysed without their trial: its trial.png was drawn by analyze; "
+            fail(f"{directory} holds captures analysed without their trial: its trial.png was drawn by analyze; "
                   "--kind tseq plots a flow's packets")
         try:
             result = TrialResult.load(directory)
         except DamagedFile as e:
-            _fail(str(e))
+            fail(str(e))
         dest = output if output is not None else directory / PLOT_FILE
         save_figure(result.plot(), str(dest))
         out.print(f"plot: {dest}")
         return
-    _fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
+    fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
           "nor a sweep directory (sweep.json, trials.parquet)")
 
 
@@ -367,14 +361,14 @@ def report_command(
     from .store import Store
 
     if not Store.is_sweep_dir(directory):
-        _fail(f"{directory} is not a sweep directory (no sweep.json)")
+        fail(f"{directory} is not a sweep directory (no sweep.json)")
     from .report import write_report
     from .plot import PlotError
 
     try:
         path = write_report(directory, output)
     except PlotError as e:
-        _fail(str(e))
+        fail(str(e))
     out.print(f"report: {path}")
 
 
