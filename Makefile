@@ -80,11 +80,13 @@ tshark:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || \
 	echo "tshark not installed: the capture tests that read captures with it will be skipped"
 
-# Every suite always runs; the target fails if any does. The last step re-runs the simulator
-# side of the fidelity suite against the checked-in kernel reference (docs/fidelity.md).
+# Every suite always runs; the target fails if any does: the Rust tests, the type check of the
+# Python package (mypy, settings in pyproject.toml), pytest, and last the simulator side of the
+# fidelity suite against the checked-in kernel reference (docs/fidelity.md).
 test: build browser tshark
 	@status=0; \
 	cargo test --profile test-release --workspace --no-fail-fast || status=1; \
+	$(PY) -m mypy || status=1; \
 	$(PY) -m pytest || status=1; \
 	$(VENV)/bin/cctestbed fidelity check fidelity/suite.toml --json results/fidelity-check.json || status=1; \
 	exit $$status

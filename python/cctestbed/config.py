@@ -991,7 +991,9 @@ class Trial(_Model):
                         f"must be within the duration ({units.format_time(self.duration)})",
                     )
                 )
-        for name, changes in (("schedule", self.link.schedule), ("delay_schedule", self.link.delay_schedule)):
+        timed: tuple[tuple[str, list[Union[CapacityChange, DelayChange]]], ...] = (
+            ("schedule", list(self.link.schedule)), ("delay_schedule", list(self.link.delay_schedule)))
+        for name, changes in timed:
             seen: dict[int, int] = {}
             for i, c in enumerate(changes):
                 if c.at in seen:

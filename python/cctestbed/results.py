@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 import polars as pl
 
@@ -88,7 +88,7 @@ class TrialResult:
     flows: pl.DataFrame
     router: pl.DataFrame
     summary: dict[str, Any]
-    final: Optional[dict[str, Any]] = None
+    final: Optional[Mapping[str, Any]] = None
     backend: str = "sim"
     #: Further files of the results directory by name: the packet captures (``*.pcap``).
     files: dict[str, bytes] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 import polars as pl
@@ -22,7 +22,7 @@ def _labels(name: str, labels: list[str], codes: np.ndarray) -> pl.Series:
     return pl.Series(name, labels, dtype=pl.String).gather(pl.Series(codes, dtype=pl.UInt32))
 
 
-def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
+def flows_frame(raw: Mapping[str, Any], trial: Trial, backend: str = BACKEND) -> pl.DataFrame:
     """flows.parquet from the core's ``flows`` columns: state codes as labels, the trial's
     columns (cc, group, kind, direction) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
     cols: dict[str, Any] = {k: np.asarray(v) for k, v in raw["flows"].items()}
@@ -45,7 +45,7 @@ def flows_frame(raw: dict[str, Any], trial: Trial, backend: str = BACKEND) -> pl
     return pl.DataFrame(series)
 
 
-def router_frame(raw: dict[str, Any], backend: str = BACKEND) -> pl.DataFrame:
+def router_frame(raw: Mapping[str, Any], backend: str = BACKEND) -> pl.DataFrame:
     """router.parquet from the core's ``router`` columns, in the order of
     :func:`~cctestbed.schema.router_columns` (the drop and mark columns, ``drops_<cause>`` and
     ``marks_<cause>``, come from the core's list of causes)."""

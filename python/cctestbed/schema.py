@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 import polars as pl
 
 if TYPE_CHECKING:
+    from ._core import Columns
     from .config import Trial
 
 
@@ -51,7 +52,7 @@ FCT_DERIVED_COLUMNS = (
 )
 
 
-def _core_columns(trial: Optional["Trial"]) -> dict[str, list[tuple[str, str, str, str]]]:
+def _core_columns(trial: Optional["Trial"]) -> Columns:
     from . import _core
 
     if trial is None:

@@ -173,9 +173,9 @@ def counter_deltas(
         return out
     row = {}
     for c in columns:
-        a = float(end[c][0]) if len(end) and end[c][0] is not None else 0.0
-        b = float(start[c][0]) if len(start) and start[c][0] is not None else 0.0
-        row[c] = [a - b]
+        at_end = float(end[c][0]) if len(end) and end[c][0] is not None else 0.0
+        at_start = float(start[c][0]) if len(start) and start[c][0] is not None else 0.0
+        row[c] = [at_end - at_start]
     return pl.DataFrame(row)
 
 

@@ -162,7 +162,7 @@ def parse_fraction(value: object) -> float:
     return _float(_decimal(m.group("num")) / 100, "percentage")
 
 
-def _float(x: Fraction, what: str) -> float:
+def _float(x: Union[Fraction, int], what: str) -> float:
     try:
         return float(x)
     except OverflowError:
@@ -225,7 +225,8 @@ def _fmt(value: int, units: list[tuple[str, int]], max_decimals: int) -> str | N
         if v >= scale:
             q = Fraction(v, scale)
             d = Decimal(q.numerator) / Decimal(q.denominator)
-            if Fraction(d) == q and -d.as_tuple().exponent <= max_decimals:
+            exponent = d.as_tuple().exponent  # an int for a finite number
+            if Fraction(d) == q and isinstance(exponent, int) and -exponent <= max_decimals:
                 return f"{sign}{format(d.normalize(), 'f')}{name}"
     return None
 

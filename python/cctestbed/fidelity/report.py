@@ -196,8 +196,8 @@ def heatmap(cells: list[Cell], extra: dict[str, Any], path: Path) -> None:
     ax = fig.subplots()
     from matplotlib.colors import LinearSegmentedColormap
 
-    cmap = LinearSegmentedColormap.from_list("fid", [(0, "#1a9850"), (1 / 3, "#d9ef8b"), (0.34, "#fdae61"), (1, "#a50026")])
-    cmap = cmap.with_extremes(bad="#dddddd")
+    cmap = LinearSegmentedColormap.from_list("fid", [(0, "#1a9850"), (1 / 3, "#d9ef8b"), (0.34, "#fdae61"),
+                                                     (1, "#a50026")]).with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, vmin=0, vmax=3, aspect="auto")
     for i, s in enumerate(ids):
         for j, m in enumerate(metrics):

@@ -109,7 +109,7 @@ class Suite:
         sweep = Sweep(name=f"{self.name}-{backend}", raw=raw, axes=[axis], seeds=list(range(1, top + 1)), steady=None,
                       source=self.source, description=self.description)
         point = {sc.id: i for i, sc in enumerate(self.scenarios)}
-        specs = []
+        specs: list[TrialSpec] = []
         for sc, seed in self.jobs():
             t = sc.trial_for(seed, backend)
             specs.append(TrialSpec(len(specs), point[sc.id], {"scenario": sc.id}, seed, t, trial_key(t)))

@@ -175,10 +175,11 @@ def load_known(path: Union[str, Path, None]) -> dict[tuple[str, str], str]:
     entries = raw.get("deviations", []) if isinstance(raw, dict) else None
     if not isinstance(entries, list):
         raise ValueError(f"{path}: deviations: must be an array of tables ([[deviations]])")
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) and e.get(k) for k in ("scenario", "metric", "reason")):
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry.get(k)
+                                                  for k in ("scenario", "metric", "reason")):
             raise ValueError(f"{path}: deviations[{i}]: needs scenario, metric and reason (non-empty strings)")
-        out[(e["scenario"], e["metric"])] = e["reason"]
+        out[(entry["scenario"], entry["metric"])] = entry["reason"]
     return out
 
 

@@ -552,9 +552,9 @@ def run_kernel_trial(
         try:
             run.stop_all()
             topology.teardown()
-            for p in plans.values():
-                if p.map_id is not None:
-                    bpfcc.unregister(p.map_id, p.name)
+            for plan in plans.values():
+                if plan.map_id is not None:
+                    bpfcc.unregister(plan.map_id, plan.name)
             if not keep_workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             reg.unlink(missing_ok=True)

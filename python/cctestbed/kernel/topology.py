@@ -289,7 +289,7 @@ def cleanup(everything: bool = False) -> dict[str, list[str]]:
                 continue
             if not everything and _owner_alive(entry):
                 claimed.update(entry.get("namespaces", []))
-                claimed_cc.update(e.get("name") for e in entry.get("struct_ops", []) if isinstance(e, dict))
+                claimed_cc.update(str(e["name"]) for e in entry.get("struct_ops", []) if isinstance(e, dict) and e.get("name"))
                 continue
             removed_ns += destroy_namespaces(entry.get("namespaces", []))
             removed_cc += remove_struct_ops(entry.get("struct_ops", []))

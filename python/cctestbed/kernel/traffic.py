@@ -145,7 +145,8 @@ def _save(path: str, cols: dict[str, list[Any]]) -> None:
     import numpy as np
 
     tmp = path + ".tmp.npz"
-    np.savez(tmp, **{k: np.asarray(v) for k, v in cols.items()})
+    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in cols.items()}
+    np.savez(tmp, **arrays)
     os.replace(tmp, path)
 
 

@@ -25,7 +25,7 @@ An interval that would run past the window's end is left out.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import polars as pl
@@ -77,7 +77,7 @@ def capacity_per_interval(info: TrialInfo, edges: np.ndarray) -> np.ndarray:
     return np.array([payload_capacity_bits(steps, a, b, info.mss, info.mtu) for a, b in zip(edges[:-1], edges[1:])])
 
 
-def cov(values: Sequence[float]) -> Optional[float]:
+def cov(values: Union[Sequence[float], np.ndarray]) -> Optional[float]:
     """Coefficient of variation: population standard deviation over mean; None if empty or the mean is 0."""
     x = np.asarray(values, dtype=float)
     if len(x) == 0:
@@ -88,8 +88,8 @@ def cov(values: Sequence[float]) -> Optional[float]:
     return _num(x.std() / m)
 
 
-def quartiles(values: Sequence[float]) -> tuple[Optional[float], Optional[float], Optional[float]]:
-    """25th, 50th and 75th percentile (linear interpolation); Nones when empty."""
+def quartiles(values: Sequence[Optional[float]]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """25th, 50th and 75th percentile (linear interpolation) of the finite values; Nones when none."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:

@@ -411,7 +411,7 @@ def plot_metric(
                 "rtt.p95_ms", "rtt.mean_ms", "total.goodput_bps"):
         axs[0].set_ylim(bottom=0)
     if col == "total.utilization" and len(agg):
-        low = float(agg["lo"].min()) * factor
+        low = float(agg.select(pl.col("lo").min()).item()) * factor
         axs[0].set_ylim(min(90.0, 10 * math.floor(low / 10)), 101)
     if kind == "total.jain":
         axs[0].set_ylim(0, 1.02)
@@ -462,7 +462,7 @@ def plot_shares(
                 pooled = np.array([s for lst in part[ivals].to_list() if lst is not None for s in lst if s is not None]) \
                     if ivals in part.columns else np.array([])
                 q25, q75 = (np.percentile(pooled, [25, 75]) if len(pooled) else (np.nan, np.nan))
-                pts.append((xmap[xv], float(part[share].mean()) * 100, q25 * 100, q75 * 100))
+                pts.append((xmap[xv], float(part.select(pl.col(share).mean()).item()) * 100, q25 * 100, q75 * 100))
             pts.sort()
             xs, ms, lo, hi = (np.array(v) for v in zip(*pts))
             ax.fill_between(xs, lo, hi, color=colors[g], alpha=0.2, lw=0)

@@ -442,7 +442,7 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
         base = {}
 
     # seeds
-    seeds: list[int] = []
+    seeds: Sequence[int] = []
     base_seed = base.get("seed", 1)
     if not isinstance(base_seed, int) or isinstance(base_seed, bool) or not 0 <= base_seed <= U64_MAX:
         base_seed = 1  # the base's own validation reports it
@@ -513,8 +513,8 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
             axis_items.append((path, values, gi))
 
     seen: dict[str, str] = {}
-    for path, values, gi in axis_items:
-        where = ("axes" if gi is None else ("zip" if isinstance(zip_raw, dict) else f"zip[{gi}]")) + f".{_qpath(path)}"
+    for path, values, in_group in axis_items:
+        where = ("axes" if in_group is None else ("zip" if isinstance(zip_raw, dict) else f"zip[{in_group}]")) + f".{_qpath(path)}"
         if not isinstance(values, list):
             problems.append(f"{where}: {_show(values)}: must be a list of values, e.g. [\"40Mbit\", \"80Mbit\"]")
             continue
