@@ -7,7 +7,7 @@ plain line without loading rich at all (``validate``'s one line on success).
 
 Markup is off: what the commands print holds paths, names and error texts, and a bracket in one
 (``-o 'runs/[a]'``) must be printed, not read as a style tag. A line with a style passes
-``markup=True`` and :func:`escape` s the values it shows.
+``markup=True`` and runs the values it shows through :func:`escape`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, NoReturn, Sequence
 
 
 class LazyConsole:
-    """A ``rich.console.Console`` with these options, built at its first use."""
+    """A ``rich.console.Console`` (markup off, no highlighting, long lines not wrapped), built at
+    its first use."""
 
     def __init__(self, stderr: bool = False) -> None:
         self._stderr = stderr
