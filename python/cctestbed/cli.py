@@ -136,14 +136,17 @@ def _totals_table(summary: dict[str, Any]) -> Table:
 @app.command()
 def run(
     trial_file: Path = typer.Argument(..., help="Trial file (TOML, or JSON if it ends in .json)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Results directory [default: results/<name>]."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="Results directory.", show_default="results/<name>"
+    ),
     force: bool = typer.Option(False, "--force", "-f", help="Replace the results directory if it exists."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the trial's seed."),
     backend: Optional[str] = typer.Option(
-        None, "--backend", help="sim (the simulator) or kernel (real Linux TCP; root) [default: the trial's, else sim]."
+        None, "--backend", help="sim (the simulator) or kernel (real Linux TCP; root).",
+        show_default="the trial's, else sim",
     ),
     link_emulator: Optional[str] = typer.Option(
-        None, "--link-emulator", help="Kernel backend: tc (netem) or userspace [default: tc where netem exists]."
+        None, "--link-emulator", help="Kernel backend: tc (netem) or userspace.", show_default="tc where netem exists"
     ),
     capture: Optional[bool] = typer.Option(
         None, "--capture/--no-capture", help="Write packet captures of every sender and receiver (or none)."
@@ -283,9 +286,11 @@ def analyze(
     trial_file: Optional[Path] = typer.Option(
         None, "--trial", help="Trial file, or results directory, the captures came from (capacity, RTprop, algorithms)."
     ),
-    interval: Optional[str] = typer.Option(None, "--interval", help="Sample interval [default: the trial's, else 10ms]."),
+    interval: Optional[str] = typer.Option(
+        None, "--interval", help="Sample interval.", show_default="the trial's, else 10ms"
+    ),
     steady: Optional[tuple[str, str]] = typer.Option(
-        None, "--steady", help="Steady window START END for summary.json [default: the trial's, else everything]."
+        None, "--steady", help="Steady window START END for summary.json.", show_default="the trial's, else everything"
     ),
     force: bool = typer.Option(False, "--force", "-f", help="Replace the results directory if it exists."),
 ) -> None:

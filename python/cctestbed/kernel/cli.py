@@ -72,7 +72,9 @@ def cleanup(
 def compare(
     dir_a: Path = typer.Argument(..., help="First results directory."),
     dir_b: Path = typer.Argument(..., help="Second results directory."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG to write [default: DIR_B/compare.png]."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="PNG to write.", show_default="DIR_B/compare.png"
+    ),
 ) -> None:
     """Overlay two trials' time series (PNG) and print their steady-state metrics side by side."""
     from ..compare import compare_table, load_pair, plot_compare, save_compare
