@@ -14,6 +14,16 @@ from sweep_helpers import small_sweep_run
 from cctestbed.sweep.plot import PlotError, SweepData, choose_axes, column_scale, plot_metric, plot_shares
 
 
+def test_every_algorithm_of_the_core_has_its_own_colour():
+    from cctestbed import algorithms
+    from cctestbed.sweep.plot import ALGO_COLORS
+
+    assert set(algorithms()) <= set(ALGO_COLORS)
+    # one colour each, but for bbr1, which is bbr under its version's name
+    by_colour = {c: [a for a in algorithms() if ALGO_COLORS[a] == c] for c in ALGO_COLORS.values()}
+    assert all(len(algos) == 1 or set(algos) == {"bbr", "bbr1"} for algos in by_colour.values()), by_colour
+
+
 def test_axis_values_read_as_numbers():
     q = column_scale("queue", "link.queue", ["0.25bdp", "2bdp", "8bdp"])
     assert q.values == {"0.25bdp": 0.25, "2bdp": 2.0, "8bdp": 8.0} and q.log and q.label == "queue (BDP)"

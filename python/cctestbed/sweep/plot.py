@@ -95,11 +95,12 @@ def metric_style(col: str) -> tuple[tuple[str, float, str], str]:
     return (col, 1.0, col), col
 
 
-#: Algorithms keep one colour in every plot.
+#: Algorithms keep one colour in every plot (each algorithm of the core has one: a sweep over
+#: algorithms one of which had none fell back to the default cycle for all of them).
 ALGO_COLORS = {
     "bbr": "tab:blue", "bbr1": "tab:blue", "cubic": "tab:orange", "reno": "tab:green", "bbr3": "tab:purple",
     "bbr-shallow": "tab:cyan", "bbr-adaptive": "tab:olive", "bbr-stable-rtprop": "tab:pink",
-    "vegas": "tab:brown", "htcp": "tab:red",
+    "vegas": "tab:brown", "htcp": "tab:red", "dctcp": "tab:gray",
 }
 
 
