@@ -160,9 +160,10 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
         if len(br):
             ax_q.plot(br["t"], br["queue_mean"] / 1e3, color="black", ls=ls, lw=1.2, label=f"{tag}: {_label(r)}")
             ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", ls=ls, lw=1.2, drawstyle="steps-pre")
-    info = a.info
-    ax_tp.axhline(info.capacity_bps * info.mss / info.mtu / 1e6, color="0.5", lw=0.8, ls=":")
-    ax_rtt.axhline(info.rtprop_ms, color="0.5", lw=0.8, ls=":")
+    # the payload capacity and the RTprop, each once, or one per trial where they differ
+    for info in dict.fromkeys((r.info.capacity_bps * r.info.mss / r.info.mtu / 1e6, r.info.rtprop_ms) for r in (a, b)):
+        ax_tp.axhline(info[0], color="0.5", lw=0.8, ls=":")
+        ax_rtt.axhline(info[1], color="0.5", lw=0.8, ls=":")
     ax_tp.set_ylabel("goodput (Mbit/s)")
     ax_rtt.set_ylabel("RTT (ms)")
     ax_q.set_ylabel("queue (KB)")
@@ -183,7 +184,9 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
         style_fct_axes(ax_fct)
     ax_tp.legend(loc="lower right", fontsize=8, ncol=max(2, len(groups) + 1))
     ax_q.legend(loc="upper right", fontsize=8)
-    fig.suptitle(f"A (solid): {_label(a)}    B (dashed): {_label(b)}\n{a.trial.describe()}", fontsize=11)
+    setups = (a.trial.describe(),) if a.trial.describe() == b.trial.describe() else (
+        f"A: {a.trial.describe()}", f"B: {b.trial.describe()}")
+    fig.suptitle("\n".join((f"A (solid): {_label(a)}    B (dashed): {_label(b)}", *setups)), fontsize=11)
     return fig
 
 
