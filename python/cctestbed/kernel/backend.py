@@ -1042,7 +1042,7 @@ def build_completions(trial: Trial, sink: list[dict[str, np.ndarray]], senders: 
     """fct.parquet from the runs' records: a sized flow starts when its sender called
     ``connect`` and completes when its sink's application had read every byte (receiver side,
     as the simulator measures it); delivered is what the application read by the end."""
-    from ..runner import completions_frame
+    from ..schema import completions_frame
 
     connect: dict[int, int] = {}
     for s in senders.values():

@@ -476,7 +476,8 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     from ..config import parse_trial
     from .metrics import sweep_metrics
     from ..results import write_parquet
-    from ..runner import flows_frame, router_frame
+    from ..runner import BACKEND
+    from ..schema import flows_frame, router_frame
     from ..summary import TrialInfo, summarize
 
     if not specs:
@@ -501,7 +502,7 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
         t0 = time.perf_counter()
         raw = _core.simulate(probe.to_core_json())
         core_s = min(core_s, time.perf_counter() - t0)
-    full_flows, full_router = flows_frame(raw, probe), router_frame(raw)
+    full_flows, full_router = flows_frame(raw, probe, BACKEND), router_frame(raw, BACKEND)
     info = TrialInfo.from_trial(probe)
 
     def post(frac: float) -> tuple[float, float, int]:
