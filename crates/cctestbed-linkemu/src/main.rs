@@ -51,9 +51,10 @@
 //! [--serialization-rev-bps R]`.
 //! SIGINT/SIGTERM end it cleanly.
 
-use ccsim::config::{LossConfig, Nanos};
+use ccsim::config::LossConfig;
 use ccsim::link::{DelayLine, LossModel};
 use ccsim::rng::{stream, SimRng};
+use ccsim::time::Nanos;
 use std::ffi::CString;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

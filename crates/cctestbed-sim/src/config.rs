@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Simulated time and durations, in nanoseconds.
-pub type Nanos = i64;
+/// The configuration's times are simulated time ([`crate::time`]).
+pub use crate::time::Nanos;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,9 +14,10 @@
 //! Sizes are IP packets; the payload is the size less the IPv4 and UDP headers
 //! ([`UDP_HEADERS`]). Datagrams are never ECN-capable and never retransmitted.
 
-use crate::config::{Nanos, PingConfig, UdpConfig};
+use crate::config::{PingConfig, UdpConfig};
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::rng::SimRng;
+use crate::time::Nanos;
 
 /// IPv4 (20) and UDP (8) header bytes.
 pub const UDP_HEADERS: u32 = 28;

@@ -10,7 +10,7 @@
 //! every event in the heap (one key decides wherever an entry is kept); only the heap's work per
 //! packet goes.
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimerKind {

@@ -10,7 +10,7 @@
 //!
 //! Jiffies count from simulated time 0 (Linux starts them at an arbitrary phase).
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 
 /// CONFIG_HZ of the reference kernel (Debian's and most distributions' default): 4 ms ticks.
 pub const CONFIG_HZ: u64 = 250;

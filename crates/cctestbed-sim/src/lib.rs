@@ -13,7 +13,7 @@
 //! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
 //! - [`capture`]: the traffic written as pcap files, and captures read back into series.
 //!
-//! Time is integer nanoseconds; all randomness comes from the trial seed through per-component
+//! Time is integer nanoseconds ([`time::Nanos`]); all randomness comes from the trial seed through per-component
 //! ChaCha streams ([`rng`]), so the same configuration gives the same output, bit for bit.
 
 pub mod capture;
@@ -30,6 +30,7 @@ pub mod rng;
 pub mod sim;
 pub mod tcp;
 pub mod telemetry;
+pub mod time;
 
 pub use config::SimConfig;
 pub use sim::{SimOutput, Simulation};

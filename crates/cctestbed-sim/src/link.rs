@@ -17,8 +17,9 @@
 //! All arithmetic is in integers (nanoseconds, bits x nanoseconds), so long runs do not drift.
 //! The model is driven by time passed in; it never reads a clock.
 
-use crate::config::{AckAggregationConfig, LinkConfig, LossConfig, Nanos, TokenBucketConfig, TraceConfig};
+use crate::config::{AckAggregationConfig, LinkConfig, LossConfig, TokenBucketConfig, TraceConfig};
 use crate::packet::DataPacket;
+use crate::time::Nanos;
 pub use crate::qdisc::{Counters, DropCause, FlowRouterStats, MarkCause, RouterStats};
 use crate::qdisc::{Qdisc, Queued};
 use crate::rng::SimRng;

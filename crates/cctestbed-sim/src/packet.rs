@@ -1,6 +1,6 @@
 //! Packets are small `Copy` values: no allocation per packet anywhere on the hot path.
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 
 /// A data segment. Sequence numbers count segments, not bytes: every segment carries one MSS
 /// except possibly the last of a fixed-size transfer, as with TSO off in Linux.

@@ -26,7 +26,7 @@
 //! exist but are never opened.
 
 use crate::capture::{CaptureFile, Recorder};
-use crate::config::{Direction, Nanos, SimConfig, Traffic};
+use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
@@ -35,6 +35,7 @@ use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{CompletionSeries, FlowSeries, RouterSeries, Telemetry};
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 /// Size of a pure ACK on the wire (IP + TCP with timestamps); the ACK path is uncongested.

@@ -10,12 +10,12 @@
 use std::marker::PhantomData;
 
 use crate::cc::CaState;
-use crate::config::Nanos;
 use crate::datagram::DatagramFlow;
 use crate::link::Bottleneck;
 use crate::qdisc::{DropCause, MarkCause};
 use crate::tcp::receiver::Receiver;
 use crate::tcp::sender::Sender;
+use crate::time::Nanos;
 
 /// The element type of a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,8 +21,9 @@
 pub mod analyze;
 pub mod wire;
 
-use crate::config::{FlowConfig, Nanos};
+use crate::config::FlowConfig;
 use crate::packet::{AckPacket, DataPacket};
+use crate::time::Nanos;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};

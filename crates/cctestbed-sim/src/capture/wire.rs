@@ -15,7 +15,7 @@
 //! simulated packet carries where it is captured (a packet an AQM marked is CE from the
 //! router's egress on); TCP's ECE and CWR flags are the simulated segments' own.
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 pub use crate::packet::Ecn;
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader, TcpOptionElement};
 

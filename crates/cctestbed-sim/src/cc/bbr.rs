@@ -41,10 +41,10 @@
 
 use super::minmax::MinMax;
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
-use crate::config::Nanos;
 use crate::jiffies::{jiffies, msecs_to_jiffies, CONFIG_HZ};
 use crate::rng::SimRng;
 use crate::tcp::tso;
+use crate::time::Nanos;
 
 /// Bandwidth unit: packets per microsecond << BW_SCALE.
 pub(crate) const BW_SCALE: u32 = 24;

@@ -74,10 +74,10 @@ use super::bbr::{
     ProbeRttHold, BBR_SCALE, BBR_UNIT, BW_UNIT, EXTRA_ACKED_MAX_US, GSO_MAX_BYTES,
 };
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
-use crate::config::Nanos;
 use crate::jiffies::{jiffies, msecs_to_jiffies, CONFIG_HZ};
 use crate::rng::SimRng;
 use crate::tcp::tso;
+use crate::time::Nanos;
 
 /// Fine fixed point for the loss threshold, beta and headroom (Linux uses 1/256).
 const FRAC_SCALE: u32 = 16;

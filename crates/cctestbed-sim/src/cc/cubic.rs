@@ -59,8 +59,8 @@
 //!   leaves slow start at cwnd 247, the simulator overshoots to 656 and loses).
 
 use super::{CaEvent, CaState, CongestionControl, ConnInfo, Window, AckSample};
-use crate::config::Nanos;
 use crate::jiffies;
+use crate::time::Nanos;
 
 /// BICTCP_BETA_SCALE.
 const BETA_SCALE: u32 = 1024;

@@ -12,7 +12,7 @@
 //!   set cwnd and pacing themselves in [`CongestionControl::cong_control`], called on every ACK
 //!   with the shared [`RateSample`] (Linux `cong_control`).
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 use std::collections::BTreeMap;
 
 pub mod bbr;

@@ -11,9 +11,9 @@
 //!
 //! Deviation: RTTs are kept in nanoseconds (Linux: microseconds + 1).
 
+use crate::time::Nanos;
 use super::reno::{reno_cong_avoid, reno_ssthresh};
 use super::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, Window};
-use crate::config::Nanos;
 
 crate::cc_params! {
     /// tcp_vegas.c module parameters, in packets.

@@ -28,8 +28,8 @@
 //! comparisons are a little finer; the newest kernels' cap on drops per dequeue
 //! (`CODEL_MAX_DROPS_PER_DEQUEUE`) is not modelled.
 
+use crate::time::Nanos;
 use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
-use crate::config::Nanos;
 use std::collections::VecDeque;
 
 /// `REC_INV_SQRT_BITS`: rec_inv_sqrt is a 16-bit fraction.

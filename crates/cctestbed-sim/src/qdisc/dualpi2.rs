@@ -26,9 +26,10 @@
 //! segments); random numbers come from the trial seed.
 
 use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
-use crate::config::{DualPi2Config, Nanos};
+use crate::config::DualPi2Config;
 use crate::packet::Ecn;
 use crate::rng::SimRng;
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 /// Weights are percentages: wc + wl = MAX_WC.

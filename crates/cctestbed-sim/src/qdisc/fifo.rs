@@ -2,8 +2,8 @@
 //! the backlog with it stays within the byte and packet limits, else dropped at the tail;
 //! packets leave in arrival order. No marking.
 
+use crate::time::Nanos;
 use super::{Counters, DropCause, Limit, Qdisc, Queued};
-use crate::config::Nanos;
 use std::collections::VecDeque;
 
 pub struct DropTail {

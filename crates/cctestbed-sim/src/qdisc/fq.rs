@@ -23,8 +23,9 @@
 //! ([`crate::tcp::sender`]).
 
 use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
-use crate::config::{FqConfig, Nanos};
+use crate::config::FqConfig;
 use crate::rng::SimRng;
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 /// `orphan_mask` default: 1024 buckets.

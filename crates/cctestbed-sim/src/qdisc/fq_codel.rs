@@ -26,8 +26,9 @@
 
 use super::codel::{codel_dequeue, CodelParams, CodelSource, CodelVars};
 use super::{Counters, DropCause, Limit, Peeked, Qdisc, Queued};
-use crate::config::{FqCodelConfig, Nanos};
+use crate::config::FqCodelConfig;
 use crate::rng::SimRng;
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

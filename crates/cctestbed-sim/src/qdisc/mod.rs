@@ -20,9 +20,10 @@
 //!
 //! The trial's queue limit (`link.queue`, bytes or packets) is every discipline's hard limit.
 
-use crate::config::{AqmConfig, Nanos, QueueConfig};
+use crate::config::{AqmConfig, QueueConfig};
 use crate::packet::{DataPacket, Ecn};
 use crate::rng::SimRng;
+use crate::time::Nanos;
 
 pub mod codel;
 pub mod dualpi2;

@@ -25,8 +25,9 @@
 //! trial seed.
 
 use super::{Counters, DropCause, Limit, MarkCause, Qdisc, Queued};
-use crate::config::{Nanos, PieConfig};
+use crate::config::PieConfig;
 use crate::rng::SimRng;
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 /// One jiffy: PIE's timer runs in jiffies (`usecs_to_jiffies(tupdate)`).

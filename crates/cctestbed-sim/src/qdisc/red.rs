@@ -23,8 +23,9 @@
 //! the random numbers come from the trial seed.
 
 use super::{Counters, DropCause, Limit, MarkCause, Qdisc, Queued};
-use crate::config::{Nanos, RedConfig};
+use crate::config::RedConfig;
 use crate::rng::SimRng;
+use crate::time::Nanos;
 use std::collections::VecDeque;
 
 /// `red_adaptative_algo` runs every HZ/2.

@@ -66,10 +66,11 @@
 //! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
 //! algorithm as both hosts run the same one. No AccECN.
 
-use crate::config::{DelayedAckConfig, Nanos};
+use crate::config::DelayedAckConfig;
 use crate::jiffies;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::ranges::RangeSet;
+use crate::time::Nanos;
 
 /// One jiffy at the reference kernel's CONFIG_HZ.
 pub const JIFFY_NS: Nanos = jiffies::jiffy_ns(jiffies::CONFIG_HZ);

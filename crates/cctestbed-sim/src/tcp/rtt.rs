@@ -4,7 +4,7 @@
 //! (TCP_TIMEOUT_INIT); RTO at most TCP_RTO_MAX (120 s); doubling backoff on each timeout,
 //! cleared by a new RTT sample.
 
-use crate::config::Nanos;
+use crate::time::Nanos;
 
 pub const TCP_RTO_MIN: Nanos = 200_000_000;
 pub const TCP_RTO_MAX: Nanos = 120_000_000_000;

@@ -69,10 +69,11 @@
 use super::rtt::{RttEstimator, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
 use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
-use crate::config::{FlowConfig, Nanos};
+use crate::config::FlowConfig;
 use crate::event::{Timer, TimerKind};
 use crate::packet::{AckPacket, DataPacket, Ecn};
 use crate::ranges::RangeSet;
+use crate::time::Nanos;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
