@@ -126,3 +126,26 @@ def test_bbr_trials_get_a_model_panel():
     labels = [a.get_ylabel() for a in bbr.axes]
     assert any("BtlBw" in l for l in labels)
     assert not any("BtlBw" in a.get_ylabel() for a in cubic.axes)
+
+
+LABEL = "cubic $\\q$ x"  # a pair of '$' around a command TeX does not know
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
+
+
+def test_a_label_with_dollar_signs_is_drawn_as_written(tmp_path, trial_dict, cli):
+    """Group labels are the user's text: mathtext once read '$\\q$' as TeX and the plot ended
+    in a ParseFatalException (run --plot, plot, compare, the sweep plots all draw labels)."""
+    from cctestbed import run_trial
+    from cctestbed.compare import plot_compare
+
+    r = run_trial(trial_dict(duration="2s", steady=["1s", "2s"],
+                             flows=[{"cc": "cubic", "group": LABEL}, {"cc": "reno"}]))
+    for fig in (r.plot(), plot_compare(r, r)):
+        save_figure(fig, str(tmp_path / "f.png"))  # the texts are laid out and drawn here
+        assert any(LABEL in t for t in _texts(fig))
+    r.save(tmp_path / "trial")
+    out = cli("plot", tmp_path / "trial", "-o", tmp_path / "p.png")
+    assert out.exit_code == 0, out.output

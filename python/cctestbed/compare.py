@@ -14,7 +14,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from .plot import aggregate_workloads, binned_flows, binned_router, save_figure, style_fct_axes
+from .plot import aggregate_workloads, binned_flows, binned_router, literal_text, save_figure, style_fct_axes
 from .results import TrialResult
 
 
@@ -123,6 +123,7 @@ def _by_group(flows: pl.DataFrame, bf: pl.DataFrame) -> pl.DataFrame:
     return bf.join(meta, on="flow", how="left")
 
 
+@literal_text
 def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
     """Goodput per group and in total, RTT per group, queue and loss: A solid, B dashed."""
     from matplotlib import colormaps

@@ -14,13 +14,31 @@ built without pyplot, so it holds no global state and works in scripts and noteb
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
 from .summary import TrialInfo, drop_columns, in_direction, reverse_router
+
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+def literal_text(build: Builder) -> Builder:
+    """Builds a figure with matplotlib's mathtext off. Its texts are the user's: group labels,
+    trial and scenario names, paths; a pair of '$' in one would be read as TeX, and a command
+    TeX does not know ended the plot in a ParseFatalException."""
+
+    @functools.wraps(build)
+    def with_literal_text(*args: Any, **kwargs: Any) -> Any:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return build(*args, **kwargs)
+
+    return with_literal_text  # type: ignore[return-value]
 
 BIN_S = 0.5
 
@@ -212,6 +230,7 @@ def style_fct_axes(ax) -> None:  # type: ignore[no-untyped-def]
     ax.legend(loc="upper left", fontsize=8)
 
 
+@literal_text
 def plot_trial(
     flows: pl.DataFrame,
     router: pl.DataFrame,

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from .plot import STATE_COLORS
+from .plot import STATE_COLORS, literal_text
 
 
 class TseqError(ValueError):
@@ -80,6 +80,7 @@ def state_changes(directory: Union[str, Path], flow: int, t0: float, t1: float) 
     return out
 
 
+@literal_text
 def plot_tseq(directory: Union[str, Path], flow: int = 0, t_from: Optional[float] = None,
               t_to: Optional[float] = None, title: Optional[str] = None) -> Figure:
     """The time-sequence plot of ``flow`` between ``t_from`` and ``t_to`` seconds."""

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from ..plot import literal_text
 from .measure import METRICS
 from .verdict import KNOWN_FILENAME, Cell, apply_known, cells_for, gross_miss, load_known, tolerances
 
@@ -173,6 +174,7 @@ def write_markdown(suite: Any, cells: list[Cell], extra: dict[str, Any], path: P
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+@literal_text
 def heatmap(cells: list[Cell], extra: dict[str, Any], path: Path) -> None:
     """Scenario x metric: |sim - kernel| / allowed, capped at 3; hatched where known, grey where absent."""
     import numpy as np

@@ -21,7 +21,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from .. import units
-from ..plot import save_figure
+from ..plot import literal_text, save_figure
 from ..results import DamagedFile
 from .store import read_table
 
@@ -355,6 +355,7 @@ def _subtitle(data: SweepData) -> str:
             + (f"; {missing} trial(s) not finished" if missing else ""))
 
 
+@literal_text
 def plot_metric(
     data: SweepData,
     y: str,
@@ -422,6 +423,7 @@ def plot_metric(
     return _finish(fig, dest)
 
 
+@literal_text
 def plot_shares(
     data: SweepData,
     dest: Optional[Path] = None,
