@@ -179,3 +179,20 @@ def test_version(cli):
     r = cli("--version")
     assert r.exit_code == 0
     assert r.output.startswith("cctestbed ") and "core " in r.output
+
+
+def test_a_full_disk_is_one_line_exit_1_and_nothing_written(cli, trial_dict, write_trial, tmp_path, monkeypatch):
+    """An error from the file system while the results are written (here the disk filling up
+    under the Parquet writer) is one line naming the destination, exit 1, and no directory."""
+    import cctestbed.results
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cctestbed.results, "write_parquet", full)
+    out_dir = tmp_path / "out"
+    r = cli("run", write_trial(trial_dict()), "-o", out_dir)
+    assert r.exit_code == 1
+    assert f"error: could not write {out_dir}: [Errno 28] No space left on device; nothing was written" in r.output
+    assert "Traceback" not in r.output
+    assert sorted(os.listdir(tmp_path)) == ["trial.toml"]  # no results, no temporary directory

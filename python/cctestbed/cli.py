@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 class CommandGroup(TyperGroup):
-    """The commands: Ctrl-C while one runs ends it with one line and exit code 130."""
+    """The commands: Ctrl-C while one runs ends it with one line and exit code 130; a file the
+    system cannot write or read (a full disk, a vanished directory) with one line and exit 1."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -33,10 +34,12 @@ class CommandGroup(TyperGroup):
             err.print("interrupted")
             raise typer.Exit(130) from None
         except Exception as e:  # a Ctrl-C a library reported as an error of its own
-            if not interrupt.pressed or isinstance(e, (typer.Exit, typer.Abort)):
-                raise
-            err.print("interrupted")
-            raise typer.Exit(130) from None
+            if interrupt.pressed and not isinstance(e, (typer.Exit, typer.Abort)):
+                err.print("interrupted")
+                raise typer.Exit(130) from None
+            if isinstance(e, OSError):
+                fail(f"{ctx.invoked_subcommand}: {e}", code=1)
+            raise
 
 
 app = typer.Typer(
@@ -232,7 +235,10 @@ def _run(
         ):
             result = run_trial(trial)
     with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
-        path = result.save(dest, force=force, plot=plot)
+        try:
+            path = result.save(dest, force=force, plot=plot)
+        except OSError as e:
+            fail(f"could not write {dest}: {e}; nothing was written", code=1)
 
     out.print(f"[bold]{escape(trial.name)}[/]: {escape(trial.describe())}", markup=True)
     if result.summary["flows"]:  # a workload's flows are summarised by their completion times
@@ -333,7 +339,10 @@ def analyze(
     try:
         with err.status(f"analysing {len(captures) + (2 if ingress else 0)} capture(s) ...", spinner="dots"):
             result = analyze_captures(captures, ingress, egress, trial, interval_ns, window, name=output.name)
-            path = result.save(output, force=force)
+            try:
+                path = result.save(output, force=force)
+            except OSError as e:
+                fail(f"could not write {output}: {e}; nothing was written", code=1)
     except CaptureError as e:
         refused(str(e))
     s = result.summary
