@@ -8,7 +8,7 @@ import math
 
 import polars as pl
 import pytest
-from kernelutil import kernel_trial, run_with_sim_schema
+from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed import workload
 from cctestbed.config import parse_trial
@@ -43,15 +43,21 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
     d = kernel_trial(name="wl", duration="16s", link={"capacity": "80Mbit", "rtt": "20ms", "queue": "1bdp"},
                      flows=[{"cc": "cubic", "group": "web", "arrivals": {"model": "poisson", "rate": rate, "until": "14s"},
                              "size": {"dist": "exponential", "mean": "100KB"}}])
-    r = run(**{k: v for k, v in d.items() if k != "name"}, name="wl")
     planned = parse_trial(d).flow_list()
+
+    def opened_on_time(r):
+        # the flows start when and as large as the expansion says (the sender opens each at its
+        # time: a bound on time, which a stalled host moves, so it is checked on a quiet one)
+        fct = r.completions.sort("flow")
+        assert len(fct) == len(planned)
+        assert fct["size_bytes"].to_list() == [p.size for p in planned]
+        late = [(s - p.start_ns / 1e9) * 1e3 for s, p in zip(fct["start_s"], planned)]
+        print(f"kernel: {len(fct)} flows; connect late by at most {max(late):.2f} ms "
+              f"(mean {sum(late) / len(late):.3f} ms)")
+        assert 0 <= min(late) and max(late) < 5.0
+
+    r = check_on_quiet_host(lambda: run(**{k: v for k, v in d.items() if k != "name"}, name="wl"), opened_on_time)
     fct = r.completions.sort("flow")
-    assert len(fct) == len(planned)
-    # the flows start when and as large as the expansion says (the sender opens each at its time)
-    late = [(s - p.start_ns / 1e9) * 1e3 for s, p in zip(fct["start_s"], planned)]
-    assert fct["size_bytes"].to_list() == [p.size for p in planned]
-    print(f"\nkernel: {len(fct)} flows; connect late by at most {max(late):.2f} ms (mean {sum(late) / len(late):.3f} ms)")
-    assert 0 <= min(late) and max(late) < 5.0
     # the arrival rate within its 99.9 % interval over the 14 s of arrivals
     n, mean_n = len(fct), rate * 14
     assert abs(n - mean_n) <= 3.29 * math.sqrt(mean_n), (n, mean_n)
