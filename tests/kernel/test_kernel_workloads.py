@@ -5,10 +5,11 @@ are printed (``pytest -s`` shows them)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import polars as pl
 import pytest
-from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
+from kernelutil import check_on_quiet_host, emulator_stall_ms, kernel_trial, run_with_sim_schema
 
 from cctestbed import workload
 from cctestbed.config import parse_trial
@@ -26,16 +27,21 @@ def run(**updates):
 def test_a_single_short_flow_on_an_empty_path_completes_in_the_analytic_slow_start_time(cc):
     # 100 Mbit/s, 40 ms (BDP 500 KB): each flow alone on the path, half a second apart
     rate, rtt_ms, sizes = 100e6, 40.0, [1_000, 14_480, 14_481, 100_000, 300_000]
-    r = run(name=f"fct-{cc}", duration="4s", link={"capacity": "100Mbit", "rtt": "40ms", "queue": "2bdp"},
-            flows=[{"cc": cc, "group": f"s{k}", "arrivals": [f"{0.1 + 0.6 * k:g}s"], "size": s}
-                   for k, s in enumerate(sizes)])
-    for row in r.completions.sort("flow").iter_rows(named=True):
-        size = row["size_bytes"]
-        n = workload.slow_start_rounds(size, 1448, 10)
-        analytic = n * rtt_ms + rtt_ms / 2 + workload.wire_bytes(size, 1448, 1500) * 8e3 / rate
-        print(f"\nkernel {cc}: {size:>7} B, {n} rounds: FCT {row['fct_ms']:.2f} ms, analytic {analytic:.2f} ms")
-        assert abs(row["fct_ms"] - analytic) <= rtt_ms, (size, row["fct_ms"], analytic)
-        assert row["delivered_bytes"] == size
+
+    def in_the_analytic_time(r: Any) -> None:
+        for row in r.completions.sort("flow").iter_rows(named=True):
+            size = row["size_bytes"]
+            n = workload.slow_start_rounds(size, 1448, 10)
+            analytic = n * rtt_ms + rtt_ms / 2 + workload.wire_bytes(size, 1448, 1500) * 8e3 / rate
+            print(f"kernel {cc}: {size:>7} B, {n} rounds: FCT {row['fct_ms']:.2f} ms, analytic {analytic:.2f} ms")
+            assert abs(row["fct_ms"] - analytic) <= rtt_ms, (size, row["fct_ms"], analytic)
+            assert row["delivered_bytes"] == size
+
+    check_on_quiet_host(lambda: run(name=f"fct-{cc}", duration="4s",
+                                    link={"capacity": "100Mbit", "rtt": "40ms", "queue": "2bdp"},
+                                    flows=[{"cc": cc, "group": f"s{k}", "arrivals": [f"{0.1 + 0.6 * k:g}s"], "size": s}
+                                           for k, s in enumerate(sizes)]),
+                        in_the_analytic_time)
 
 
 def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
@@ -44,19 +50,31 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
                      flows=[{"cc": "cubic", "group": "web", "arrivals": {"model": "poisson", "rate": rate, "until": "14s"},
                              "size": {"dist": "exponential", "mean": "100KB"}}])
     planned = parse_trial(d).flow_list()
+    sim = run_trial(d)
+    s = sim.summary["fct"]["web"]
 
-    def opened_on_time(r):
-        # the flows start when and as large as the expansion says (the sender opens each at its
-        # time: a bound on time, which a stalled host moves, so it is checked on a quiet one)
+    def on_time(r):
+        # bounds on time, which a stalled host moves, so they are checked on a quiet one
+        # the flows start when and as large as the expansion says (the sender opens each at its time)
         fct = r.completions.sort("flow")
         assert len(fct) == len(planned)
         assert fct["size_bytes"].to_list() == [p.size for p in planned]
-        late = [(s - p.start_ns / 1e9) * 1e3 for s, p in zip(fct["start_s"], planned)]
+        late = [(start - p.start_ns / 1e9) * 1e3 for start, p in zip(fct["start_s"], planned)]
+        stall = emulator_stall_ms(r)
         print(f"kernel: {len(fct)} flows; connect late by at most {max(late):.2f} ms "
-              f"(mean {sum(late) / len(late):.3f} ms)")
-        assert 0 <= min(late) and max(late) < 5.0
+              f"(mean {sum(late) / len(late):.3f} ms); the host held the link emulator up to {stall:.2f} ms")
+        # within 5 ms, and any stall of the host on top: a CI host that took only 300 ms in
+        # 16 s (quiet by its steal) held the emulator 19.4 ms once, and a connect came 10.7 ms late
+        assert 0 <= min(late) and max(late) < 5.0 + stall
+        k = r.summary["fct"]["web"]
+        print(f"kernel vs simulator: FCT p50 {k['fct_p50_ms']:.1f} / {s['fct_p50_ms']:.1f} ms, p99 {k['fct_p99_ms']:.1f} / "
+              f"{s['fct_p99_ms']:.1f} ms, mean slowdown {k['slowdown_mean']:.2f} / {s['slowdown_mean']:.2f}; per bucket: "
+              + ", ".join(f"{b} {k['buckets'][b]['slowdown_mean'] or float('nan'):.2f} / "
+                          f"{s['buckets'][b]['slowdown_mean'] or float('nan'):.2f}" for b in workload.BUCKET_NAMES))
+        # the same flows on the same path: the median completion agrees within a quarter
+        assert abs(k["fct_p50_ms"] / s["fct_p50_ms"] - 1) < 0.25
 
-    r = check_on_quiet_host(lambda: run(**{k: v for k, v in d.items() if k != "name"}, name="wl"), opened_on_time)
+    r = check_on_quiet_host(lambda: run(**{k: v for k, v in d.items() if k != "name"}, name="wl"), on_time)
     fct = r.completions.sort("flow")
     # the arrival rate within its 99.9 % interval over the 14 s of arrivals
     n, mean_n = len(fct), rate * 14
@@ -73,15 +91,6 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
     assert (done["fct_ms"] >= done["ideal_fct_ms"] - 0.1).all()
     # workload flows: rows only while open
     assert len(r.flows) < 0.2 * len(fct) * 1600
-
-    sim = run_trial(d)
-    k, s = r.summary["fct"]["web"], sim.summary["fct"]["web"]
-    print(f"kernel vs simulator: FCT p50 {k['fct_p50_ms']:.1f} / {s['fct_p50_ms']:.1f} ms, p99 {k['fct_p99_ms']:.1f} / "
-          f"{s['fct_p99_ms']:.1f} ms, mean slowdown {k['slowdown_mean']:.2f} / {s['slowdown_mean']:.2f}; per bucket: "
-          + ", ".join(f"{b} {k['buckets'][b]['slowdown_mean'] or float('nan'):.2f} / "
-                      f"{s['buckets'][b]['slowdown_mean'] or float('nan'):.2f}" for b in workload.BUCKET_NAMES))
-    # the same flows on the same path: the median completion agrees within a quarter
-    assert abs(k["fct_p50_ms"] / s["fct_p50_ms"] - 1) < 0.25
 
 
 def test_more_flows_than_source_ports_are_refused_before_start():
