@@ -162,9 +162,10 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
             ax_q.plot(br["t"], br["queue_mean"] / 1e3, color="black", ls=ls, lw=1.2, label=f"{tag}: {_label(r)}")
             ax_loss.plot(br["t"], br["loss_pct"], color="tab:red", ls=ls, lw=1.2, drawstyle="steps-pre")
     # the payload capacity and the RTprop, each once, or one per trial where they differ
-    for info in dict.fromkeys((r.info.capacity_bps * r.info.mss / r.info.mtu / 1e6, r.info.rtprop_ms) for r in (a, b)):
-        ax_tp.axhline(info[0], color="0.5", lw=0.8, ls=":")
-        ax_rtt.axhline(info[1], color="0.5", lw=0.8, ls=":")
+    lines = dict.fromkeys((r.info.capacity_bps * r.info.mss / r.info.mtu / 1e6, r.info.rtprop_ms) for r in (a, b))
+    for payload_mbit, rtprop_ms in lines:
+        ax_tp.axhline(payload_mbit, color="0.5", lw=0.8, ls=":")
+        ax_rtt.axhline(rtprop_ms, color="0.5", lw=0.8, ls=":")
     ax_tp.set_ylabel("goodput (Mbit/s)")
     ax_rtt.set_ylabel("RTT (ms)")
     ax_q.set_ylabel("queue (KB)")

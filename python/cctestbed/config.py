@@ -11,7 +11,6 @@ expanded to one entry per flow); :meth:`Trial.to_toml` writes the normalised tri
 saved beside the results.
 """
 
-
 import dataclasses
 import functools
 import json

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..console import err, escape, fail, out, refuse
+from ..console import err, fail, out, refuse
 
 
 #: Attempts at a kernel rep whose host stalled (:func:`.reference.disturbed`) in one run.
@@ -91,11 +91,6 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
     store = Store(dest)
 
     not_kept: dict[str, str] = {}  # sweep key -> why the rep is not in the reference
-    progress: Any = None
-
-    def progress_print(text: str) -> None:
-        """A line with markup (its values escaped), above the progress bar while there is one."""
-        (progress.console if progress is not None else err).print(text, markup=True)
 
     def to_reference(spec: Any, save: bool = True) -> None:
         d = store.trial_dir(spec.key)
@@ -106,8 +101,7 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
             not_kept[spec.key] = why
 
     def measure_again(spec: Any, why: str) -> None:
-        progress_print(f"[yellow]not kept[/]: {escape(spec.values['scenario'])} seed {spec.seed}: {escape(why)}; "
-                       "measuring it again")
+        err.tagged("not kept", "yellow", f"{spec.values['scenario']} seed {spec.seed}: {why}; measuring it again")
         shutil.rmtree(store.trial_dir(spec.key))
 
     if reference is not None and not remeasure:
@@ -146,8 +140,7 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
         if event == "failed":
             failed += 1
             progress.update(0, failed=failed)
-            progress.console.print(f"[red]failed[/]: {escape(spec.values['scenario'])} seed {spec.seed}: "
-                                   f"{escape(res['error'])}", markup=True)
+            err.tagged("failed", "red", f"{spec.values['scenario']} seed {spec.seed}: {res['error']}")
         elif reference is not None:
             to_reference(spec)
         progress.advance(0)
@@ -164,9 +157,8 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
                     measure_again(s, not_kept.pop(s.key))
                     progress.update(0, total=progress.tasks[0].total + 1)
                 elif s.key in not_kept:  # the next `fidelity run` into this store measures it again
-                    progress_print(f"[red]not kept[/]: {escape(s.values['scenario'])} seed {s.seed}: "
-                                   f"{escape(not_kept[s.key])} in each of {DISTURBED_ATTEMPTS} attempts; "
-                                   "run `fidelity run` again later")
+                    err.tagged("not kept", "red", f"{s.values['scenario']} seed {s.seed}: {not_kept[s.key]} in each "
+                                                  f"of {DISTURBED_ATTEMPTS} attempts; run `fidelity run` again later")
     finally:
         progress.stop()
     if run.interrupted:
@@ -226,7 +218,7 @@ def report_command(
     ref = _reference(suite, reference)
     if not (directory / "sim" / "sweep.json").is_file():
         fail(f"{directory} holds no simulator trials (no sim/sweep.json); run `cctestbed fidelity run {suite_file} "
-              f"-o {directory} --backend sim` first")
+             f"-o {directory} --backend sim` first")
     _write_report(suite, directory, ref)
     out.print(_headline_of(directory))
 
@@ -283,7 +275,7 @@ def check_command(
     kernel = kernel_metrics(suite, ref)
     if not kernel:
         fail(f"{ref.path} holds no kernel rep of this suite's scenarios: run `sudo cctestbed fidelity run "
-              f"{suite_file} --backend kernel` first")
+             f"{suite_file} --backend kernel` first")
     n = sum(len(suite.seeds_of(sc)) for sc in suite.scenarios if sc.id in kernel)
     progress = _progress(f"{suite.name}: simulator", n)
     with progress:
@@ -296,11 +288,10 @@ def check_command(
     for c in misses:
         def f(x: Optional[float]) -> str:
             return "-" if x is None else f"{x:.3g}"
-        miss = (f"{c.scenario}: {c.metric}: simulator {f(c.sim_mean)}, kernel {f(c.kernel_mean)} "
-                f"[{f(c.kernel_min)}, {f(c.kernel_max)}], allowed +-{f(c.allowed)}")
-        out.print(f"[red]miss[/]: {escape(miss)}", markup=True)
+        out.tagged("miss", "red", f"{c.scenario}: {c.metric}: simulator {f(c.sim_mean)}, kernel {f(c.kernel_mean)} "
+                                  f"[{f(c.kernel_min)}, {f(c.kernel_max)}], allowed +-{f(c.allowed)}")
     for s in extra["stale_known"]:
-        out.print(f"[yellow]note[/]: known deviation now within tolerance: {escape(s)}", markup=True)
+        out.tagged("note", "yellow", f"known deviation now within tolerance: {s}")
     out.print(headline(extra))
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)

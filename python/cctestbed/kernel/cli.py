@@ -13,24 +13,23 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..console import err, fail, out, refuse
+from ..console import err, escape, fail, out, refuse
 
 if TYPE_CHECKING:
     from ..config import Trial
-
 
 
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
     from .backend import KernelRunError, KernelUnavailable, TrialRefused, run_kernel_trial
 
-    with err.status(f"kernel: [bold]{trial.name}[/] ...", spinner="dots") as st:
+    with err.status(f"kernel: [bold]{escape(trial.name)}[/] ...", spinner="dots") as st:
         try:
             return run_kernel_trial(
                 trial,
                 link_emulator=link_emulator,
                 capture=capture,
-                status=lambda s: st.update(f"kernel: [bold]{trial.name}[/]: {s} ..."),
+                status=lambda s: st.update(f"kernel: [bold]{escape(trial.name)}[/]: {escape(s)} ..."),
             )
         except KernelUnavailable as e:
             fail(str(e))

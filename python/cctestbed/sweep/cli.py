@@ -237,8 +237,7 @@ def sweep_command(
         if event == "failed":
             progress.update(task, failed=progress.tasks[0].fields["failed"] + 1)
             vals = ", ".join(f"{k}={v}" for k, v in spec.values.items())
-            progress.console.print(f"[red]failed[/]: {escape(vals)} seed {spec.seed}: {escape(res['error'])}", markup=True,
-                                   highlight=False)
+            err.tagged("failed", "red", f"{vals} seed {spec.seed}: {res['error']}")
         progress.advance(task)
 
     t0 = time.perf_counter()
@@ -340,7 +339,7 @@ def plot_command(
             fail("--x, --y, --by and --facet apply to sweep directories; a trial has one stacked plot")
         if (directory / "capture.json").is_file() and not (directory / "trial.toml").is_file():
             fail(f"{directory} holds captures analysed without their trial: its trial.png was drawn by analyze; "
-                  "--kind tseq plots a flow's packets")
+                 "--kind tseq plots a flow's packets")
         try:
             result = TrialResult.load(directory)
         except DamagedFile as e:
@@ -350,7 +349,7 @@ def plot_command(
         out.print(f"plot: {dest}")
         return
     fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
-          "nor a sweep directory (sweep.json, trials.parquet)")
+         "nor a sweep directory (sweep.json, trials.parquet)")
 
 
 def report_command(

@@ -514,7 +514,8 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
 
     seen: dict[str, str] = {}
     for path, values, in_group in axis_items:
-        where = ("axes" if in_group is None else ("zip" if isinstance(zip_raw, dict) else f"zip[{in_group}]")) + f".{_qpath(path)}"
+        table = "axes" if in_group is None else ("zip" if isinstance(zip_raw, dict) else f"zip[{in_group}]")
+        where = f"{table}.{_qpath(path)}"
         if not isinstance(values, list):
             problems.append(f"{where}: {_show(values)}: must be a list of values, e.g. [\"40Mbit\", \"80Mbit\"]")
             continue
