@@ -165,6 +165,41 @@ def test_python_api(trial_dict, tmp_path):
         assert (drawn / name).read_bytes() == (saved / name).read_bytes(), name
 
 
+def _long(trial_dict):
+    """A trial of minutes of work for the core: 10 minutes of a 1 Gbit/s bottleneck."""
+    d = trial_dict(duration="600s")
+    d["link"]["capacity"] = "1Gbit"
+    return parse_trial(d)
+
+
+def test_the_modules_that_start_a_simulation_load_no_dataframe_library():
+    """`run` starts the core before it loads polars, NumPy and pyarrow, which then load while
+    the core runs: nothing it needs up to then may load them."""
+    code = ("import sys, cctestbed.runner, cctestbed.destination, cctestbed.cli\n"
+            "print(sorted(m for m in ('polars', 'numpy', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_leaving_a_simulation_by_an_exception_stops_the_core(trial_dict):
+    """Ctrl-C reaches the thread that started the core, not the core's own: leaving the block by
+    its KeyboardInterrupt stops the core and waits for it, long before the trial's end."""
+    from cctestbed.runner import Simulation
+
+    with pytest.raises(KeyboardInterrupt):
+        with Simulation(_long(trial_dict)) as sim:
+            raise KeyboardInterrupt
+    assert not sim._thread.is_alive()
+    assert isinstance(sim._error, KeyboardInterrupt), "the core stopped, it did not finish"
+
+
+def test_a_raised_stop_flag_stops_the_core(trial_dict):
+    flag = _core.StopFlag()
+    flag.set()
+    with pytest.raises(KeyboardInterrupt):
+        _core.simulate(_long(trial_dict).to_core_json(), flag)
+
+
 def _imported(stderr: str) -> set[str]:
     """The modules a process run under ``python -X importtime`` imported."""
     return {ln.split("|")[-1].strip() for ln in stderr.splitlines() if ln.startswith("import time:")}

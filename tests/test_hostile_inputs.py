@@ -512,7 +512,7 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(cli, tmp_path):
 
     parent = tmp_path / "results"
     script = (
-        "import sys, time\nfrom pathlib import Path\nfrom cctestbed.results import write_dir\n"
+        "import sys, time\nfrom pathlib import Path\nfrom cctestbed.destination import write_dir\n"
         "def slow(tmp):\n    (tmp / 'flows.parquet').write_text('partial')\n    time.sleep(600)\n"
         "write_dir(Path(sys.argv[1]), slow)\n"
     )
@@ -535,7 +535,7 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(cli, tmp_path):
 
 
 def test_a_running_writers_directory_is_left_alone(tmp_path):
-    from cctestbed.results import clean_stale, write_dir
+    from cctestbed.destination import clean_stale, write_dir
 
     seen = {}
 

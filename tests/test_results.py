@@ -6,7 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from cctestbed.results import ReplaceRefused, write_dir, write_parquet
+from cctestbed.destination import ReplaceRefused, write_dir
+from cctestbed.results import write_parquet
 
 
 def test_write_dir_renames_into_place(tmp_path):

@@ -7,7 +7,7 @@ from typing_extensions import NotRequired
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
+__all__ = ["StopFlag", "simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -42,10 +42,18 @@ class SimOutput(TypedDict):
     #: one row per tcp flow with a size: its completion time (NaN if unfinished)
     completions: dict[str, npt.NDArray[Any]]
 
-def simulate(config_json: str) -> SimOutput:
+class StopFlag:
+    """Stops a running :func:`simulate` given it, from another thread, when set."""
+
+    def __init__(self) -> None: ...
+    def set(self) -> None: ...
+    def is_set(self) -> bool: ...
+
+def simulate(config_json: str, stop: Optional[StopFlag] = None) -> SimOutput:
     """Run one trial given the core's JSON config; releases the GIL.
 
-    Raises ValueError listing the problems for an invalid config.
+    Raises ValueError listing the problems for an invalid config, and KeyboardInterrupt when
+    Ctrl-C is pressed (without ``stop``) or ``stop`` is set.
     """
 
 def algorithms() -> dict[str, dict[str, float]]:

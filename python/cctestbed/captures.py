@@ -24,7 +24,8 @@ import numpy as np
 import polars as pl
 
 from .config import Trial
-from .results import PLOT_FILE, dump_summary, write_dir, write_parquet
+from .destination import write_dir
+from .results import PLOT_FILE, dump_summary, write_parquet
 from .summary import TrialInfo, summarize
 
 if TYPE_CHECKING:

@@ -182,7 +182,7 @@ def _run(
     plot: bool,
 ) -> None:
     from .config import ConfigError, load_trial, parse_trial, sim_problems
-    from .runner import run_trial
+    from .runner import Simulation
 
     try:
         trial = load_trial(trial_file, allow_large=allow_large)
@@ -203,13 +203,13 @@ def _run(
     if dest.exists() and not force:
         fail(f"{dest} exists; pass --force to replace it")
     if force:
-        from .results import ReplaceRefused, check_replaceable
+        from .destination import ReplaceRefused, check_replaceable
 
         try:
             check_replaceable(dest, protect=(trial_file,))
         except ReplaceRefused as e:
             fail(f"{e}; nothing was written")
-    from .results import DestinationError, check_destination, clean_stale
+    from .destination import DestinationError, check_destination, clean_stale
 
     try:
         check_destination(dest)
@@ -228,12 +228,16 @@ def _run(
 
         result = run_kernel(trial, link_emulator, capture)
     else:
-        with err.status(
+        # the core runs in a thread of its own from here, while this one loads the libraries that
+        # build and write the results
+        with Simulation(trial) as sim, err.status(
             f"simulating [bold]{escape(trial.name)}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
             f"of simulated time ...",
             spinner="dots",
         ):
-            result = run_trial(trial)
+            import pyarrow.parquet  # noqa: F401  (results.write_parquet's writer)
+
+            result = sim.result()
     with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
         try:
             path = result.save(dest, force=force, plot=plot)
@@ -304,7 +308,7 @@ def analyze(
     from . import units
     from .captures import CaptureError, analyze_captures
     from .config import ConfigError, load_trial
-    from .results import DestinationError, ReplaceRefused, check_destination, check_replaceable
+    from .destination import DestinationError, ReplaceRefused, check_destination, check_replaceable
 
     def refused(msg: str) -> NoReturn:
         fail(f"{msg}; nothing was written")

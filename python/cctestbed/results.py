@@ -4,7 +4,8 @@ A results directory holds ``trial.toml`` (the normalised trial), ``flows.parquet
 ``router.parquet``, ``summary.json``, ``fct.parquet`` when the trial has flows with a size (one
 row per such flow: its completion time), the packet captures when the trial asked for them, and
 ``trial.png`` (the stacked plot) when it is asked for. It is written into a temporary
-directory beside its destination and renamed into place only once complete, so a directory
+directory beside its destination and renamed into place only once complete
+(:mod:`cctestbed.destination`), so a directory
 at the destination is never half written. Parquet files are deterministic: the same trial
 and seed give byte-identical files (fixed compression, no timestamps in the metadata).
 """
@@ -12,17 +13,14 @@ and seed give byte-identical files (fixed compression, no timestamps in the meta
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import polars as pl
 
 from .config import Trial, load_trial
+from .destination import write_dir
 from .summary import TrialInfo
 
 if TYPE_CHECKING:
@@ -214,165 +212,3 @@ def _plain_string(arr: Any) -> Any:
         return arr.cast(pa.string())
     return pa.Array.from_buffers(pa.string(), len(arr), [validity, pa.py_buffer(off.astype(np.int32)), data],
                                  null_count=arr.null_count, offset=arr.offset)
-
-
-class ReplaceRefused(ValueError):
-    """``--force`` was asked to replace something that is not a results directory of this tool."""
-
-
-#: A directory holding all of these was written by :func:`write_dir` (a trial's results).
-MARKER_FILES = ("trial.toml", "summary.json")
-#: ... or these: captures analysed without their trial (``cctestbed analyze``).
-ANALYSIS_MARKER_FILES = ("capture.json", "summary.json")
-
-
-def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], ...] = ()) -> None:
-    """Raise :class:`ReplaceRefused` unless ``dest`` may be replaced by a new results directory.
-
-    Only a results directory of this tool (one holding trial.toml and summary.json) may be
-    replaced, and never the working directory or one of its parents, nor a directory holding
-    one of the ``protect`` paths (the trial file being run). A path that does not exist is fine.
-    """
-    dest = Path(dest)
-    if not dest.exists() and not dest.is_symlink():
-        return
-    real = dest.resolve()
-    if dest.is_symlink() or not dest.is_dir():
-        raise ReplaceRefused(f"{dest} is not a directory; --force replaces only a results directory")
-    cwd = Path.cwd().resolve()
-    if real == cwd or real in cwd.parents:
-        raise ReplaceRefused(
-            f"{dest} is the working directory or one of its parents; --force replaces only a results directory"
-        )
-    for p in protect:
-        pr = Path(p).resolve()
-        if pr == real or real in pr.parents:
-            raise ReplaceRefused(f"{dest} holds {p}, the file being run; choose another output directory")
-    missing = [f for f in MARKER_FILES if not (dest / f).is_file()]
-    analysed = all((dest / f).is_file() for f in ANALYSIS_MARKER_FILES)
-    if missing and not analysed:
-        raise ReplaceRefused(
-            f"{dest} is not a cctestbed results directory (no {', '.join(missing)}); "
-            "--force replaces only a results directory written by cctestbed"
-        )
-
-
-class DestinationError(ValueError):
-    """The results cannot be written where asked (a path through a file, a read-only directory)."""
-
-
-def check_destination(dest: Union[str, Path]) -> None:
-    """Raise :class:`DestinationError` unless a directory can be created at ``dest``: every
-    existing ancestor must be a directory and the nearest one writable. Checked before a trial
-    runs, so a bad ``-o`` costs nothing."""
-    dest = Path(dest).absolute()
-    if dest.exists() and not dest.is_dir():
-        raise DestinationError(f"{dest} is a file, not a directory; choose another output directory")
-    for anc in dest.parents:
-        if anc.exists() or anc.is_symlink():
-            if not anc.is_dir():
-                raise DestinationError(
-                    f"{anc} is a file, not a directory, so {dest} cannot be created; choose another output directory"
-                )
-            if not os.access(anc, os.W_OK | os.X_OK):
-                raise DestinationError(f"cannot create {dest}: {anc} is not writable")
-            return
-
-
-#: Temporary names beside a destination: ``.<name>.tmp-*`` while being written (locked by the
-#: writer), ``.<name>.old-*`` holding the directory a ``--force`` run moved aside.
-TMP_MARK = ".tmp-"
-OLD_MARK = ".old-"
-_LEFTOVER = re.compile(r"^\.[^/]+\.(tmp|old)-[a-z0-9_]+$")
-
-
-def _lock_dir(path: Path) -> Optional[int]:
-    """An exclusive flock on directory ``path`` (held until the fd is closed), or None if taken."""
-    import fcntl
-
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def clean_stale(parent: Union[str, Path]) -> tuple[list[Path], list[Path]]:
-    """Remove the temporary directories that killed runs left in ``parent``.
-
-    A run writes its results into ``.<name>.tmp-*`` holding a lock on it; a directory whose lock
-    can be taken was left by a run that died (SIGKILL, power loss) and is removed. Returns
-    (removed, kept): kept are ``.<name>.old-*`` directories holding results a ``--force`` run had
-    moved aside when it was killed; they are reported, never deleted.
-    """
-    parent = Path(parent)
-    removed: list[Path] = []
-    kept: list[Path] = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return removed, kept
-    for p in entries:
-        m = _LEFTOVER.match(p.name)
-        if m is None or p.is_symlink() or not p.is_dir():
-            continue
-        if m.group(1) == "tmp":
-            try:
-                fd = _lock_dir(p)
-            except OSError:
-                continue  # gone meanwhile, or not ours to open
-            if fd is None:
-                continue  # a run is writing it now
-            try:
-                shutil.rmtree(p, ignore_errors=True)
-                removed.append(p)
-            finally:
-                os.close(fd)
-        elif any(p.iterdir()):
-            kept.append(p)
-    return removed, kept
-
-
-def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) -> Path:
-    """Fill a temporary directory beside ``dest`` with ``write`` and rename it to ``dest``.
-
-    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then, if it is a
-    results directory (:func:`check_replaceable`), it is moved aside, the new directory renamed
-    into place, and the old one deleted. On any error the temporary directory is removed and
-    ``dest`` is left as it was.
-    """
-    dest = dest.absolute()
-    if dest.exists() and not force:
-        raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
-    if force:
-        check_replaceable(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(dest.parent)
-    # Created under another name and locked before it is renamed to a .tmp- name, so that
-    # clean_stale never sees an unlocked directory of a live run.
-    new = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new-", dir=dest.parent))
-    lock = _lock_dir(new)
-    tmp = new.with_name(new.name.replace(".new-", TMP_MARK, 1))
-    os.rename(new, tmp)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)
-        if dest.exists():
-            if not force:
-                raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
-            check_replaceable(dest)
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{OLD_MARK}", dir=dest.parent))
-            os.rename(dest, old / "previous")
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if lock is not None:
-            os.close(lock)
-    return dest

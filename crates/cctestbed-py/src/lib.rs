@@ -1,8 +1,9 @@
 //! Python binding of the simulator (`cctestbed._core`). Thin by design: it parses the
 //! normalised JSON trial, runs the simulation with the GIL released, and hands the columnar
 //! time series over as NumPy arrays (no per-row Python objects; NumPy is loaded by the first
-//! run, not at import). While it runs it checks for Python signals every [`CHECK_EVERY`]
-//! events, so Ctrl-C stops it within a fraction of a second with `KeyboardInterrupt`.
+//! run, not at import). While it runs it checks every [`CHECK_EVERY`] events for a Python signal
+//! or a raised [`StopFlag`], so Ctrl-C stops it within a fraction of a second with
+//! `KeyboardInterrupt`.
 
 use ccsim::sim::SimOutput;
 use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, FlowSeries, RouterSeries};
@@ -11,34 +12,67 @@ use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 fn parse(config_json: &str) -> PyResult<SimConfig> {
     serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("invalid trial: {e}")))
 }
 
-/// Events between two checks for a pending signal: a few milliseconds of simulation.
+/// Events between two checks for a pending signal or a raised [`StopFlag`]: a few
+/// milliseconds of simulation.
 const CHECK_EVERY: u64 = 1 << 15;
 
-/// Runs one trial described by the normalised JSON configuration. A signal handler that raises
-/// (Ctrl-C: `KeyboardInterrupt`) stops the run and its exception is raised here.
+/// A flag that stops a running simulation when raised. Python sees signals only on its main
+/// thread, so a caller that runs the core on another thread (to load modules meanwhile) keeps
+/// Ctrl-C on the main thread and raises this flag; the core reads it without the GIL.
+#[pyclass(frozen)]
+#[derive(Default)]
+struct StopFlag(Arc<AtomicBool>);
+
+#[pymethods]
+impl StopFlag {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops the simulation at its next check; it then raises `KeyboardInterrupt`.
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs one trial described by the normalised JSON configuration. Without `stop`, a signal
+/// handler that raises (Ctrl-C: `KeyboardInterrupt`) stops the run and its exception is raised
+/// here; with it, raising the flag stops the run with `KeyboardInterrupt` (signals are then the
+/// calling thread's to watch, and the run takes no GIL until it ends).
 #[pyfunction]
-fn simulate(py: Python<'_>, config_json: &str) -> PyResult<PyObject> {
-    load_numpy_api(py)?;
+#[pyo3(signature = (config_json, stop=None))]
+fn simulate(py: Python<'_>, config_json: &str, stop: Option<&StopFlag>) -> PyResult<PyObject> {
     let cfg = parse(config_json)?;
     let sim = Simulation::new(cfg).map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
     let mut interrupted: Option<PyErr> = None;
-    let out = py.allow_threads(|| {
-        sim.run_checked(CHECK_EVERY, || match Python::with_gil(|py| py.check_signals()) {
+    let out = py.allow_threads(|| match stop {
+        Some(flag) => sim.run_checked(CHECK_EVERY, || !flag.is_set()),
+        None => sim.run_checked(CHECK_EVERY, || match Python::with_gil(|py| py.check_signals()) {
             Ok(()) => true,
             Err(e) => {
                 interrupted = Some(e);
                 false
             }
-        })
+        }),
     });
     match out {
-        Some(out) => to_python(py, out),
-        None => Err(interrupted.unwrap_or_else(|| PyValueError::new_err("simulation stopped"))),
+        Some(out) => {
+            load_numpy_api(py)?;
+            to_python(py, out)
+        }
+        None => Err(interrupted.unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(()))),
     }
 }
 
@@ -278,11 +312,12 @@ fn tseq(py: Python<'_>, inputs: Vec<(String, String)>, flow: u32, time_zero_ns: 
     Ok(d.into())
 }
 
-/// Loads NumPy's C API (once; later calls find it loaded) before a run: loading it after the
-/// run, while a Ctrl-C is pending, would fail inside the conversion of the run's columns with a
-/// panic. A Ctrl-C that interrupts the loading here is raised as `KeyboardInterrupt`; any other
-/// failure is left for the first conversion to report. Not at import: `validate` and
-/// `algorithms` need no NumPy, and importing it costs a command a tenth of a second.
+/// Loads NumPy's C API (once; later calls find it loaded) for the conversion of a run's
+/// columns, after the run, so that a caller can load NumPy on another thread while the core
+/// runs. A Ctrl-C that interrupts the loading (or is pending) is raised as `KeyboardInterrupt`
+/// instead of the conversion's panic; any other failure is left for the first conversion to
+/// report. Not at import: `validate` and `algorithms` need no NumPy, and importing it costs a
+/// command a tenth of a second.
 fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
     py.check_signals()?;
     let hook = std::panic::take_hook();
@@ -307,6 +342,7 @@ fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<StopFlag>()?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
