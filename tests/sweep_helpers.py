@@ -42,7 +42,7 @@ def _install():
     kill = os.environ.get("CCTB_TEST_KILL")  # "seed:capacity_bps": the worker process is killed
     delay = float(os.environ.get("CCTB_TEST_DELAY", "0"))
 
-    def simulate(cfg):
+    def simulate(cfg, stop=None):
         c = json.loads(cfg)
         if log:
             with open(log, "a") as f:
@@ -52,7 +52,7 @@ def _install():
         if kill and f"{c['seed']}:{c['link']['capacity_bps']}" == kill:
             os.kill(os.getpid(), 9)
         time.sleep(delay)
-        return orig(cfg)
+        return orig(cfg, stop)
 
     core.simulate = simulate
 

@@ -1,6 +1,6 @@
 """The compiled simulator core (Rust, crates/cctestbed-py)."""
 
-from typing import Any, Optional, TypedDict, type_check_only
+from typing import Any, Optional, TypedDict, final, type_check_only
 
 from typing_extensions import NotRequired
 
@@ -42,6 +42,7 @@ class SimOutput(TypedDict):
     #: one row per tcp flow with a size: its completion time (NaN if unfinished)
     completions: dict[str, npt.NDArray[Any]]
 
+@final
 class StopFlag:
     """Stops a running :func:`simulate` given it, from another thread, when set."""
 

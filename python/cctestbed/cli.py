@@ -168,6 +168,12 @@ def run(
         # the core stops within a fraction of a second; a results directory is written atomically
         err.print(interrupt.MESSAGE)
         raise typer.Exit(130)
+    except Exception as e:
+        # a Ctrl-C that a library loading while the core runs reported as an error of its own
+        if not interrupt.pressed or isinstance(e, (typer.Exit, typer.Abort)):
+            raise
+        err.print(interrupt.MESSAGE)
+        raise typer.Exit(130) from None
 
 
 def _run(
@@ -237,6 +243,10 @@ def _run(
         ):
             import pyarrow.parquet  # noqa: F401  (results.write_parquet's writer)
 
+            if plot:
+                import matplotlib.backends.backend_agg  # noqa: F401  (what draws trial.png)
+
+                from . import plot as _  # noqa: F401
             result = sim.result()
     with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
         try:
