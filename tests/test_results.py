@@ -105,7 +105,7 @@ def test_parquet_strings_are_plain_and_only_they_dictionary_encoded(tmp_path):
         {
             "time_s": [0.01 * i for i in range(6)],
             "flow": pl.Series([0, 1, 2, 0, 1, 2], dtype=pl.UInt32),
-            "state": ["startup", "drain", None, "probe_bw", "probe_rtt", "drain"],
+            "state": ["startup", "drain", "probe_bw", "probe_rtt", None, "drain"],
             "bytes": pl.Series(range(6), dtype=pl.UInt64),
         }
     )
@@ -115,8 +115,11 @@ def test_parquet_strings_are_plain_and_only_they_dictionary_encoded(tmp_path):
     path = tmp_path / "x.parquet"
     write_parquet(df, path)
     f = pq.ParquetFile(path)
-    assert f.schema_arrow == pa.schema([("time_s", pa.float64()), ("flow", pa.uint32()), ("state", pa.string()),
-                                        ("bytes", pa.uint64())])
+    # a column without nulls is required, one with them optional
+    assert f.schema_arrow == pa.schema([pa.field("time_s", pa.float64(), nullable=False),
+                                        pa.field("flow", pa.uint32(), nullable=False),
+                                        pa.field("state", pa.string(), nullable=True),
+                                        pa.field("bytes", pa.uint64(), nullable=False)])
     meta = f.metadata
     assert meta.num_row_groups == 1
     for i in range(meta.num_columns):
@@ -127,7 +130,8 @@ def test_parquet_strings_are_plain_and_only_they_dictionary_encoded(tmp_path):
 
     # the same bytes as the plain way of writing it (a cast of the strings by pyarrow)
     table = df.to_arrow()
-    table = table.cast(pa.schema([pa.field(f.name, pa.string() if f.name == "state" else f.type) for f in table.schema]))
+    table = table.cast(pa.schema([pa.field(f.name, pa.string() if f.name == "state" else f.type,
+                                           nullable=f.name == "state") for f in table.schema]))
     ref = tmp_path / "ref.parquet"
     pq.write_table(table, str(ref), compression="zstd", compression_level=3, row_group_size=1 << 20,
                    write_statistics=True, use_dictionary=["state"])
