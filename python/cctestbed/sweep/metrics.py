@@ -136,14 +136,18 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
         "interval_utilization": util,
     }
 
-    inside = window(flows, t0, t1)
+    # the window's samples of the columns read below, split by group in one pass
+    delays = [c for c in ("rtt_ms", "owd_ms") if c in flows.columns]
+    inside = {key[0]: part for key, part in
+              window(flows.select("time_s", "group", *delays), t0, t1).partition_by("group", as_dict=True).items()}
+    group_flows = {key[0]: part["flow"].unique()
+                   for key, part in flows.select("group", "flow").partition_by("group", as_dict=True).items()}
     have_lost = len(flows) > 0 and {"sent_segs", "lost_segs"} <= set(flows.columns)
     lost = counter_deltas(flows, ["sent_segs", "lost_segs"], t0, t1, by="flow") if have_lost else None
     groups: dict[str, Any] = {}
     for label, b in by_group.items():
         s = shares(b, rev_cap if label in reverse_groups else cap)
         q25, q50, q75 = quartiles(s)
-        ids = flows.filter(pl.col("group") == label)["flow"].unique()
         g: dict[str, Any] = {
             "tput_cov": cov(8 * b / spans),
             "share_p25": q25,
@@ -151,13 +155,14 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
             "share_p75": q75,
             "interval_shares": s,
         }
-        g.update(_rtt_stats(inside.filter(pl.col("group") == label)["rtt_ms"]))
-        if "owd_ms" in inside.columns:
-            owd = inside.filter(pl.col("group") == label)["owd_ms"].cast(pl.Float64).fill_nan(None).drop_nulls().to_numpy()
+        mine_inside = inside.get(label, flows.select("time_s", "group", *delays).clear())
+        g.update(_rtt_stats(mine_inside["rtt_ms"]))
+        if "owd_ms" in delays:
+            owd = mine_inside["owd_ms"].cast(pl.Float64).fill_nan(None).drop_nulls().to_numpy()
             if len(owd):
                 g["owd_p50_ms"], g["owd_p95_ms"] = (_num(x) for x in np.percentile(owd, [50, 95]))
         if lost is not None:
-            mine = lost.filter(pl.col("flow").is_in(ids.implode()))
+            mine = lost.filter(pl.col("flow").is_in(group_flows[label].implode()))
             sent = float(mine["sent_segs"].sum())
             g["lost_pct"] = 100.0 * float(mine["lost_segs"].sum()) / sent if sent > 0 else None
         groups[str(label)] = g
