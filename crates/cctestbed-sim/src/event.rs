@@ -67,8 +67,15 @@ impl Entry {
 /// The pending events: a 4-ary min-heap on [`Entry::key`] (half the levels of a binary heap,
 /// and the four children of a node share a cache line or two) and the [`LANES`]. Times are
 /// never negative, so the key's unsigned order is the time order.
+///
+/// The heap's vector holds `len` entries followed by at least [`ARITY`] `EMPTY` ones, so every
+/// node inside the heap has four child slots to read: a sift-down picks the least child
+/// without bounds checks or a count of children, with selects rather than branches (which
+/// child is least is a coin toss, and mispredicted branches were most of a pop's cost).
 pub struct EventQueue {
     heap: Vec<Entry>,
+    /// Entries in the heap; `heap[len..]` is `EMPTY` padding.
+    len: usize,
     /// One pending event of each lane's kind ([`lane`]), `EMPTY` when none; a second pending
     /// event of a lane's kind goes to the heap.
     lanes: [Entry; LANES],
@@ -80,10 +87,11 @@ pub struct EventQueue {
 
 const ARITY: usize = 4;
 
-/// Lanes beside the heap, one per event kind that [`lane`] names.
+/// Lanes beside the heap, one per event kind that [`lane`] names ([`EventQueue::first_lane`]
+/// compares the two).
 const LANES: usize = 2;
 
-/// A free lane: no key is this large (the time part would be past `Nanos::MAX`).
+/// A free lane or heap slot: no key is this large (the time part would be past `Nanos::MAX`).
 const EMPTY: Entry = Entry { key: u128::MAX, ev: Event::Sample };
 
 /// The lane an event kind waits in, if it has one.
@@ -97,7 +105,7 @@ fn lane(ev: &Event) -> Option<usize> {
 
 impl Default for EventQueue {
     fn default() -> Self {
-        EventQueue { heap: Vec::new(), lanes: [EMPTY; LANES], seq: 0, now: 0, processed: 0 }
+        EventQueue { heap: vec![EMPTY; ARITY], len: 0, lanes: [EMPTY; LANES], seq: 0, now: 0, processed: 0 }
     }
 }
 
@@ -113,9 +121,13 @@ impl EventQueue {
                 return;
             }
         }
+        // Keep ARITY padding slots past the last entry.
+        if self.heap.len() < self.len + 1 + ARITY {
+            self.heap.resize(self.len + 1 + ARITY, EMPTY);
+        }
         // Sift up: move parents down until e's place is found.
-        let mut i = self.heap.len();
-        self.heap.push(e);
+        let mut i = self.len;
+        self.len += 1;
         while i > 0 {
             let parent = (i - 1) / ARITY;
             if self.heap[parent].key <= e.key {
@@ -127,17 +139,11 @@ impl EventQueue {
         self.heap[i] = e;
     }
 
-    /// The lane whose event comes before the heap's top, if one does.
+    /// The lane whose event comes before the heap's top, if one does (of the two lanes).
     fn first_lane(&self) -> Option<usize> {
-        let mut best = self.heap.first().map_or(u128::MAX, |e| e.key);
-        let mut which = None;
-        for (l, e) in self.lanes.iter().enumerate() {
-            if e.key < best {
-                best = e.key;
-                which = Some(l);
-            }
-        }
-        which
+        let top = self.heap[0].key;
+        let (l, k) = if self.lanes[1].key < self.lanes[0].key { (1, self.lanes[1].key) } else { (0, self.lanes[0].key) };
+        (k < top).then_some(l)
     }
 
     pub fn pop(&mut self) -> Option<(Nanos, Event)> {
@@ -149,7 +155,7 @@ impl EventQueue {
         let top = match self.first_lane() {
             Some(l) if self.lanes[l].at() <= t => std::mem::replace(&mut self.lanes[l], EMPTY),
             Some(_) => return None,
-            None if self.heap.first()?.at() <= t => self.pop_heap()?,
+            None if self.len > 0 && self.heap[0].at() <= t => self.pop_heap(),
             None => return None,
         };
         let at = top.at();
@@ -159,48 +165,48 @@ impl EventQueue {
         Some((at, top.ev))
     }
 
-    fn pop_heap(&mut self) -> Option<Entry> {
-        let last = self.heap.pop()?;
-        let top = if self.heap.is_empty() {
-            last
-        } else {
-            let top = self.heap[0];
-            // Sift the last entry down from the root.
-            let n = self.heap.len();
-            let mut i = 0;
-            loop {
-                let first = i * ARITY + 1;
-                if first >= n {
-                    break;
-                }
-                let end = (first + ARITY).min(n);
-                let mut best = first;
-                for c in first + 1..end {
-                    if self.heap[c].key < self.heap[best].key {
-                        best = c;
-                    }
-                }
-                if self.heap[best].key >= last.key {
-                    break;
-                }
-                self.heap[i] = self.heap[best];
-                i = best;
+    /// Removes the heap's top; the heap must not be empty.
+    fn pop_heap(&mut self) -> Entry {
+        let top = self.heap[0];
+        self.len -= 1;
+        let n = self.len;
+        let last = std::mem::replace(&mut self.heap[n], EMPTY);
+        if n == 0 {
+            return top;
+        }
+        // Sift the last entry down from the root. `first + 3 < n + ARITY <= heap.len()`, so
+        // the four child slots exist; padding slots are `EMPTY` and never the least.
+        let h = &mut self.heap[..];
+        let mut i = 0;
+        loop {
+            let first = i * ARITY + 1;
+            if first >= n {
+                break;
             }
-            self.heap[i] = last;
-            top
-        };
-        Some(top)
+            let c = &h[first..first + ARITY];
+            let (a, ka) = if c[1].key < c[0].key { (1, c[1].key) } else { (0, c[0].key) };
+            let (b, kb) = if c[3].key < c[2].key { (3, c[3].key) } else { (2, c[2].key) };
+            let (best, kbest) = if kb < ka { (b, kb) } else { (a, ka) };
+            if kbest >= last.key {
+                break;
+            }
+            let child = c[best];
+            h[i] = child;
+            i = first + best;
+        }
+        h[i] = last;
+        top
     }
 
     pub fn peek_time(&self) -> Option<Nanos> {
         match self.first_lane() {
             Some(l) => Some(self.lanes[l].at()),
-            None => self.heap.first().map(Entry::at),
+            None => (self.len > 0).then(|| self.heap[0].at()),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.heap.len() + self.lanes.iter().filter(|e| e.key != u128::MAX).count()
+        self.len + self.lanes.iter().filter(|e| e.key != u128::MAX).count()
     }
 
     pub fn is_empty(&self) -> bool {
