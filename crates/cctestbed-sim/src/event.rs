@@ -9,8 +9,13 @@
 //! the heap, and a pop takes the least key of heap top and lanes. The order is the same as with
 //! every event in the heap (one key decides wherever an entry is kept); only the heap's work per
 //! packet goes.
+//!
+//! Events for the current time (a packet put on an access line without delay or rate is at
+//! its head at once) skip the heap too: they wait in a FIFO, which is in key order because
+//! they all share the current time and come in insertion order.
 
 use crate::time::Nanos;
+use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimerKind {
@@ -79,6 +84,10 @@ pub struct EventQueue {
     /// One pending event of each lane's kind ([`lane`]), `EMPTY` when none; a second pending
     /// event of a lane's kind goes to the heap.
     lanes: [Entry; LANES],
+    /// Events pushed for `now`, in insertion order: after every other event of `now` (theirs
+    /// are the newest keys of that time) and before every later one, so time cannot move on
+    /// while one waits here.
+    due: VecDeque<Entry>,
     seq: u64,
     now: Nanos,
     /// Events popped so far (for benchmarks).
@@ -105,7 +114,7 @@ fn lane(ev: &Event) -> Option<usize> {
 
 impl Default for EventQueue {
     fn default() -> Self {
-        EventQueue { heap: vec![EMPTY; ARITY], len: 0, lanes: [EMPTY; LANES], seq: 0, now: 0, processed: 0 }
+        EventQueue { heap: vec![EMPTY; ARITY], len: 0, lanes: [EMPTY; LANES], due: VecDeque::new(), seq: 0, now: 0, processed: 0 }
     }
 }
 
@@ -115,6 +124,10 @@ impl EventQueue {
         debug_assert!(at >= 0);
         self.seq += 1;
         let e = Entry { key: ((at as u64 as u128) << 64) | self.seq as u128, ev };
+        if at == self.now {
+            self.due.push_back(e);
+            return;
+        }
         if let Some(l) = lane(&ev) {
             if self.lanes[l].key == u128::MAX {
                 self.lanes[l] = e;
@@ -152,6 +165,18 @@ impl EventQueue {
 
     /// Pops the next event if it is due at or before `t`.
     pub fn pop_until(&mut self, t: Nanos) -> Option<(Nanos, Event)> {
+        if let Some(d) = self.due.front() {
+            // An event of `now` from the heap or a lane has an older key and goes first.
+            let other = self.heap[0].key.min(self.lanes[0].key).min(self.lanes[1].key);
+            if d.key < other {
+                if d.at() > t {
+                    return None;
+                }
+                let d = self.due.pop_front().expect("checked");
+                self.processed += 1;
+                return Some((d.at(), d.ev));
+            }
+        }
         let top = match self.first_lane() {
             Some(l) if self.lanes[l].at() <= t => std::mem::replace(&mut self.lanes[l], EMPTY),
             Some(_) => return None,
@@ -199,6 +224,9 @@ impl EventQueue {
     }
 
     pub fn peek_time(&self) -> Option<Nanos> {
+        if !self.due.is_empty() {
+            return Some(self.now);
+        }
         match self.first_lane() {
             Some(l) => Some(self.lanes[l].at()),
             None => (self.len > 0).then(|| self.heap[0].at()),
@@ -206,7 +234,7 @@ impl EventQueue {
     }
 
     pub fn len(&self) -> usize {
-        self.len + self.lanes.iter().filter(|e| e.key != u128::MAX).count()
+        self.len + self.due.len() + self.lanes.iter().filter(|e| e.key != u128::MAX).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -298,13 +326,15 @@ mod tests {
     proptest::proptest! {
         /// Any interleaving of pushes (never before the last pop) and pops comes out as a
         /// stable sort by time would give it, lane events (`BottleneckWake`, `ForwardHead`,
-        /// several pending at once) among heap events.
+        /// several pending at once) among heap events, and a third of the pushes for the
+        /// current time (the FIFO of due events).
         #[test]
         fn pops_follow_time_then_insertion_order(ops in proptest::collection::vec((0u8..6, 0i64..50), 1..400)) {
             let mut q = EventQueue::default();
             let mut reference: Vec<(Nanos, usize, Event)> = vec![];
             let mut now = 0;
             for (i, (op, dt)) in ops.into_iter().enumerate() {
+                let dt = (dt - 16).max(0);
                 let ev = match op {
                     0 | 1 => Some(Event::FlowStart(i as u32)),
                     2 => Some(Event::BottleneckWake),
