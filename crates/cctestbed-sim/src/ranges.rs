@@ -27,6 +27,12 @@ impl RangeSet {
     }
 
     pub fn contains(&self, x: u64) -> bool {
+        // Out-of-order data mostly arrives at or above the top range.
+        match self.r.back() {
+            None => return false,
+            Some(&(s, e)) if s <= x || e <= x => return x < e,
+            _ => {}
+        }
         let i = self.r.partition_point(|&(_, e)| e <= x);
         i < self.r.len() && self.r[i].0 <= x
     }
@@ -35,6 +41,18 @@ impl RangeSet {
     /// Returns the merged range containing it.
     pub fn insert_with(&mut self, s: u64, e: u64, mut newly: impl FnMut(u64)) -> (u64, u64) {
         debug_assert!(s < e);
+        // At or above the start of the top range (new data arriving in order after a hole,
+        // the newest SACK block): only the top range can be touched, no search.
+        if let Some(top) = self.r.back_mut().filter(|top| top.0 <= s) {
+            if top.1 < s {
+                (s..e).for_each(&mut newly);
+                self.r.push_back((s, e));
+                return (s, e);
+            }
+            (top.1.max(s)..e).for_each(&mut newly);
+            top.1 = top.1.max(e);
+            return *top;
+        }
         // First range whose end reaches s (could merge), last range whose start <= e.
         let lo = self.r.partition_point(|&(_, re)| re < s);
         let mut hi = lo;
@@ -57,7 +75,9 @@ impl RangeSet {
         };
         if lo < hi {
             self.r[lo] = merged;
-            self.r.drain(lo + 1..hi);
+            if hi > lo + 1 {
+                self.r.drain(lo + 1..hi);
+            }
         } else {
             self.r.insert(lo, merged);
         }
@@ -112,6 +132,9 @@ mod tests {
                 for w in ranges.windows(2) { prop_assert!(w[0].1 < w[1].0); }
                 let members: Vec<u64> = ranges.iter().flat_map(|&(a, b)| a..b).collect();
                 prop_assert_eq!(members, set.iter().copied().collect::<Vec<_>>());
+                for x in 0..230 {
+                    prop_assert_eq!(rs.contains(x), set.contains(&x));
+                }
             }
         }
     }
