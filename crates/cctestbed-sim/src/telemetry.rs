@@ -499,6 +499,11 @@ impl Telemetry {
     }
 
     fn label(&mut self, name: &'static str) -> u16 {
+        // Labels are distinct strings, so the one at the same address (nearly always: names
+        // are string literals) is the one with the same text; no string compares per row.
+        if let Some(i) = self.labels.iter().position(|l| std::ptr::eq(*l, name)) {
+            return i as u16;
+        }
         match self.labels.iter().position(|l| *l == name) {
             Some(i) => i as u16,
             None => {

@@ -175,7 +175,13 @@ pub(crate) fn to_unit(x: f64) -> u32 {
 pub(crate) fn rate_bytes_per_sec(rate: u64, mss: u32, gain: u32, margin_percent: f64) -> u64 {
     let margin = (100.0 - margin_percent) / 100.0;
     let r = (rate as u128 * mss as u128 * gain as u128) >> BBR_SCALE;
-    let r = (r as f64 * 1e6 * margin) as u128;
+    // The conversions go through 64 bits when the values fit: the same f64 and the same
+    // truncated integer, without the 128-bit conversion routines (once per ACK).
+    let x = match u64::try_from(r) {
+        Ok(r) => r as f64,
+        Err(_) => r as f64,
+    } * 1e6 * margin;
+    let r = if x < 18_446_744_073_709_551_616.0 { x as u64 as u128 } else { x as u128 };
     (r >> BW_SCALE) as u64
 }
 

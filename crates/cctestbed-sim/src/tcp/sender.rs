@@ -764,7 +764,11 @@ impl Sender {
         if rate == 0 || rate == u64::MAX || self.stats.sent_pkts < 10 {
             return;
         }
-        let len_ns = (bytes as u128 * 1_000_000_000 / rate as u128) as Nanos;
+        // In 64 bits when the product fits (any train): the same quotient, no 128-bit division.
+        let len_ns = match bytes.checked_mul(1_000_000_000) {
+            Some(b) => (b / rate) as Nanos,
+            None => (bytes as u128 * 1_000_000_000 / rate as u128) as Nanos,
+        };
         let credit = wstamp - prior_wstamp;
         self.next_send_time = wstamp + len_ns - (len_ns / 2).min(credit);
     }
