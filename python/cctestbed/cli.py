@@ -30,16 +30,19 @@ class CommandGroup(TyperGroup):
         try:
             interrupt.command_started()
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130) from None
-        except Exception as e:  # a Ctrl-C a library reported as an error of its own
-            if interrupt.pressed and not isinstance(e, (typer.Exit, typer.Abort)):
+        except (KeyboardInterrupt, Exception) as e:
+            if _interrupted(e):
                 err.print("interrupted")
                 raise typer.Exit(130) from None
             if isinstance(e, OSError):
                 fail(f"{ctx.invoked_subcommand}: {e}", code=1)
             raise
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is the end of a Ctrl-C: its KeyboardInterrupt, or an error of its own that a
+    library raised in its place (pydantic building a schema, a module loading)."""
+    return isinstance(e, KeyboardInterrupt) or (interrupt.pressed and not isinstance(e, (typer.Exit, typer.Abort)))
 
 
 app = typer.Typer(
@@ -164,14 +167,10 @@ def run(
     """Run one trial and write its results directory."""
     try:
         _run(trial_file, output, force, seed, backend, link_emulator, capture, allow_large, plot)
-    except KeyboardInterrupt:
-        # the core stops within a fraction of a second; a results directory is written atomically
-        err.print(interrupt.MESSAGE)
-        raise typer.Exit(130)
-    except Exception as e:
-        # a Ctrl-C that a library loading while the core runs reported as an error of its own
-        if not interrupt.pressed or isinstance(e, (typer.Exit, typer.Abort)):
+    except (KeyboardInterrupt, Exception) as e:
+        if not _interrupted(e):
             raise
+        # the core stops within a fraction of a second; a results directory is written atomically
         err.print(interrupt.MESSAGE)
         raise typer.Exit(130) from None
 
