@@ -673,7 +673,10 @@ impl Sender {
             return;
         }
         let mut cwnd_limited = false;
-        let max_segs = self.tso_segs();
+        // tcp_tso_segs once per call, as at its start: computed when the first train is
+        // about to be built (nothing it reads changes before then), so that the many calls
+        // that send nothing (cwnd full, pacing) skip it.
+        let mut tso_segs = None;
         // tcp_xmit_recovery with REXMIT_NEW: new data only; if none could go, F-RTO ends and
         // the lost segments are retransmitted as usual.
         let new_only = std::mem::take(&mut self.frto_rexmit_new);
@@ -703,6 +706,7 @@ impl Sender {
                 self.arm(TimerKind::Pace, t, io);
                 break;
             }
+            let max_segs = *tso_segs.get_or_insert_with(|| self.tso_segs());
             let room = self.w.cwnd - in_flight;
             let prior_wstamp = self.next_send_time;
             let mut bytes = 0u64;
