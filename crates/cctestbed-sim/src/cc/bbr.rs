@@ -178,7 +178,7 @@ pub(crate) fn rate_bytes_per_sec(rate: u64, mss: u32, gain: u32, margin_percent:
     // The conversions go through 64 bits when the values fit: the same f64 and the same
     // truncated integer, without the 128-bit conversion routines (once per ACK).
     let x = match u64::try_from(r) {
-        Ok(r) => r as f64,
+        Ok(r64) => r64 as f64,
         Err(_) => r as f64,
     } * 1e6 * margin;
     let r = if x < 18_446_744_073_709_551_616.0 { x as u64 as u128 } else { x as u128 };
