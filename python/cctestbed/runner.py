@@ -81,7 +81,14 @@ class Simulation:
                  tb: Optional[TracebackType]) -> None:
         if self._thread.is_alive():
             self._stop.set()
-            self._thread.join()
+            while self._thread.is_alive():
+                # the core stops within milliseconds of the flag; a second Ctrl-C meanwhile must
+                # not end the wait, or the interpreter could finalise while the core's thread
+                # still runs inside it
+                try:
+                    self._thread.join()
+                except KeyboardInterrupt:
+                    pass
 
     def result(self) -> TrialResult:
         """The trial's frames and summary, once the core has finished (waiting for it)."""
