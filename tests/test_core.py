@@ -181,6 +181,26 @@ def test_the_modules_that_start_a_simulation_load_no_dataframe_library():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("user_value", [None, "2"])
+def test_the_command_keeps_openblas_to_one_thread_unless_the_user_chose(user_value):
+    """OpenBLAS starts a thread per core when NumPy loads, and they spin beside the core that
+    `run` is running meanwhile; the command keeps it to its own thread unless the user set
+    OPENBLAS_NUM_THREADS, whose choice stands."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = user_value
+    code = ("import os, cctestbed.__main__, numpy\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')),\n"
+            "      numpy.__config__.CONFIG['Build Dependencies']['blas']['name'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    value, threads, blas = out.stdout.split()
+    assert value == (user_value or "1")
+    if user_value is None and "openblas" in blas:
+        assert threads == "1"
+
+
 def test_leaving_a_simulation_by_an_exception_stops_the_core(trial_dict):
     """Ctrl-C reaches the thread that started the core, not the core's own: leaving the block by
     its KeyboardInterrupt stops the core and waits for it, long before the trial's end."""
