@@ -518,11 +518,18 @@ impl Simulation {
             self.receivers[f].on_handshake_ack(now);
             return;
         }
-        // The ACKs in the order of DataAcks::all, without carrying the three through a
-        // chained iterator (a data segment is the most frequent event).
+        // The ACKs in the order of DataAcks::all, one at a time: neither a chained iterator
+        // nor an array of the three (a data segment is the most frequent event, and the
+        // array was a copy of all three ACKs each time).
         let DataAcks { ce_flushed, flushed, ack } = self.receivers[f].on_data(now, &p);
-        for ack in [ce_flushed, flushed, ack].into_iter().flatten() {
-            self.send_ack(now, ack);
+        if let Some(a) = ce_flushed {
+            self.send_ack(now, a);
+        }
+        if let Some(a) = flushed {
+            self.send_ack(now, a);
+        }
+        if let Some(a) = ack {
+            self.send_ack(now, a);
         }
         self.sync_delack(f);
         if let Some(size) = self.sizes[f] {

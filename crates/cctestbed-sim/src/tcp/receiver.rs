@@ -326,6 +326,7 @@ impl Receiver {
 
     /// A data segment arrived; returns the ACKs to send now. Afterwards the caller (re)arms
     /// the receiver's timer for [`Receiver::timer_deadline`].
+    #[inline]
     pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> DataAcks {
         self.arrived_pkts += 1;
         let seq = p.seq;
@@ -604,7 +605,11 @@ impl Receiver {
     fn make_ack(&self, delayed: bool) -> AckPacket {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let n = self.sacks.len().min(MAX_SACK_BLOCKS);
-        sacks[..n].copy_from_slice(&self.sacks[..n]);
+        // Block by block rather than `copy_from_slice`: a copy of variable length is a call
+        // to `memcpy`, once per ACK, and nearly every ACK carries no block at all.
+        for (slot, &b) in sacks.iter_mut().zip(&self.sacks) {
+            *slot = b;
+        }
         AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr }
     }
 }
