@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+# Tests press Ctrl-C in the commands they start. A shell starts a background job (`make test &`)
+# with SIGINT ignored, which its children inherit, and the command keeps an ignored SIGINT
+# ignored, as under nohup. Give the commands the terminal's default instead.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The smallest sensible trial: short, so tests that run the core stay fast.
 BASE_TRIAL: dict[str, Any] = {
