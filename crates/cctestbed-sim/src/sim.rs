@@ -32,7 +32,7 @@ use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
-use crate::tcp::receiver::{DataAcks, EcnEcho, Receiver};
+use crate::tcp::receiver::{EcnEcho, Receiver};
 use crate::tcp::sender::{Io, Sender};
 use crate::telemetry::{CompletionSeries, FlowSeries, RouterSeries, Telemetry};
 use crate::time::Nanos;
@@ -518,19 +518,8 @@ impl Simulation {
             self.receivers[f].on_handshake_ack(now);
             return;
         }
-        // The ACKs in the order of DataAcks::all, one at a time: neither a chained iterator
-        // nor an array of the three (a data segment is the most frequent event, and the
-        // array was a copy of all three ACKs each time).
-        let DataAcks { ce_flushed, flushed, ack } = self.receivers[f].on_data(now, &p);
-        if let Some(a) = ce_flushed {
-            self.send_ack(now, a);
-        }
-        if let Some(a) = flushed {
-            self.send_ack(now, a);
-        }
-        if let Some(a) = ack {
-            self.send_ack(now, a);
-        }
+        let acks = self.receivers[f].on_data(now, &p);
+        acks.send_each(|a| self.send_ack(now, a));
         self.sync_delack(f);
         if let Some(size) = self.sizes[f] {
             if self.completed[f].is_none() && self.receivers[f].delivered_bytes >= size {

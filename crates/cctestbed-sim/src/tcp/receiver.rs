@@ -626,8 +626,20 @@ pub struct DataAcks {
 }
 
 impl DataAcks {
-    pub fn all(self) -> impl Iterator<Item = AckPacket> {
-        self.ce_flushed.into_iter().chain(self.flushed).chain(self.ack)
+    /// Hands each ACK to `send`, in the order above. One `if let` each rather than an iterator
+    /// or an array of the three: this runs for every data segment, and either was a copy of
+    /// all three ACKs.
+    #[inline]
+    pub fn send_each(self, mut send: impl FnMut(AckPacket)) {
+        if let Some(a) = self.ce_flushed {
+            send(a);
+        }
+        if let Some(a) = self.flushed {
+            send(a);
+        }
+        if let Some(a) = self.ack {
+            send(a);
+        }
     }
 }
 
