@@ -160,7 +160,7 @@ def test_force_never_deletes_what_is_not_results(cli, trial_dict, write_trial, t
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     r = cli("run", "t.toml", "-o", dest, "--force")
     assert r.exit_code == 2, r.output
-    assert "--force replaces only" in r.output or "file being run" in r.output or "not a directory" in r.output
+    assert "--force replaces only" in r.output or "one of this command's inputs" in r.output or "not a directory" in r.output
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before, "nothing deleted, nothing written"
 

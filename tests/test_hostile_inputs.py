@@ -627,12 +627,12 @@ def _assert_one_line_error(r) -> None:
 def test_damaged_trial_directory(cli, finished, tmp_path, name, what, content):
     d = _damaged_copy(finished / "trial", tmp_path / "d", name, content)
     before = sorted(p.name for p in d.iterdir())
-    for args in (("plot", d, "-o", tmp_path / "x.png"), ("compare", d, finished / "trial", "-o", tmp_path / "cmp")):
+    for args in (("plot", d, "-o", tmp_path / "x.png"), ("compare", d, finished / "trial", "-o", tmp_path / "cmp.png")):
         r = cli(*args)
         _assert_one_line_error(r)
         assert name in r.output
     assert sorted(p.name for p in d.iterdir()) == before
-    assert not (tmp_path / "x.png").exists() and not (tmp_path / "cmp").exists()
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "cmp.png").exists()
 
 
 @pytest.mark.parametrize("name", ["trials.parquet", "sweep.json"])

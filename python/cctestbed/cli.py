@@ -211,7 +211,7 @@ def _run(
         from .destination import ReplaceRefused, check_replaceable
 
         try:
-            check_replaceable(dest, protect=(trial_file,))
+            check_replaceable(dest, protect=(trial_file, *trial.input_files()))
         except ReplaceRefused as e:
             fail(f"{e}; nothing was written")
     from .destination import DestinationError, check_destination, clean_stale
@@ -345,7 +345,8 @@ def analyze(
         refused(f"{output} exists; pass --force to replace it")
     try:
         if force:
-            check_replaceable(output)
+            inputs = [*captures, *(p for p in (ingress, egress, trial_file) if p is not None)]
+            check_replaceable(output, protect=(*inputs, *(trial.input_files() if trial is not None else ())))
         check_destination(output)
     except (ReplaceRefused, DestinationError) as e:
         refused(str(e))

@@ -1126,6 +1126,15 @@ class Trial(_Model):
         """The steady-state window; the whole run when not given."""
         return self.steady if self.steady is not None else (0, self.duration)
 
+    def input_files(self) -> list[Path]:
+        """The files this trial reads besides its own: the link trace and each group's size CDF
+        (a shipped CDF's name included). A command never replaces a directory holding one."""
+        files = [Path(self.link.trace)] if self.link.trace is not None else []
+        for g in self.flows:
+            if isinstance(g.size, SizeDist) and g.size.dist == "cdf" and g.size.file:
+                files.append(workload.cdf_path(g.size.file))
+        return files
+
     def expanded(self) -> list[tuple[int, FlowGroup, int]]:
         """One (group index, group, start_ns) per flow, in flow-id order."""
         return [(f.group, g, f.start_ns) for f, g in zip(self.flow_list(), self._groups_per_flow())]

@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 
 class ReplaceRefused(ValueError):
@@ -26,12 +26,23 @@ MARKER_FILES = ("trial.toml", "summary.json")
 ANALYSIS_MARKER_FILES = ("capture.json", "summary.json")
 
 
-def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], ...] = ()) -> None:
+def _holds(directory: Path, inputs: Iterable[Union[str, Path]]) -> Optional[Path]:
+    """The first of ``inputs`` that is ``directory`` itself or lies inside it, else None."""
+    real = directory.resolve()
+    for p in inputs:
+        pr = Path(p).resolve()
+        if pr == real or real in pr.parents:
+            return Path(p)
+    return None
+
+
+def check_replaceable(dest: Union[str, Path], protect: Iterable[Union[str, Path]] = ()) -> None:
     """Raise :class:`ReplaceRefused` unless ``dest`` may be replaced by a new results directory.
 
     Only a results directory of this tool (one holding trial.toml and summary.json) may be
     replaced, and never the working directory or one of its parents, nor a directory holding
-    one of the ``protect`` paths (the trial file being run). A path that does not exist is fine.
+    one of the ``protect`` paths: every input of the command (trial file, link trace, size CDF,
+    capture). A path that does not exist is fine.
     """
     dest = Path(dest)
     if not dest.exists() and not dest.is_symlink():
@@ -44,10 +55,9 @@ def check_replaceable(dest: Union[str, Path], protect: tuple[Union[str, Path], .
         raise ReplaceRefused(
             f"{dest} is the working directory or one of its parents; --force replaces only a results directory"
         )
-    for p in protect:
-        pr = Path(p).resolve()
-        if pr == real or real in pr.parents:
-            raise ReplaceRefused(f"{dest} holds {p}, the file being run; choose another output directory")
+    held = _holds(real, protect)
+    if held is not None:
+        raise ReplaceRefused(f"{dest} holds {held}, one of this command's inputs; choose another output directory")
     missing = [f for f in MARKER_FILES if not (dest / f).is_file()]
     analysed = all((dest / f).is_file() for f in ANALYSIS_MARKER_FILES)
     if missing and not analysed:
@@ -79,6 +89,27 @@ def check_destination(dest: Union[str, Path]) -> None:
             return
 
 
+#: Every temporary directory this project makes beside a destination holds this file with this
+#: text from the moment it exists; cleanup removes a leftover only when it does, so a user's own
+#: ``.res.tmp-mywork`` is never touched.
+OWNER_FILE = ".cctestbed-temporary"
+OWNER_TEXT = "a temporary directory of cctestbed: removed with its directory when the run that made it is gone\n"
+
+
+def mark_owned(directory: Path) -> None:
+    """Mark ``directory`` as a temporary directory of this project (see :data:`OWNER_FILE`)."""
+    (directory / OWNER_FILE).write_text(OWNER_TEXT, encoding="utf-8")
+
+
+def is_owned(directory: Path) -> bool:
+    """Whether ``directory`` carries this project's temporary-directory marker."""
+    try:
+        marker = directory / OWNER_FILE
+        return marker.is_file() and not marker.is_symlink() and marker.read_text(encoding="utf-8") == OWNER_TEXT
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 #: Temporary names beside a destination: ``.<name>.tmp-*`` while being written (locked by the
 #: writer), ``.<name>.old-*`` holding the directory a ``--force`` run moved aside.
 TMP_MARK = ".tmp-"
@@ -102,8 +133,9 @@ def _lock_dir(path: Path) -> Optional[int]:
 def clean_stale(parent: Union[str, Path]) -> tuple[list[Path], list[Path]]:
     """Remove the temporary directories that killed runs left in ``parent``.
 
-    A run writes its results into ``.<name>.tmp-*`` holding a lock on it; a directory whose lock
-    can be taken was left by a run that died (SIGKILL, power loss) and is removed. Returns
+    A run writes its results into ``.<name>.tmp-*`` holding a lock on it and this project's marker
+    (:data:`OWNER_FILE`); a marked directory whose lock can be taken was left by a run that died
+    (SIGKILL, power loss) and is removed. A directory without the marker is not ours and stays. Returns
     (removed, kept): kept are ``.<name>.old-*`` directories holding results a ``--force`` run had
     moved aside when it was killed; they are reported, never deleted.
     """
@@ -119,6 +151,8 @@ def clean_stale(parent: Union[str, Path]) -> tuple[list[Path], list[Path]]:
         if m is None or p.is_symlink() or not p.is_dir():
             continue
         if m.group(1) == "tmp":
+            if not is_owned(p):
+                continue  # a name like ours, but a directory this project did not make
             try:
                 fd = _lock_dir(p)
             except OSError:
@@ -135,34 +169,41 @@ def clean_stale(parent: Union[str, Path]) -> tuple[list[Path], list[Path]]:
     return removed, kept
 
 
-def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) -> Path:
+def write_dir(
+    dest: Path,
+    write: Callable[[Path], None],
+    force: bool = False,
+    replaceable: Callable[[Path], None] = check_replaceable,
+) -> Path:
     """Fill a temporary directory beside ``dest`` with ``write`` and rename it to ``dest``.
 
-    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then, if it is a
-    results directory (:func:`check_replaceable`), it is moved aside, the new directory renamed
-    into place, and the old one deleted. On any error the temporary directory is removed and
-    ``dest`` is left as it was.
+    An existing ``dest`` is refused (``FileExistsError``) unless ``force``; then, if
+    ``replaceable`` accepts it (by default :func:`check_replaceable`: a results directory), it is
+    moved aside, the new directory renamed into place, and the old one deleted. On any error the
+    temporary directory is removed and ``dest`` is left as it was.
     """
     dest = dest.absolute()
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
     if force:
-        check_replaceable(dest)
+        replaceable(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(dest.parent)
     # Created under another name and locked before it is renamed to a .tmp- name, so that
     # clean_stale never sees an unlocked directory of a live run.
     new = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new-", dir=dest.parent))
     lock = _lock_dir(new)
+    mark_owned(new)
     tmp = new.with_name(new.name.replace(".new-", TMP_MARK, 1))
     os.rename(new, tmp)
     try:
         write(tmp)
         os.chmod(tmp, 0o755)
+        (tmp / OWNER_FILE).unlink()
         if dest.exists():
             if not force:
                 raise FileExistsError(f"{dest} exists; pass force=True (--force) to replace it")
-            check_replaceable(dest)
+            replaceable(dest)
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{OLD_MARK}", dir=dest.parent))
             os.rename(dest, old / "previous")
             os.rename(tmp, dest)
@@ -175,4 +216,72 @@ def write_dir(dest: Path, write: Callable[[Path], None], force: bool = False) ->
     finally:
         if lock is not None:
             os.close(lock)
+    return dest
+
+
+#: The one mark of a file this project wrote: PNG, SVG and PDF figures carry it as their creating
+#: software, HTML reports as their generator. An existing file is overwritten only when it has it.
+GENERATOR = "cctestbed"
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+REPORT_SUFFIXES = (".html", ".htm")
+
+
+def written_by_us(path: Path) -> bool:
+    """Whether the regular file ``path`` carries :data:`GENERATOR` in its first or last 64 KiB
+    (a PNG's text chunk and an HTML head lead the file; a PDF's information dictionary ends it)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read(65536)
+    except OSError:
+        return False
+    mark = GENERATOR.encode()
+    return mark in head or mark in tail
+
+
+def check_output_file(
+    dest: Union[str, Path], suffixes: tuple[str, ...], inputs: Iterable[Union[str, Path]] = ()
+) -> None:
+    """Raise :class:`DestinationError` unless one file may be written at ``dest`` (``plot -o``,
+    ``compare -o``, ``report -o``): a suffix among ``suffixes``; not one of the command's
+    ``inputs``; not an existing directory, device or other non-file; an existing file only if
+    this project wrote it (:func:`written_by_us`); and a parent that can be created."""
+    dest = Path(dest)
+    if dest.suffix.lower() not in suffixes:
+        raise DestinationError(
+            f"{dest}: cannot write a {dest.suffix or 'suffix-less'} file; valid suffixes: {', '.join(suffixes)}"
+        )
+    real = dest.resolve()
+    for p in inputs:
+        if Path(p).resolve() == real:
+            raise DestinationError(f"{dest} is one of this command's inputs; choose another output path")
+    if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+        raise DestinationError(f"{dest} exists and is not a regular file; choose another output path")
+    if dest.exists() and not written_by_us(dest):
+        raise DestinationError(
+            f"{dest} exists and was not written by cctestbed; choose another output path or remove it first"
+        )
+    if len(dest.absolute().name.encode()) > 200:
+        raise DestinationError(f"{dest}: the file name is longer than 200 bytes; choose a shorter one")
+    check_destination(dest.parent)
+
+
+def write_file_atomically(dest: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write`` with a temporary path beside ``dest`` (same suffix) and rename the file into
+    place: an interrupted or failed write leaves ``dest`` as it was and nothing beside it."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-", suffix=dest.suffix, dir=dest.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return dest

@@ -15,12 +15,14 @@ built without pyplot, so it holds no global state and works in scripts and noteb
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
+from .destination import FIGURE_SUFFIXES, GENERATOR, write_file_atomically
 from .summary import TrialInfo, drop_columns, in_direction, reverse_router
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
@@ -460,9 +462,22 @@ def plot_trial(
     return fig
 
 
+#: What each figure format records as its creator (:data:`destination.GENERATOR`, the mark that
+#: lets a later command overwrite the file), with no timestamp or other varying metadata.
+_FIGURE_METADATA = {
+    "png": {"Software": GENERATOR},
+    "svg": {"Creator": GENERATOR, "Date": None},
+    "pdf": {"Creator": GENERATOR, "Producer": None, "CreationDate": None},
+}
+
+
 def save_figure(fig: Figure, path: str, dpi: int = 110) -> None:
-    """Write the figure as PNG without pyplot; no timestamp or other varying metadata."""
+    """Write the figure as PNG, SVG or PDF (by the path's suffix) without pyplot, into place in
+    one rename so that an interrupted write leaves no partial file."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    fmt = Path(path).suffix.lower().lstrip(".") or "png"
+    if fmt not in _FIGURE_METADATA:
+        raise ValueError(f"{path}: figures are written as {', '.join(FIGURE_SUFFIXES)}")
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    write_file_atomically(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi, format=fmt, metadata=_FIGURE_METADATA[fmt]))

@@ -72,12 +72,18 @@ def compare(
     dir_a: Path = typer.Argument(..., help="First results directory."),
     dir_b: Path = typer.Argument(..., help="Second results directory."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", help="PNG to write.", show_default="DIR_B/compare.png"
+        None, "-o", "--output", help="Figure to write (.png, .svg or .pdf).", show_default="DIR_B/compare.png"
     ),
 ) -> None:
     """Overlay two trials' time series (PNG) and print their steady-state metrics side by side."""
     from ..compare import compare_table, load_pair, plot_compare, save_compare
+    from ..destination import FIGURE_SUFFIXES, DestinationError, check_output_file
 
+    if output is not None:
+        try:
+            check_output_file(output, FIGURE_SUFFIXES)
+        except DestinationError as e:
+            fail(f"{e}; nothing was written")
     try:
         a, b = load_pair(dir_a, dir_b)
     except (OSError, ValueError) as e:

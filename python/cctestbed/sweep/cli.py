@@ -277,7 +277,7 @@ def plot_command(
     ),
     by: Optional[str] = typer.Option(None, "--by", help="One line per value of this column."),
     facet: Optional[str] = typer.Option(None, "--facet", help="One panel per value of this column."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="PNG file (with --y) or directory for the plots."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Figure file (.png, .svg or .pdf) for one plot, or directory for a sweep's plots."),
     kind: str = typer.Option("trial", "--kind", help="trial (the stacked plot) or tseq (a flow's time-sequence plot)."),
     flow: int = typer.Option(0, "--flow", help="--kind tseq: the flow to plot."),
     t_from: Optional[float] = typer.Option(None, "--from", help="--kind tseq: start of the time range (s)."),
@@ -292,6 +292,13 @@ def plot_command(
         fail(f"{directory}: no such directory")
     if kind not in ("trial", "tseq"):
         fail(f"--kind {kind}: valid are trial, tseq")
+    if output is not None and (kind == "tseq" or y is not None or not Store.is_sweep_dir(directory)):
+        from ..destination import FIGURE_SUFFIXES, DestinationError, check_output_file
+
+        try:  # one figure: checked before anything is drawn
+            check_output_file(output, FIGURE_SUFFIXES)
+        except DestinationError as e:
+            fail(f"{e}; nothing was written")
     if kind == "tseq":
         from ..plot import save_figure
         from ..tseq import TseqError, plot_tseq
@@ -361,9 +368,14 @@ def report_command(
 
     if not Store.is_sweep_dir(directory):
         fail(f"{directory} is not a sweep directory (no sweep.json)")
-    from .report import write_report
+    from ..destination import DestinationError
+    from .report import check_report_destination, write_report
     from .plot import PlotError
 
+    try:
+        check_report_destination(directory, output)
+    except DestinationError as e:
+        fail(f"{e}; nothing was written")
     try:
         path = write_report(directory, output)
     except PlotError as e:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import html
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 import polars as pl
 
+from ..destination import (
+    GENERATOR, REPORT_SUFFIXES, DestinationError, check_output_file, write_dir, write_file_atomically,
+)
 from .store import read_table
 from .plot import SweepData, choose_axes, summary_plots
 
@@ -127,14 +129,18 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
     root = Path(root)
     data = SweepData.load(root)
     all_rows, meta = read_table(root)  # read (and checked) by SweepData.load already
-    page = Path(output) if output is not None else root / "report.html"
-    img_dir = page.parent / (page.stem if page.stem != "report" else "report")
-    if img_dir.exists():
-        shutil.rmtree(img_dir)
-    img_dir.mkdir(parents=True)
+    page, img_dir = report_paths(root, output)
+    check_report_destination(root, output)
 
     x, by, facets = choose_axes(data)
-    figures = [(path, stem, why or CAPTIONS.get(stem, "")) for stem, path, why in summary_plots(data, img_dir)]
+    figures: list[tuple[Optional[Path], str, str]] = []
+
+    def draw(tmp: Path) -> None:
+        (tmp / ASSETS_MARKER).write_text(ASSETS_MARKER_TEXT, encoding="utf-8")
+        for stem, path, why in summary_plots(data, tmp):
+            figures.append((None if path is None else img_dir / path.name, stem, why or CAPTIONS.get(stem, "")))
+
+    write_dir(img_dir, draw, force=True, replaceable=lambda d: _check_assets(d, output is None))
 
     sweep = meta.get("sweep", {})
     failed = all_rows.filter(pl.col("status") == "failed")
@@ -155,7 +161,7 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
         )
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        f'<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="{GENERATOR}">',
         f"<title>{_esc(data.name)}: sweep report</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>{_esc(data.name)}</h1>",
@@ -202,5 +208,48 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
         '<p class="meta">Columns of <code>trials.parquet</code> hold every metric of every trial; '
         "each trial's telemetry is in its directory.</p></body></html>"
     )
-    page.write_text("\n".join(p for p in parts if p) + "\n", encoding="utf-8")
+    html = "\n".join(p for p in parts if p) + "\n"
+    write_file_atomically(page, lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return page
+
+
+#: The file that marks a report's figure folder as one ``report`` wrote and may replace.
+ASSETS_MARKER = ".cctestbed-report"
+ASSETS_MARKER_TEXT = "figures of a cctestbed sweep report; replaced whenever the report is written again\n"
+
+
+def report_paths(root: Path, output: Optional[Path]) -> tuple[Path, Path]:
+    """The report's page and its figure folder (the page's name without its suffix, beside it)."""
+    page = Path(output) if output is not None else Path(root) / "report.html"
+    return page, page.parent / page.stem
+
+
+def _check_assets(img_dir: Path, default: bool) -> None:
+    """Raise :class:`DestinationError` unless ``img_dir`` may be replaced: a folder a report wrote
+    (it holds :data:`ASSETS_MARKER`), or, at the sweep's own default place, an older report's
+    folder of PNG files only."""
+    if not img_dir.exists() and not img_dir.is_symlink():
+        return
+    if img_dir.is_symlink() or not img_dir.is_dir():
+        raise DestinationError(f"{img_dir} (the report's figure folder) exists and is not a directory; choose another -o")
+    marker = img_dir / ASSETS_MARKER
+    if marker.is_file() and not marker.is_symlink():
+        return
+    if default and all(p.is_file() and not p.is_symlink() and p.suffix == ".png" for p in img_dir.iterdir()):
+        return
+    raise DestinationError(
+        f"{img_dir} (the report's figure folder, named after the page) exists and was not written by "
+        "cctestbed report; choose another -o"
+    )
+
+
+def check_report_destination(root: Path, output: Optional[Path]) -> None:
+    """Everything ``report`` will write, checked before it draws anything: the page (an HTML file
+    that does not exist or was written by a report), and its figure folder (see
+    :func:`_check_assets`); neither may be a file of the sweep itself."""
+    page, img_dir = report_paths(root, output)
+    root = Path(root)
+    check_output_file(page, REPORT_SUFFIXES)
+    _check_assets(img_dir, output is None)
+    if img_dir.resolve() == root.resolve() or img_dir.resolve() in root.resolve().parents:
+        raise DestinationError(f"{page}: its figure folder {img_dir} would be the sweep directory or hold it; choose another -o")
