@@ -1,0 +1,209 @@
+//! Loader and safe interpreter for BPF `struct_ops` congestion controls: the very
+//! `tcp_congestion_ops` object files (`clang -target bpf`) that Linux loads, run inside the
+//! simulator.
+//!
+//! # What is followed
+//! The semantics are those of Linux **6.18**:
+//! - **Writable socket fields** are those of `net/ipv4/bpf_tcp_ca.c`
+//!   (`bpf_tcp_ca_btf_struct_access`): `sk_pacing_rate`, `sk_pacing_status`, `icsk_ca_priv`,
+//!   `icsk_ack.pending`, `snd_cwnd`, `snd_cwnd_cnt`, `snd_ssthresh`, `ecn_flags`,
+//!   `app_limited`. A store whose CO-RE relocation targets any other field is refused at load
+//!   ([`LoadError`] naming the field); at run time every store into the socket view outside
+//!   those byte ranges is a [`RunError`] (this catches stores through computed pointers, which
+//!   carry no relocation). `ack_sample`, `rate_sample`, the context array and `.rodata` are
+//!   read-only, as in the kernel.
+//! - **kfuncs** `tcp_reno_ssthresh`, `tcp_reno_cong_avoid`, `tcp_reno_undo_cwnd`,
+//!   `tcp_slow_start`, `tcp_cong_avoid_ai` follow `net/ipv4/tcp_cong.c` (including
+//!   `tcp_is_cwnd_limited` / `tcp_in_slow_start` in `tcp_reno_cong_avoid`). They are resolved
+//!   at load by the name of the object's extern symbol (the object file's calls carry a
+//!   relocation against it; the kernel would use the BTF id, which names the same function).
+//! - **Helpers** (by id): `bpf_map_lookup_elem` (1), `bpf_map_update_elem` (2),
+//!   `bpf_map_delete_elem` (3) on array and hash maps, `bpf_ktime_get_ns` (5),
+//!   `bpf_get_prandom_u32` (7), `bpf_sk_storage_get` (107), `bpf_sk_storage_delete` (108),
+//!   `bpf_tcp_send_ack` (116), `bpf_jiffies64` (118), `bpf_ktime_get_coarse_ns` (160). Any
+//!   other id is refused at load.
+//! - **Division** follows the kernel (which wins over any other reading of the ISA): division
+//!   by zero yields 0, modulo by zero leaves the destination unchanged (the 32-bit forms then
+//!   zero-extend the 32-bit destination, as the verifier's rewrite does); signed division of
+//!   the minimum by -1 wraps. Shift amounts are masked to the operand width, as the kernel's
+//!   interpreter does.
+//! - **CO-RE** field relocations (byte offset, byte size, existence, signedness, bit-field
+//!   shifts) and type existence/size relocations are resolved by name, as libbpf does, against
+//!   a target BTF built from this crate's own `#[repr(C)]` view structs ([`view`]): one macro
+//!   declares each struct and its BTF description, with offsets from `offset_of!`. A program
+//!   reading a field the view lacks is refused at load, naming the type and the field.
+//!
+//! # Deviations from the kernel
+//! - The socket view holds only the fields congestion controls read (see [`TcpSock`]); the
+//!   kernel's bit fields `icsk_ca_state` and `is_cwnd_limited` are whole bytes.
+//! - There is no verifier: instead every memory access is checked at run time (first and last
+//!   byte inside one region handed to the call), every call has an instruction budget
+//!   ([`INSN_BUDGET`]) and a frame depth limit (8, the kernel's `MAX_CALL_FRAMES`). A program
+//!   the kernel's verifier would refuse may therefore load here and fail only when it runs.
+//! - The stack is one region of 8 × 512 bytes; a frame's `r10` points at the top of its own
+//!   512 bytes, and a frame can reach its callers' frames (the kernel allows that only through
+//!   pointers passed as arguments).
+//! - `bpf_setsockopt`/`bpf_getsockopt`, ring buffers, `__kconfig` externs and the built-in
+//!   controls' own kfuncs (`cubictcp_*`, `bbr_*`, `dctcp_*`) are not implemented: objects using
+//!   them are refused at load, naming the helper or symbol.
+//! - Maps are per [`Object`] (shared by its instances behind a mutex, held for a whole call);
+//!   socket-local storage is per [`Instance`]. Hash maps keep at most 2^20 entries.
+//! - `bpf_get_prandom_u32` is deterministic: [`Env::prandom`] is the generator's state, advanced
+//!   on every call (no OS randomness), and there is no wall clock: time is [`Env::now_ns`] and
+//!   [`Env::jiffies`].
+//!
+//! # Why not `rbpf`
+//! rbpf 0.4.1 has no instruction budget (a loop in a program hangs the simulator), checks only
+//! the start address of extra memory regions, and its helpers are context-free `fn(u64, ..)`,
+//! which cannot reach per-socket storage or the simulated clock. The interpreter in [`vm`] decodes
+//! instructions once at load and checks every access.
+//!
+//! # Using it
+//! ```no_run
+//! use std::sync::Arc;
+//! use ccbpf::{Env, Object, Op, TcpSock};
+//! let obj = Arc::new(Object::load(&std::fs::read("target/bpf/reno.bpf.o").unwrap()).unwrap());
+//! let mut flow = obj.instance();
+//! *flow.sock = TcpSock::initial(1448);
+//! let mut env = Env { now_ns: 0, jiffies: 0, prandom: 1, send_ack: false };
+//! let ssthresh = flow.call(Op::Ssthresh, &[], None, None, &mut env).unwrap();
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod btf;
+mod core_relo;
+mod elf;
+mod kernel;
+mod load;
+pub mod view;
+pub mod vm;
+
+pub use load::Object;
+pub use view::{AckSample, IcskAck, InetConnectionSock, InetSock, Minmax, MinmaxSample, RateSample, Sock, TcpSock};
+pub use vm::{Instance, INSN_BUDGET};
+
+use std::fmt;
+
+/// The operations of `struct tcp_congestion_ops` a program can fill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Init,
+    Release,
+    Ssthresh,
+    CongAvoid,
+    SetState,
+    CwndEvent,
+    InAckEvent,
+    PktsAcked,
+    MinTsoSegs,
+    CongControl,
+    UndoCwnd,
+    SndbufExpand,
+}
+
+impl Op {
+    pub const ALL: [Op; 12] = [
+        Op::Init,
+        Op::Release,
+        Op::Ssthresh,
+        Op::CongAvoid,
+        Op::SetState,
+        Op::CwndEvent,
+        Op::InAckEvent,
+        Op::PktsAcked,
+        Op::MinTsoSegs,
+        Op::CongControl,
+        Op::UndoCwnd,
+        Op::SndbufExpand,
+    ];
+
+    /// The member name in `struct tcp_congestion_ops`.
+    pub fn member_name(self) -> &'static str {
+        match self {
+            Op::Init => "init",
+            Op::Release => "release",
+            Op::Ssthresh => "ssthresh",
+            Op::CongAvoid => "cong_avoid",
+            Op::SetState => "set_state",
+            Op::CwndEvent => "cwnd_event",
+            Op::InAckEvent => "in_ack_event",
+            Op::PktsAcked => "pkts_acked",
+            Op::MinTsoSegs => "min_tso_segs",
+            Op::CongControl => "cong_control",
+            Op::UndoCwnd => "undo_cwnd",
+            Op::SndbufExpand => "sndbuf_expand",
+        }
+    }
+
+    pub fn from_member_name(name: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|op| op.member_name() == name)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Op::ALL.iter().position(|&o| o == self).unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.member_name())
+    }
+}
+
+/// Why an object was refused at load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadError(pub String);
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BPF object refused: {}", self.0)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A program that failed while running: which program (its section name), in which op, at
+/// which instruction (index within the program, counting `ld_imm64` as two), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunError {
+    pub program: String,
+    pub op: Op,
+    pub insn: usize,
+    pub message: String,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BPF program {} ({}) failed at instruction {}: {}", self.program, self.op, self.insn, self.message)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// The simulated world a call sees.
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    /// `bpf_ktime_get_ns` and `bpf_ktime_get_coarse_ns`.
+    pub now_ns: u64,
+    /// `bpf_jiffies64`.
+    pub jiffies: u64,
+    /// State of the deterministic generator behind `bpf_get_prandom_u32`; every call of the
+    /// helper advances it.
+    pub prandom: u32,
+    /// Set (never cleared) when the program calls `bpf_tcp_send_ack`.
+    pub send_ack: bool,
+}
+
+impl Env {
+    /// The next `bpf_get_prandom_u32` value: a Weyl sequence mixed by murmur3's finaliser.
+    pub fn next_prandom(&mut self) -> u32 {
+        self.prandom = self.prandom.wrapping_add(0x9e37_79b9);
+        let mut x = self.prandom;
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x85eb_ca6b);
+        x ^= x >> 13;
+        x = x.wrapping_mul(0xc2b2_ae35);
+        x ^ (x >> 16)
+    }
+}

@@ -1,0 +1,495 @@
+//! Loading an object: ELF, license, `.BTF`, the `tcp_congestion_ops` struct_ops variable and the
+//! programs it names, maps, global data sections, relocations (maps, data, kfuncs, subprogram
+//! calls), CO-RE, the writable-field check, and the decoding of every instruction.
+
+use std::sync::{Arc, Mutex};
+
+use crate::btf::{self, Btf, KIND_ARRAY, KIND_PTR};
+use crate::core_relo::{self, FIELD_BYTE_OFFSET};
+use crate::elf::{Elf, Rel, SHN_UNDEF, STT_SECTION};
+use crate::kernel::{Kfunc, HELPERS};
+use crate::view::{offsets, TargetBtf};
+use crate::vm::{self, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
+use crate::{LoadError, Op};
+
+pub const MAP_TYPE_HASH: u32 = 1;
+pub const MAP_TYPE_ARRAY: u32 = 2;
+pub const MAP_TYPE_SK_STORAGE: u32 = 24;
+/// Most maps an object may define (region numbering, see [`vm`]).
+pub const MAX_MAPS: usize = 64;
+/// Most entries of a hash map.
+pub const MAX_HASH_ENTRIES: u32 = 1 << 20;
+/// Most bytes of an array map or a global data section.
+pub const MAX_REGION_BYTES: u64 = 1 << 28;
+
+/// Licenses the kernel's `license_is_gpl_compatible` accepts.
+const GPL_COMPATIBLE: [&str; 6] = ["GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"];
+
+/// One program: a `struct_ops/...` section's instructions, followed by `.text`'s subprograms.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub section: String,
+    pub insns: Vec<Insn>,
+    pub entry: usize,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct MapDef {
+    pub name: String,
+    pub kind: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct DataSection {
+    pub name: String,
+    pub writable: bool,
+    pub initial: Vec<u8>,
+}
+
+/// Map contents and writable global data, shared by all instances of an object.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Live bytes of each data section (read-only ones are never written).
+    pub data: Vec<Vec<u8>>,
+    pub maps: Vec<MapStore>,
+}
+
+#[derive(Debug)]
+pub(crate) enum MapStore {
+    Array(Vec<u8>),
+    Hash(Vec<Option<(Vec<u8>, Vec<u8>)>>),
+    SkStorage,
+}
+
+/// A loaded, relocated and checked `tcp_congestion_ops` object.
+#[derive(Debug)]
+pub struct Object {
+    name: String,
+    flags: u32,
+    pub(crate) ops: [Option<usize>; 12],
+    pub(crate) programs: Vec<Program>,
+    pub(crate) maps: Vec<MapDef>,
+    pub(crate) data: Vec<DataSection>,
+    pub(crate) shared: Mutex<Shared>,
+    /// (field name, first byte, end byte) of the writable socket fields.
+    pub(crate) writable: Vec<(&'static str, usize, usize)>,
+}
+
+fn err(msg: impl Into<String>) -> LoadError {
+    LoadError(msg.into())
+}
+
+impl Object {
+    /// Loads an object file (its `.rodata` already holding the parameters the caller wants).
+    pub fn load(elf_bytes: &[u8]) -> Result<Object, LoadError> {
+        let elf = Elf::parse(elf_bytes)?;
+
+        let license = elf
+            .section_by_name("license")
+            .and_then(|(_, s)| crate::elf::cstr_at(s.data, 0))
+            .ok_or_else(|| err("no license section: a BPF congestion control must declare a GPL-compatible license"))?;
+        if !GPL_COMPATIBLE.contains(&license.as_str()) {
+            return Err(err(format!("license {license:?} is not GPL-compatible (the kernel refuses struct_ops programs that are not)")));
+        }
+
+        let (_, btf_sec) = elf.section_by_name(".BTF").ok_or_else(|| err("no .BTF section (compile with clang -g)"))?;
+        let btf = Btf::parse(btf_sec.data)?;
+        let core_relos = match elf.section_by_name(".BTF.ext") {
+            Some((_, ext)) => btf::parse_core_relos(ext.data, btf_sec.data)?,
+            None => Vec::new(),
+        };
+        let target = TargetBtf::of_views();
+
+        // Maps of .maps, described by BTF.
+        let maps_section = elf.section_by_name(".maps").map(|(i, _)| i);
+        let mut maps = Vec::new();
+        if let Some(ms) = maps_section {
+            for sym in elf.symbols.iter().filter(|s| s.section as usize == ms && s.kind != STT_SECTION && !s.name.is_empty()) {
+                if maps.len() >= MAX_MAPS {
+                    return Err(err(format!("more than {MAX_MAPS} maps")));
+                }
+                maps.push(map_def(&btf, &sym.name)?);
+            }
+        }
+
+        // Global data sections.
+        let mut data = Vec::new();
+        let mut data_index = vec![None; elf.sections.len()];
+        for (i, s) in elf.sections.iter().enumerate() {
+            let is_data = [".rodata", ".data", ".bss"].iter().any(|p| s.name == *p || s.name.starts_with(&format!("{p}.")));
+            if !is_data {
+                continue;
+            }
+            if s.size > MAX_REGION_BYTES {
+                return Err(err(format!("section {} is too large", s.name)));
+            }
+            let mut initial = s.data.to_vec();
+            initial.resize(s.size as usize, 0);
+            data_index[i] = Some(data.len());
+            data.push(DataSection { name: s.name.clone(), writable: !s.name.starts_with(".rodata"), initial });
+        }
+
+        // The struct_ops variable.
+        let (so_idx, so_sec) = elf
+            .section_by_name(".struct_ops")
+            .or_else(|| elf.section_by_name(".struct_ops.link"))
+            .ok_or_else(|| err("no .struct_ops or .struct_ops.link section: not a struct_ops tcp_congestion_ops object"))?;
+        let ops_type = btf
+            .struct_by_name("tcp_congestion_ops")
+            .ok_or_else(|| err("the object's BTF has no struct tcp_congestion_ops"))?;
+        let ops_t = btf.get(ops_type).ok_or_else(|| err("bad BTF"))?;
+        let ops_size = ops_t.size_or_type as u64;
+        let vars: Vec<_> = elf.symbols.iter().filter(|s| s.section as usize == so_idx && s.kind == 1).collect();
+        let var = match vars.as_slice() {
+            [v] => *v,
+            [] => return Err(err("the .struct_ops section defines no variable")),
+            _ => return Err(err("the .struct_ops section defines more than one struct_ops variable; one tcp_congestion_ops per object")),
+        };
+        if var.size != ops_size {
+            return Err(err(format!("struct_ops variable {} is {} bytes, struct tcp_congestion_ops is {ops_size}: not a tcp_congestion_ops", var.name, var.size)));
+        }
+        let member_at = |name: &str| ops_t.members.iter().find(|m| m.name == name).map(|m| (m.bit_offset / 8) as usize);
+        let base = var.value as usize;
+        let name = member_at("name")
+            .and_then(|o| so_sec.data.get(base + o..))
+            .map(|b| String::from_utf8_lossy(&b[..b.iter().position(|&c| c == 0).unwrap_or(b.len()).min(16)]).into_owned())
+            .ok_or_else(|| err("tcp_congestion_ops has no name"))?;
+        let flags = member_at("flags").and_then(|o| crate::elf::u32_at(so_sec.data, base + o)).unwrap_or(0);
+
+        let writable = offsets::writable();
+        let mut programs: Vec<Program> = Vec::new();
+        let mut ops = [None; 12];
+        for rel in elf.relocations_for(so_idx)? {
+            let sym = &elf.symbols[rel.symbol];
+            let off = rel.offset.wrapping_sub(var.value);
+            let member = ops_t
+                .members
+                .iter()
+                .find(|m| (m.bit_offset / 8) as u64 == off)
+                .ok_or_else(|| err(format!("relocation at .struct_ops offset {off} names no member of tcp_congestion_ops")))?;
+            let op = Op::from_member_name(&member.name)
+                .ok_or_else(|| err(format!("op {} (program {}) is not supported for BPF congestion controls", member.name, sym.name)))?;
+            let sec = sym.section as usize;
+            let psec = elf.sections.get(sec).ok_or_else(|| err(format!("op {op} names symbol {}, which is in no section", sym.name)))?;
+            let existing = programs.iter().position(|p| p.section == psec.name);
+            let idx = match existing {
+                Some(i) => i,
+                None => {
+                    let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable };
+                    let mut insns = decode_section(&ctx, sec, 0, None)?;
+                    let text_base = insns.len();
+                    if let Some((ti, t)) = elf.section_by_name(".text") {
+                        if !t.data.is_empty() {
+                            let text = decode_section(&ctx, ti, text_base, Some(text_base))?;
+                            insns.extend(text);
+                        }
+                    }
+                    // Calls into .text from the program section were resolved with text_base.
+                    resolve_text_calls(&ctx, sec, &mut insns, text_base)?;
+                    vm::validate(&insns, &psec.name)?;
+                    programs.push(Program { section: psec.name.clone(), insns, entry: (sym.value / 8) as usize });
+                    programs.len() - 1
+                }
+            };
+            ops[op.index()] = Some(idx);
+        }
+        if ops.iter().all(|o| o.is_none()) {
+            return Err(err("tcp_congestion_ops names no program"));
+        }
+
+        let shared = Shared {
+            data: data.iter().map(|d| if d.writable { d.initial.clone() } else { Vec::new() }).collect(),
+            maps: maps
+                .iter()
+                .map(|m| match m.kind {
+                    MAP_TYPE_ARRAY => MapStore::Array(vec![0; m.value_size as usize * m.max_entries as usize]),
+                    MAP_TYPE_HASH => MapStore::Hash(Vec::new()),
+                    _ => MapStore::SkStorage,
+                })
+                .collect(),
+        };
+        Ok(Object { name, flags, ops, programs, maps, data, shared: Mutex::new(shared), writable })
+    }
+
+    /// The `tcp_congestion_ops` `.name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn has_op(&self, op: Op) -> bool {
+        self.ops[op.index()].is_some()
+    }
+
+    /// The `tcp_congestion_ops` `.flags` (`TCP_CONG_NON_RESTRICTED` = 1, `TCP_CONG_NEEDS_ECN` = 2).
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// The section name of the program filling `op`.
+    pub fn program_name(&self, op: Op) -> Option<&str> {
+        self.ops[op.index()].map(|i| self.programs[i].section.as_str())
+    }
+
+    /// A new flow (socket) running this object.
+    pub fn instance(self: &Arc<Self>) -> Instance {
+        Instance::new(Arc::clone(self))
+    }
+}
+
+struct Ctx<'a, 'e> {
+    elf: &'a Elf<'e>,
+    btf: &'a Btf,
+    target: &'a TargetBtf,
+    core_relos: &'a [btf::CoreRelo],
+    maps_section: Option<usize>,
+    maps: &'a [MapDef],
+    data_index: &'a [Option<usize>],
+    writable: &'a [(&'static str, usize, usize)],
+}
+
+/// The map described by the BTF variable `name` of `.maps`.
+fn map_def(btf: &Btf, name: &str) -> Result<MapDef, LoadError> {
+    let var = btf
+        .types
+        .iter()
+        .find(|t| t.kind == 14 && t.name == name)
+        .ok_or_else(|| err(format!("map {name} has no BTF description (only BTF-defined maps in .maps are supported)")))?;
+    let def = btf.get(btf.skip_mods(var.size_or_type).unwrap_or(0)).ok_or_else(|| err(format!("map {name}: bad BTF")))?;
+    let mut m = MapDef { name: name.to_string(), kind: 0, key_size: 0, value_size: 0, max_entries: 0 };
+    for member in &def.members {
+        let pointee = btf.get(member.ty).filter(|t| t.kind == KIND_PTR).map(|t| t.size_or_type);
+        // __uint(x, n) is `int (*x)[n]`; __type(x, T) is `T *x`.
+        let uint = pointee.and_then(|p| btf.get(p)).filter(|t| t.kind == KIND_ARRAY).and_then(|t| t.array).map(|a| a.1);
+        let size = pointee.and_then(|p| btf.size_of(p)).and_then(|s| u32::try_from(s).ok());
+        match member.name.as_str() {
+            "type" => m.kind = uint.unwrap_or(0),
+            "max_entries" => m.max_entries = uint.unwrap_or(0),
+            "key_size" => m.key_size = uint.unwrap_or(0),
+            "value_size" => m.value_size = uint.unwrap_or(0),
+            "key" => m.key_size = size.unwrap_or(0),
+            "value" => m.value_size = size.unwrap_or(0),
+            _ => {}
+        }
+    }
+    let bytes = m.value_size as u64 * m.max_entries as u64;
+    match m.kind {
+        MAP_TYPE_ARRAY if m.key_size == 4 && m.value_size > 0 && bytes <= MAX_REGION_BYTES => {}
+        MAP_TYPE_HASH if m.key_size > 0 && m.value_size > 0 && m.max_entries > 0 && m.max_entries <= MAX_HASH_ENTRIES => {}
+        MAP_TYPE_SK_STORAGE if m.key_size == 4 && m.value_size > 0 && m.value_size as u64 <= MAX_REGION_BYTES => {}
+        MAP_TYPE_ARRAY | MAP_TYPE_HASH | MAP_TYPE_SK_STORAGE => {
+            return Err(err(format!("map {name}: unsupported key/value sizes or entry count ({m:?})")))
+        }
+        k => return Err(err(format!("map {name}: map type {k} is not supported (array, hash and sk_storage are)"))),
+    }
+    Ok(m)
+}
+
+/// Decodes section `sec` into instructions placed at `base` of the program, applying its
+/// relocations and CO-RE records.
+fn decode_section(ctx: &Ctx, sec: usize, base: usize, text_base: Option<usize>) -> Result<Vec<Insn>, LoadError> {
+    let s = &ctx.elf.sections[sec];
+    let sname = &s.name;
+    if s.data.len() % 8 != 0 {
+        return Err(err(format!("program section {sname} is not a whole number of instructions")));
+    }
+    let raw: Vec<[u8; 8]> = s.data.chunks_exact(8).map(|c| c.try_into().unwrap_or([0; 8])).collect();
+    let mut insns: Vec<Insn> = raw.iter().map(|r| Insn::raw(r)).collect();
+    // ld_imm64: join the two halves.
+    let mut i = 0;
+    while i < insns.len() {
+        if insns[i].code == 0x18 {
+            let hi = insns.get(i + 1).ok_or_else(|| err(format!("{sname}: ld_imm64 at the end of the section")))?;
+            if hi.code != 0 {
+                return Err(err(format!("{sname}: malformed ld_imm64 at instruction {i}")));
+            }
+            if insns[i].src != 0 {
+                return Err(err(format!("{sname}: ld_imm64 of kind {} at instruction {i} is not supported in an object file", insns[i].src)));
+            }
+            let lo = insns[i].imm as u32 as u64;
+            let hiv = insns[i + 1].imm as u32 as u64;
+            insns[i].imm = (hiv << 32 | lo) as i64;
+            insns[i + 1] = Insn::filler();
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    for (i, insn) in insns.iter().enumerate() {
+        if insn.code == 0x85 && insn.src == CALL_KFUNC {
+            return Err(err(format!("{sname}: instruction {i} is a kfunc call without a relocation naming the function")));
+        }
+        if insn.code == 0x85 && insn.src > CALL_KFUNC {
+            return Err(err(format!("{sname}: instruction {i} is a call of unknown kind {}", insn.src)));
+        }
+        if insn.code == 0x85 && insn.src == CALL_HELPER && !helper_known(insn.imm) {
+            return Err(err(format!("{sname}: instruction {i} calls helper {}, which is not available to congestion controls here (known: {})", insn.imm,
+                HELPERS.iter().map(|(id, n)| format!("{n} ({id})")).collect::<Vec<_>>().join(", "))));
+        }
+    }
+    // Relocations.
+    for rel in ctx.elf.relocations_for(sec)? {
+        apply_relocation(ctx, sname, &mut insns, &raw, &rel, text_base)?;
+    }
+    // CO-RE.
+    for relo in ctx.core_relos.iter().filter(|r| &r.section == sname) {
+        let idx = (relo.insn_off / 8) as usize;
+        let insn = insns.get_mut(idx).ok_or_else(|| err(format!("{sname}: CO-RE relocation past the end of the program")))?;
+        let r = core_relo::resolve(ctx.btf, ctx.target, relo).map_err(|m| err(format!("{sname}: instruction {idx}: {m}")))?;
+        patch_core(sname, idx, insn, relo.kind, &r)?;
+        check_store(ctx, sname, idx, insn, relo.kind, &r)?;
+    }
+    let _ = base;
+    Ok(insns)
+}
+
+fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]], rel: &Rel, text_base: Option<usize>) -> Result<(), LoadError> {
+    let idx = (rel.offset / 8) as usize;
+    let sym = &ctx.elf.symbols[rel.symbol];
+    let insn = insns.get_mut(idx).ok_or_else(|| err(format!("{sname}: relocation past the end of the program")))?;
+    match insn.code {
+        0x18 => {
+            let sec = sym.section as usize;
+            if sym.section == SHN_UNDEF {
+                return Err(err(format!("{sname}: instruction {idx} loads extern {}, which is not supported (no __kconfig or __ksym variables)", sym.name)));
+            }
+            if Some(sec) == ctx.maps_section {
+                let m = ctx
+                    .maps
+                    .iter()
+                    .position(|m| m.name == sym.name)
+                    .ok_or_else(|| err(format!("{sname}: instruction {idx} names map {}, which is not defined", sym.name)))?;
+                insn.imm = vm::map_handle(m) as i64;
+            } else if let Some(d) = ctx.data_index.get(sec).copied().flatten() {
+                let addend = i32::from_le_bytes([raw[idx][4], raw[idx][5], raw[idx][6], raw[idx][7]]) as i64;
+                let off = (sym.value as i64).wrapping_add(addend);
+                if off < 0 || off as u64 > MAX_REGION_BYTES {
+                    return Err(err(format!("{sname}: instruction {idx} points outside section {}", ctx.elf.sections[sec].name)));
+                }
+                insn.imm = vm::data_addr(d, off as u64) as i64;
+            } else {
+                return Err(err(format!("{sname}: instruction {idx} loads the address of {}, which is not a map or global data", sym.name)));
+            }
+        }
+        0x85 => {
+            if sym.section == SHN_UNDEF {
+                let k = Kfunc::by_name(&sym.name).ok_or_else(|| {
+                    err(format!("{sname}: instruction {idx} calls kfunc {}, which is not available to congestion controls here (known: {})", sym.name, Kfunc::NAMES.join(", ")))
+                })?;
+                insn.src = CALL_KFUNC;
+                insn.imm = k as i64;
+            } else if ctx.elf.sections.get(sym.section as usize).map(|s| s.name.as_str()) == Some(".text") {
+                let tb = text_base.unwrap_or(usize::MAX);
+                let _ = tb;
+                let target = if sym.kind == STT_SECTION { (sym.value / 8) as i64 + insn.imm + 1 } else { (sym.value / 8) as i64 };
+                // Record the target within .text; resolve_text_calls turns it absolute.
+                insn.src = CALL_LOCAL;
+                insn.imm = target;
+                insn.off = 2; // "target is .text-relative"
+            } else {
+                return Err(err(format!("{sname}: instruction {idx} calls {}, which is neither a kfunc nor a .text subprogram", sym.name)));
+            }
+        }
+        _ => return Err(err(format!("{sname}: relocation on instruction {idx}, which is neither ld_imm64 nor a call"))),
+    }
+    Ok(())
+}
+
+/// Makes every call instruction absolute within the program: pc-relative local calls become
+/// absolute targets, `.text`-relative ones get the `.text` base added.
+fn resolve_text_calls(_ctx: &Ctx, _sec: usize, insns: &mut [Insn], text_base: usize) -> Result<(), LoadError> {
+    let n = insns.len();
+    for (pc, insn) in insns.iter_mut().enumerate() {
+        if insn.code != 0x85 || insn.src != CALL_LOCAL {
+            continue;
+        }
+        let target = if insn.off == 2 {
+            text_base as i64 + insn.imm
+        } else {
+            // pc-relative, in the same section (or within .text)
+            pc as i64 + 1 + insn.imm
+        };
+        insn.imm = if target < 0 || target as usize >= n { -1 } else { target };
+        insn.off = 0;
+    }
+    Ok(())
+}
+
+fn patch_core(sname: &str, idx: usize, insn: &mut Insn, kind: u32, r: &core_relo::Resolved) -> Result<(), LoadError> {
+    let class = insn.code & 7;
+    let fail = |m: String| err(format!("{sname}: instruction {idx}: CO-RE {}: {m}", if r.path.is_empty() { r.root.clone() } else { format!("{}.{}", r.root, r.path) }));
+    match class {
+        4 | 7 if insn.code & 0x08 == 0 => {
+            if insn.imm as u32 as u64 != r.local & 0xffff_ffff {
+                return Err(fail(format!("immediate {} does not hold the local value {}", insn.imm, r.local)));
+            }
+            insn.imm = r.target as u32 as i32 as i64;
+            if r.target > u32::MAX as u64 {
+                return Err(fail("value does not fit an immediate".into()));
+            }
+        }
+        1 | 2 | 3 => {
+            if kind != FIELD_BYTE_OFFSET {
+                return Err(fail(format!("relocation kind {kind} on a memory instruction")));
+            }
+            if insn.off as i64 as u64 != r.local {
+                return Err(fail(format!("offset {} does not hold the local value {}", insn.off, r.local)));
+            }
+            insn.off = i16::try_from(r.target).map_err(|_| fail("offset does not fit".into()))?;
+            if r.target_size != r.local_size {
+                if insn.code & 0xe0 != 0x60 {
+                    return Err(fail(format!("field is {} bytes here, {} in the object, and the access cannot be resized", r.target_size, r.local_size)));
+                }
+                let size_now = vm::mem_size(insn.code);
+                if size_now as u64 != r.local_size {
+                    return Err(fail(format!("memory access of {size_now} bytes on a field of {} bytes", r.local_size)));
+                }
+                let code = match r.target_size {
+                    1 => 0x10,
+                    2 => 0x08,
+                    4 => 0x00,
+                    8 => 0x18,
+                    _ => return Err(fail(format!("field of {} bytes cannot be accessed", r.target_size))),
+                };
+                insn.code = insn.code & !0x18 | code;
+            }
+        }
+        0 if insn.code == 0x18 => insn.imm = r.target as i64,
+        _ => return Err(fail("relocation on an instruction that cannot carry one".into())),
+    }
+    Ok(())
+}
+
+/// Refuses a store whose CO-RE relocation targets a socket field a congestion control may not
+/// write (or a read-only sample).
+fn check_store(ctx: &Ctx, sname: &str, idx: usize, insn: &Insn, kind: u32, r: &core_relo::Resolved) -> Result<(), LoadError> {
+    let class = insn.code & 7;
+    if kind != FIELD_BYTE_OFFSET || !(class == 2 || class == 3) {
+        return Ok(());
+    }
+    let (start, _) = r.target_range.unwrap_or((0, 0));
+    match r.root.as_str() {
+        "sock" | "inet_sock" | "inet_connection_sock" | "tcp_sock" => {
+            // All four sit at offset 0 of the socket view.
+            let a = start as usize;
+            let b = a + vm::mem_size(insn.code);
+            if ctx.writable.iter().any(|(_, s, e)| a >= *s && b <= *e) {
+                return Ok(());
+            }
+            Err(err(format!(
+                "{sname}: instruction {idx} writes {}.{}, which a BPF congestion control may not write (writable: {})",
+                r.root,
+                r.path,
+                ctx.writable.iter().map(|w| w.0).collect::<Vec<_>>().join(", ")
+            )))
+        }
+        "ack_sample" | "rate_sample" => Err(err(format!("{sname}: instruction {idx} writes {}.{}, which is read-only", r.root, r.path))),
+        _ => Ok(()),
+    }
+}
+
+fn helper_known(id: i64) -> bool {
+    HELPERS.iter().any(|(h, _)| *h as i64 == id)
+}

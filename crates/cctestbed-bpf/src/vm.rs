@@ -1,0 +1,644 @@
+//! The interpreter: instructions decoded once at load ([`Insn`]), run with an instruction
+//! budget, a frame limit, and every memory access checked against the regions of the call.
+//!
+//! Pointers are 64-bit values `region << 32 | offset`; a region is one of the buffers a call
+//! may touch (context array, socket view, ack/rate sample, stack, a global data section, an
+//! array map's values, one hash map entry's value, one socket-local storage value). An access
+//! is allowed when its first and last byte lie inside one region and the region is writable
+//! for a store. Address 0 is never a region, so a NULL dereference is an error.
+
+use std::sync::Arc;
+
+use crate::kernel::{self, Kfunc};
+use crate::load::{MapStore, Object, Shared};
+use crate::view::{to_bytes, ViewType};
+use crate::{AckSample, Env, LoadError, Op, RateSample, RunError, TcpSock};
+
+/// Instructions one call may execute (a loop that runs longer is an error, not a hang).
+pub const INSN_BUDGET: u64 = 1_000_000;
+/// Deepest bpf-to-bpf call nesting (the kernel's `MAX_CALL_FRAMES`).
+pub const MAX_FRAMES: usize = 8;
+/// Stack bytes per frame.
+pub const STACK_PER_FRAME: usize = 512;
+
+pub(crate) const CALL_HELPER: u8 = 0;
+pub(crate) const CALL_LOCAL: u8 = 1;
+pub(crate) const CALL_KFUNC: u8 = 2;
+
+const R_CTX: u32 = 1;
+const R_SOCK: u32 = 2;
+const R_ACK: u32 = 3;
+const R_RS: u32 = 4;
+const R_STACK: u32 = 5;
+const R_DATA: u32 = 0x100;
+const R_MAP_HANDLE: u32 = 0x1000;
+const R_ARRAY: u32 = 0x2000;
+const R_SK_STORAGE: u32 = 0x3000;
+const R_HASH: u32 = 0x1000_0000;
+
+pub(crate) fn addr(region: u32, off: u64) -> u64 {
+    (region as u64) << 32 | (off & 0xffff_ffff)
+}
+pub(crate) fn map_handle(map: usize) -> u64 {
+    addr(R_MAP_HANDLE + map as u32, 0)
+}
+pub(crate) fn data_addr(section: usize, off: u64) -> u64 {
+    addr(R_DATA + section as u32, off)
+}
+pub(crate) fn sock_addr() -> u64 {
+    addr(R_SOCK, 0)
+}
+
+/// One decoded instruction. `ld_imm64` holds its whole 64-bit value in `imm` and is followed
+/// by a filler slot (code 0) so that indices match the object's; calls carry their kind in
+/// `src` and, for local calls, the absolute target index in `imm`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Insn {
+    pub code: u8,
+    pub dst: u8,
+    pub src: u8,
+    pub off: i16,
+    pub imm: i64,
+}
+
+impl Insn {
+    pub(crate) fn raw(b: &[u8; 8]) -> Insn {
+        Insn {
+            code: b[0],
+            dst: b[1] & 0xf,
+            src: b[1] >> 4,
+            off: i16::from_le_bytes([b[2], b[3]]),
+            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]) as i64,
+        }
+    }
+    pub(crate) fn filler() -> Insn {
+        Insn { code: 0, dst: 0, src: 0, off: 0, imm: 0 }
+    }
+}
+
+/// Bytes accessed by a memory instruction.
+pub(crate) fn mem_size(code: u8) -> usize {
+    match code & 0x18 {
+        0x00 => 4,
+        0x08 => 2,
+        0x10 => 1,
+        _ => 8,
+    }
+}
+
+/// Load-time check of a program's instructions: known opcodes, registers, jump targets inside
+/// the program and not into the second half of an `ld_imm64`, call targets, kfunc ids.
+pub(crate) fn validate(insns: &[Insn], name: &str) -> Result<(), LoadError> {
+    let bad = |i: usize, m: &str| LoadError(format!("{name}: instruction {i}: {m}"));
+    let n = insns.len() as i64;
+    let filler = |t: i64| insns.get(t as usize).map_or(true, |x| x.code == 0);
+    for (i, x) in insns.iter().enumerate() {
+        if x.code == 0 {
+            if i == 0 || insns[i - 1].code != 0x18 {
+                return Err(bad(i, "invalid opcode 0x00"));
+            }
+            continue;
+        }
+        if x.dst > 10 || x.src > 10 && x.code != 0x85 {
+            return Err(bad(i, "register number above r10"));
+        }
+        let class = x.code & 7;
+        let op = x.code & 0xf0;
+        let ok = match class {
+            0 => x.code == 0x18,
+            1 => matches!(x.code & 0xe0, 0x60 | 0x80) && !(x.code & 0xe0 == 0x80 && x.code & 0x18 == 0x18),
+            2 => x.code & 0xe0 == 0x60,
+            3 => match x.code & 0xe0 {
+                0x60 => true,
+                0xc0 => matches!(x.code & 0x18, 0x00 | 0x18) && matches!(x.imm, 0x00 | 0x01 | 0x40 | 0x41 | 0x50 | 0x51 | 0xa0 | 0xa1 | 0xe1 | 0xf1),
+                _ => false,
+            },
+            4 | 7 => match op {
+                0xd0 => matches!(x.imm, 16 | 32 | 64) && (class == 4 || x.code & 0x08 == 0),
+                0x80 => x.code & 0x08 == 0,
+                0x30 | 0x90 => matches!(x.off, 0 | 1),
+                0xb0 => matches!(x.off, 0 | 8 | 16 | 32) && !(class == 4 && x.off == 32),
+                0xe0 | 0xf0 => false,
+                _ => true,
+            },
+            5 | 6 => match op {
+                0x80 => class == 5 && x.code == 0x85,
+                0x90 => class == 5 && x.code == 0x95,
+                0xe0 | 0xf0 => false,
+                _ => true,
+            },
+            _ => false,
+        };
+        if !ok {
+            return Err(bad(i, &format!("unsupported opcode 0x{:02x}", x.code)));
+        }
+        // r10 is read-only
+        let writes_dst = matches!(class, 0 | 1 | 4 | 7);
+        if writes_dst && x.dst == 10 {
+            return Err(bad(i, "write to r10 (the frame pointer)"));
+        }
+        if class == 5 || class == 6 {
+            let target = match x.code {
+                0x85 => {
+                    match x.src {
+                        CALL_LOCAL => {
+                            if x.imm < 0 || x.imm >= n || filler(x.imm) {
+                                return Err(bad(i, "bpf-to-bpf call target outside the program"));
+                            }
+                        }
+                        CALL_KFUNC => {
+                            if Kfunc::from_index(x.imm).is_none() {
+                                return Err(bad(i, "unknown kfunc"));
+                            }
+                        }
+                        CALL_HELPER => {}
+                        _ => return Err(bad(i, "unknown call kind")),
+                    }
+                    continue;
+                }
+                0x95 => continue,
+                0x06 => i as i64 + 1 + x.imm, // gotol
+                _ => i as i64 + 1 + x.off as i64,
+            };
+            if target < 0 || target >= n || filler(target) {
+                return Err(bad(i, &format!("jump target {target} outside the program")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One flow (socket) running an [`Object`]: its socket view and its socket-local storage.
+#[derive(Debug)]
+pub struct Instance {
+    object: Arc<Object>,
+    /// The program's view of the socket: fill before each call, read the writable fields after.
+    pub sock: Box<TcpSock>,
+    /// Socket-local storage values, one per map of the object (None: not created).
+    pub(crate) sk_storage: Vec<Option<Vec<u8>>>,
+}
+
+struct Frame {
+    ret_pc: usize,
+    saved: [u64; 4],
+}
+
+/// Everything one call can touch.
+pub(crate) struct Machine<'a> {
+    pub object: &'a Object,
+    pub ctx: Vec<u8>,
+    pub sock: Vec<u8>,
+    pub ack: Vec<u8>,
+    pub rs: Vec<u8>,
+    pub stack: Vec<u8>,
+    pub shared: &'a mut Shared,
+    pub sk_storage: &'a mut Vec<Option<Vec<u8>>>,
+    pub env: &'a mut Env,
+}
+
+impl<'a> Machine<'a> {
+    /// The bytes `[a, a + len)`, readable.
+    pub fn slice(&self, a: u64, len: usize) -> Result<&[u8], String> {
+        let region = (a >> 32) as u32;
+        let off = (a & 0xffff_ffff) as usize;
+        let buf: &[u8] = match region {
+            R_CTX => &self.ctx,
+            R_SOCK => &self.sock,
+            R_ACK => &self.ack,
+            R_RS => &self.rs,
+            R_STACK => &self.stack,
+            r if (R_DATA..R_DATA + 0x100).contains(&r) => {
+                let i = (r - R_DATA) as usize;
+                match self.object.data.get(i) {
+                    Some(d) if d.writable => &self.shared.data[i],
+                    Some(d) => &d.initial,
+                    None => return Err(format!("read of 0x{a:x}, which is no memory")),
+                }
+            }
+            r if (R_ARRAY..R_ARRAY + 0x1000).contains(&r) => match self.shared.maps.get((r - R_ARRAY) as usize) {
+                Some(MapStore::Array(v)) => v,
+                _ => return Err(format!("read of 0x{a:x}, which is no memory")),
+            },
+            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.sk_storage.get((r - R_SK_STORAGE) as usize) {
+                Some(Some(v)) => v,
+                _ => return Err(format!("read of 0x{a:x}: socket storage not present")),
+            },
+            r if r >= R_HASH => {
+                let m = ((r - R_HASH) >> 20) as usize;
+                let slot = ((r - R_HASH) & 0xf_ffff) as usize;
+                match self.shared.maps.get(m) {
+                    Some(MapStore::Hash(slots)) => match slots.get(slot) {
+                        Some(Some((_, v))) => v,
+                        _ => return Err(format!("read of 0x{a:x}: hash map entry deleted")),
+                    },
+                    _ => return Err(format!("read of 0x{a:x}, which is no memory")),
+                }
+            }
+            _ => return Err(format!("read of {len} bytes at 0x{a:x}, which is no memory (NULL or a scalar used as a pointer)")),
+        };
+        buf.get(off..off + len).ok_or_else(|| format!("read of {len} bytes at 0x{a:x} is out of bounds ({} bytes there)", buf.len()))
+    }
+
+    /// The bytes `[a, a + len)`, writable.
+    pub fn slice_mut(&mut self, a: u64, len: usize) -> Result<&mut [u8], String> {
+        let region = (a >> 32) as u32;
+        let off = (a & 0xffff_ffff) as usize;
+        let ro = |what: &str| Err(format!("write of {len} bytes at 0x{a:x}: {what} is read-only"));
+        let buf: &mut Vec<u8> = match region {
+            R_CTX => return ro("the context"),
+            R_ACK => return ro("ack_sample"),
+            R_RS => return ro("rate_sample"),
+            R_SOCK => {
+                if !self.object.writable.iter().any(|(_, s, e)| off >= *s && off + len <= *e) {
+                    return Err(format!(
+                        "write of {len} bytes at tcp_sock offset {off}, outside the fields a congestion control may write ({})",
+                        self.object.writable.iter().map(|w| w.0).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+                &mut self.sock
+            }
+            R_STACK => &mut self.stack,
+            r if (R_DATA..R_DATA + 0x100).contains(&r) => {
+                let i = (r - R_DATA) as usize;
+                match self.object.data.get(i) {
+                    Some(d) if d.writable => &mut self.shared.data[i],
+                    Some(d) => return ro(&d.name),
+                    None => return Err(format!("write of 0x{a:x}, which is no memory")),
+                }
+            }
+            r if (R_ARRAY..R_ARRAY + 0x1000).contains(&r) => match self.shared.maps.get_mut((r - R_ARRAY) as usize) {
+                Some(MapStore::Array(v)) => v,
+                _ => return Err(format!("write of 0x{a:x}, which is no memory")),
+            },
+            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
+                Some(Some(v)) => v,
+                _ => return Err(format!("write of 0x{a:x}: socket storage not present")),
+            },
+            r if r >= R_HASH => {
+                let m = ((r - R_HASH) >> 20) as usize;
+                let slot = ((r - R_HASH) & 0xf_ffff) as usize;
+                match self.shared.maps.get_mut(m) {
+                    Some(MapStore::Hash(slots)) => match slots.get_mut(slot) {
+                        Some(Some((_, v))) => v,
+                        _ => return Err(format!("write of 0x{a:x}: hash map entry deleted")),
+                    },
+                    _ => return Err(format!("write of 0x{a:x}, which is no memory")),
+                }
+            }
+            _ => return Err(format!("write of {len} bytes at 0x{a:x}, which is no memory (NULL or a scalar used as a pointer)")),
+        };
+        let n = buf.len();
+        buf.get_mut(off..off + len).ok_or_else(|| format!("write of {len} bytes at 0x{a:x} is out of bounds ({n} bytes there)"))
+    }
+
+    pub fn read(&self, a: u64, len: usize) -> Result<u64, String> {
+        let s = self.slice(a, len)?;
+        let mut b = [0u8; 8];
+        b[..len].copy_from_slice(s);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    pub fn write(&mut self, a: u64, len: usize, v: u64) -> Result<(), String> {
+        let s = self.slice_mut(a, len)?;
+        s.copy_from_slice(&v.to_le_bytes()[..len]);
+        Ok(())
+    }
+
+    pub fn hash_addr(map: usize, slot: usize) -> u64 {
+        addr(R_HASH | (map as u32) << 20 | slot as u32, 0)
+    }
+    pub fn array_addr(map: usize, off: u64) -> u64 {
+        addr(R_ARRAY + map as u32, off)
+    }
+    pub fn sk_storage_addr(map: usize) -> u64 {
+        addr(R_SK_STORAGE + map as u32, 0)
+    }
+    /// The map a map-handle pointer names.
+    pub fn map_of(&self, handle: u64) -> Option<usize> {
+        let r = (handle >> 32) as u32;
+        let m = r.checked_sub(R_MAP_HANDLE)? as usize;
+        (handle & 0xffff_ffff == 0 && m < self.object.maps.len()).then_some(m)
+    }
+}
+
+impl Instance {
+    pub(crate) fn new(object: Arc<Object>) -> Instance {
+        let n = object.maps.len();
+        Instance { object, sock: Box::default(), sk_storage: vec![None; n] }
+    }
+
+    pub fn object(&self) -> &Arc<Object> {
+        &self.object
+    }
+
+    /// Runs `op`'s program with the socket as first argument and `args` after it (u64 each,
+    /// as the BPF_PROG context array). `pkts_acked` gets `ack` and `cong_control` gets `rs` as
+    /// their pointer argument, after `args` (so `cong_control` takes `args = [ack, flag]`); a
+    /// missing sample is passed as NULL. Returns r0; an op the object lacks returns Ok(None).
+    pub fn call(&mut self, op: Op, args: &[u64], ack: Option<&AckSample>, rs: Option<&RateSample>, env: &mut Env) -> Result<Option<u64>, RunError> {
+        let object = Arc::clone(&self.object);
+        let Some(pi) = object.ops[op.index()] else { return Ok(None) };
+        let prog = &object.programs[pi];
+        let mut ctx_args = vec![sock_addr()];
+        ctx_args.extend_from_slice(args);
+        match op {
+            Op::PktsAcked => ctx_args.push(if ack.is_some() { addr(R_ACK, 0) } else { 0 }),
+            Op::CongControl => ctx_args.push(if rs.is_some() { addr(R_RS, 0) } else { 0 }),
+            _ => {}
+        }
+        let mut shared = match object.shared.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut m = Machine {
+            object: &object,
+            ctx: ctx_args.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            sock: to_bytes(&*self.sock),
+            ack: ack.map(to_bytes).unwrap_or_default(),
+            rs: rs.map(to_bytes).unwrap_or_default(),
+            stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
+            shared: &mut shared,
+            sk_storage: &mut self.sk_storage,
+            env,
+        };
+        let result = run(&mut m, &prog.insns, prog.entry);
+        let sock_bytes = std::mem::take(&mut m.sock);
+        drop(m);
+        drop(shared);
+        match result {
+            Ok(r0) => {
+                self.sock.load(&sock_bytes);
+                Ok(Some(r0))
+            }
+            Err((insn, message)) => {
+                // Stores before the failure stay visible, as they would in the kernel.
+                self.sock.load(&sock_bytes);
+                Err(RunError { program: prog.section.clone(), op, insn, message })
+            }
+        }
+    }
+}
+
+fn run(m: &mut Machine, insns: &[Insn], entry: usize) -> Result<u64, (usize, String)> {
+    let mut r = [0u64; 11];
+    r[1] = addr(R_CTX, 0);
+    r[10] = addr(R_STACK, STACK_PER_FRAME as u64);
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut pc = entry;
+    let mut budget = INSN_BUDGET;
+    loop {
+        let at = pc;
+        let fail = |msg: String| (at, msg);
+        if budget == 0 {
+            return Err(fail(format!("instruction budget of {INSN_BUDGET} exhausted (a loop that does not end?)")));
+        }
+        budget -= 1;
+        let x = *insns.get(pc).ok_or_else(|| fail("fell off the end of the program".into()))?;
+        pc += 1;
+        let d = x.dst as usize;
+        let s = (x.src as usize).min(10);
+        let class = x.code & 7;
+        match class {
+            7 => {
+                let src = if x.code & 0x08 != 0 { r[s] } else { x.imm as i32 as i64 as u64 };
+                r[d] = alu64(x.code & 0xf0, x.off, x.imm, r[d], src);
+            }
+            4 => {
+                let src = if x.code & 0x08 != 0 { r[s] } else { x.imm as i32 as u32 as u64 };
+                r[d] = alu32(x.code, x.off, x.imm, r[d], src);
+            }
+            5 | 6 => {
+                let op = x.code & 0xf0;
+                match x.code {
+                    0x05 => {
+                        pc = (at as i64 + 1 + x.off as i64) as usize;
+                        continue;
+                    }
+                    0x06 => {
+                        pc = (at as i64 + 1 + x.imm) as usize;
+                        continue;
+                    }
+                    0x85 => {
+                        match x.src {
+                            CALL_LOCAL => {
+                                if frames.len() + 1 >= MAX_FRAMES {
+                                    return Err(fail(format!("call depth above {MAX_FRAMES} frames")));
+                                }
+                                frames.push(Frame { ret_pc: pc, saved: [r[6], r[7], r[8], r[9]] });
+                                r[10] = addr(R_STACK, (STACK_PER_FRAME * (frames.len() + 1)) as u64);
+                                pc = x.imm as usize;
+                            }
+                            CALL_HELPER => {
+                                r[0] = kernel::helper(m, x.imm, [r[1], r[2], r[3], r[4], r[5]]).map_err(fail)?;
+                            }
+                            _ => {
+                                let k = Kfunc::from_index(x.imm).ok_or_else(|| fail("unknown kfunc".into()))?;
+                                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(fail)?;
+                            }
+                        }
+                        if x.src != CALL_LOCAL {
+                            // r1-r5 are clobbered by a call; make that visible as the kernel's
+                            // verifier would (it refuses reading them).
+                            for reg in &mut r[1..=5] {
+                                *reg = 0;
+                            }
+                        }
+                        continue;
+                    }
+                    0x95 => match frames.pop() {
+                        None => return Ok(r[0]),
+                        Some(f) => {
+                            [r[6], r[7], r[8], r[9]] = f.saved;
+                            r[10] = addr(R_STACK, (STACK_PER_FRAME * (frames.len() + 1)) as u64);
+                            pc = f.ret_pc;
+                            continue;
+                        }
+                    },
+                    _ => {}
+                }
+                let (a, b) = if x.code & 0x08 != 0 { (r[d], r[s]) } else { (r[d], x.imm as i32 as i64 as u64) };
+                let (a, b) = if class == 6 { (a as u32 as u64, b as u32 as u64) } else { (a, b) };
+                let (sa, sb) = if class == 6 { (a as u32 as i32 as i64, b as u32 as i32 as i64) } else { (a as i64, b as i64) };
+                let taken = match op {
+                    0x10 => a == b,
+                    0x20 => a > b,
+                    0x30 => a >= b,
+                    0x40 => a & b != 0,
+                    0x50 => a != b,
+                    0x60 => sa > sb,
+                    0x70 => sa >= sb,
+                    0xa0 => a < b,
+                    0xb0 => a <= b,
+                    0xc0 => sa < sb,
+                    0xd0 => sa <= sb,
+                    _ => return Err(fail(format!("bad jump opcode 0x{:02x}", x.code))),
+                };
+                if taken {
+                    pc = (at as i64 + 1 + x.off as i64) as usize;
+                }
+            }
+            0 => {
+                // ld_imm64: the value (a constant, map handle or data address) was set at load.
+                r[d] = x.imm as u64;
+                pc += 1;
+            }
+            1 => {
+                let n = mem_size(x.code);
+                let a = r[s].wrapping_add(x.off as i64 as u64);
+                let v = m.read(a, n).map_err(fail)?;
+                r[d] = if x.code & 0xe0 == 0x80 {
+                    match n {
+                        1 => v as u8 as i8 as i64 as u64,
+                        2 => v as u16 as i16 as i64 as u64,
+                        _ => v as u32 as i32 as i64 as u64,
+                    }
+                } else {
+                    v
+                };
+            }
+            2 => {
+                let n = mem_size(x.code);
+                let a = r[d].wrapping_add(x.off as i64 as u64);
+                m.write(a, n, x.imm as u64).map_err(fail)?;
+            }
+            3 => {
+                let n = mem_size(x.code);
+                let a = r[d].wrapping_add(x.off as i64 as u64);
+                if x.code & 0xe0 == 0x60 {
+                    m.write(a, n, r[s]).map_err(fail)?;
+                } else {
+                    atomic(m, &mut r, x, a, n).map_err(fail)?;
+                }
+            }
+            _ => return Err(fail(format!("bad opcode 0x{:02x}", x.code))),
+        }
+    }
+}
+
+fn atomic(m: &mut Machine, r: &mut [u64; 11], x: Insn, a: u64, n: usize) -> Result<(), String> {
+    let s = x.src as usize;
+    let mask = if n == 4 { 0xffff_ffff } else { u64::MAX };
+    let old = m.read(a, n)?;
+    let val = r[s] & mask;
+    let new = match x.imm & !1 {
+        0x00 => old.wrapping_add(val),
+        0x40 => old | val,
+        0x50 => old & val,
+        0xa0 => old ^ val,
+        0xe0 => val,
+        0xf0 => {
+            // cmpxchg: compare with r0, old value into r0
+            let expected = r[0] & mask;
+            let new = if old == expected { val } else { old };
+            m.write(a, n, new)?;
+            r[0] = old;
+            return Ok(());
+        }
+        _ => return Err(format!("unsupported atomic operation 0x{:x}", x.imm)),
+    };
+    m.write(a, n, new & mask)?;
+    if x.imm & 1 != 0 {
+        r[s] = old;
+    }
+    Ok(())
+}
+
+fn alu64(op: u8, off: i16, imm: i64, dst: u64, src: u64) -> u64 {
+    match op {
+        0x00 => dst.wrapping_add(src),
+        0x10 => dst.wrapping_sub(src),
+        0x20 => dst.wrapping_mul(src),
+        0x30 => {
+            if src == 0 {
+                0
+            } else if off == 1 {
+                (dst as i64).wrapping_div(src as i64) as u64
+            } else {
+                dst / src
+            }
+        }
+        0x40 => dst | src,
+        0x50 => dst & src,
+        0x60 => dst.wrapping_shl(src as u32 & 63),
+        0x70 => dst.wrapping_shr(src as u32 & 63),
+        0x80 => (dst as i64).wrapping_neg() as u64,
+        0x90 => {
+            if src == 0 {
+                dst
+            } else if off == 1 {
+                (dst as i64).wrapping_rem(src as i64) as u64
+            } else {
+                dst % src
+            }
+        }
+        0xa0 => dst ^ src,
+        0xb0 => match off {
+            8 => src as u8 as i8 as i64 as u64,
+            16 => src as u16 as i16 as i64 as u64,
+            32 => src as u32 as i32 as i64 as u64,
+            _ => src,
+        },
+        0xc0 => ((dst as i64) >> (src & 63)) as u64,
+        0xd0 => match imm {
+            16 => (dst as u16).swap_bytes() as u64,
+            32 => (dst as u32).swap_bytes() as u64,
+            _ => dst.swap_bytes(),
+        },
+        _ => dst,
+    }
+}
+
+fn alu32(code: u8, off: i16, imm: i64, dst: u64, src: u64) -> u64 {
+    let d = dst as u32;
+    let s = src as u32;
+    let v: u32 = match code & 0xf0 {
+        0x00 => d.wrapping_add(s),
+        0x10 => d.wrapping_sub(s),
+        0x20 => d.wrapping_mul(s),
+        0x30 => {
+            if s == 0 {
+                0
+            } else if off == 1 {
+                (d as i32).wrapping_div(s as i32) as u32
+            } else {
+                d / s
+            }
+        }
+        0x40 => d | s,
+        0x50 => d & s,
+        0x60 => d.wrapping_shl(s & 31),
+        0x70 => d.wrapping_shr(s & 31),
+        0x80 => (d as i32).wrapping_neg() as u32,
+        0x90 => {
+            if s == 0 {
+                d
+            } else if off == 1 {
+                (d as i32).wrapping_rem(s as i32) as u32
+            } else {
+                d % s
+            }
+        }
+        0xa0 => d ^ s,
+        0xb0 => match off {
+            8 => s as u8 as i8 as i32 as u32,
+            16 => s as u16 as i16 as i32 as u32,
+            _ => s,
+        },
+        0xc0 => ((d as i32) >> (s & 31)) as u32,
+        0xd0 => {
+            // BPF_END: to little-endian (src bit clear) truncates on a little-endian machine,
+            // to big-endian swaps.
+            let to_be = code & 0x08 != 0;
+            return match (imm, to_be) {
+                (16, false) => dst as u16 as u64,
+                (32, false) => dst as u32 as u64,
+                (_, false) => dst,
+                (16, true) => (dst as u16).swap_bytes() as u64,
+                (32, true) => (dst as u32).swap_bytes() as u64,
+                (_, true) => dst.swap_bytes(),
+            };
+        }
+        _ => d,
+    };
+    v as u64
+}
