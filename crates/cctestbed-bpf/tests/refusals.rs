@@ -1,0 +1,192 @@
+//! Refusals at load and failures at run time, on small programs under tests/progs compiled at
+//! test time (`clang -g -O2 -target bpf -I target/bpf`); each test is skipped, with the reason
+//! printed, when clang, libbpf's headers or target/bpf/vmlinux.h are absent.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use ccbpf::{Env, Object, Op, TcpSock};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Compiles tests/progs/<name>.bpf.c (with `-g` unless `debug` is false) and returns the
+/// object's bytes, or None with the reason printed.
+fn compile_with(name: &str, debug: bool) -> Option<Vec<u8>> {
+    let vmlinux_dir = repo().join("target/bpf");
+    if !vmlinux_dir.join("vmlinux.h").exists() {
+        eprintln!("skipped: {}/vmlinux.h is absent (make bpf)", vmlinux_dir.display());
+        return None;
+    }
+    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
+        eprintln!("skipped: libbpf headers (/usr/include/bpf) are absent");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(format!("{name}.bpf.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}{}.bpf.o", if debug { "" } else { "-nodebug" }));
+    let mut cmd = Command::new("clang");
+    if debug {
+        cmd.arg("-g");
+    }
+    cmd.args(["-O2", "-target", "bpf", "-I"]).arg(&vmlinux_dir).arg("-c").arg(&src).arg("-o").arg(&out);
+    match cmd.output() {
+        Err(e) => {
+            eprintln!("skipped: clang is not available ({e})");
+            None
+        }
+        Ok(o) if !o.status.success() => panic!("clang failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
+        Ok(_) => Some(std::fs::read(&out).unwrap()),
+    }
+}
+
+fn compile(name: &str) -> Option<Vec<u8>> {
+    compile_with(name, true)
+}
+
+fn refusal(bytes: &[u8]) -> String {
+    match Object::load(bytes) {
+        Ok(o) => panic!("loaded, but should have been refused: {}", o.name()),
+        Err(e) => {
+            eprintln!("{e}");
+            e.to_string()
+        }
+    }
+}
+
+fn env() -> Env {
+    Env { now_ns: 0, jiffies: 0, prandom: 7, send_ack: false }
+}
+
+#[test]
+fn refuses_random_bytes() {
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let e = refusal(&bytes);
+    assert!(e.contains("not an ELF"), "{e}");
+    assert!(refusal(&[]).contains("not an ELF"));
+}
+
+#[test]
+fn refuses_an_elf_that_is_not_bpf() {
+    let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    let e = refusal(&me);
+    assert!(e.contains("EM_BPF"), "{e}");
+}
+
+#[test]
+fn refuses_a_store_to_a_read_only_field() {
+    let Some(b) = compile("write_readonly") else { return };
+    let e = refusal(&b);
+    assert!(e.contains("srtt_us") && e.contains("may not write"), "{e}");
+}
+
+#[test]
+fn refuses_an_unknown_kfunc() {
+    let Some(b) = compile("unknown_kfunc") else { return };
+    let e = refusal(&b);
+    assert!(e.contains("tcp_made_up_kfunc"), "{e}");
+}
+
+#[test]
+fn refuses_a_license_that_is_not_gpl() {
+    let Some(b) = compile("no_gpl") else { return };
+    let e = refusal(&b);
+    assert!(e.contains("Proprietary") && e.contains("GPL"), "{e}");
+}
+
+#[test]
+fn refuses_a_field_the_view_lacks() {
+    let Some(b) = compile("missing_field") else { return };
+    let e = refusal(&b);
+    assert!(e.contains("rcv_ssthresh") && e.contains("tcp_sock"), "{e}");
+}
+
+#[test]
+fn refuses_an_object_without_struct_ops() {
+    let Some(b) = compile("no_struct_ops") else { return };
+    let e = refusal(&b);
+    assert!(e.contains(".struct_ops"), "{e}");
+}
+
+#[test]
+fn refuses_an_object_without_btf() {
+    let Some(b) = compile_with("no_struct_ops", false) else { return };
+    let e = refusal(&b);
+    assert!(e.contains(".BTF"), "{e}");
+}
+
+fn misbehave() -> Option<(Arc<Object>, ccbpf::Instance)> {
+    let b = compile("misbehave")?;
+    let obj = Arc::new(Object::load(&b).unwrap_or_else(|e| panic!("{e}")));
+    let mut flow = obj.instance();
+    *flow.sock = TcpSock::initial(1448);
+    Some((obj, flow))
+}
+
+#[test]
+fn an_endless_loop_exhausts_the_budget() {
+    let Some((_, mut flow)) = misbehave() else { return };
+    let e = flow.call(Op::Ssthresh, &[], None, None, &mut env()).unwrap_err();
+    assert_eq!(e.program, "struct_ops/mb_ssthresh");
+    assert_eq!(e.op, Op::Ssthresh);
+    assert!(e.message.contains("budget"), "{e}");
+    assert!(e.to_string().contains(&format!("instruction {}", e.insn)), "{e}");
+}
+
+#[test]
+fn an_out_of_bounds_read_is_an_error() {
+    let Some((_, mut flow)) = misbehave() else { return };
+    // in bounds: the socket's own bytes
+    flow.sock.snd_cwnd = 33;
+    let off = std::mem::offset_of!(TcpSock, snd_cwnd) as u64;
+    flow.call(Op::CongAvoid, &[0, off], None, None, &mut env()).unwrap();
+    assert_eq!(flow.sock.snd_cwnd, 33);
+    // the last 4 bytes, then one byte further: the end of the access is checked too
+    let size = std::mem::size_of::<TcpSock>() as u64;
+    flow.call(Op::CongAvoid, &[0, size - 4], None, None, &mut env()).unwrap();
+    let e = flow.call(Op::CongAvoid, &[0, size - 3], None, None, &mut env()).unwrap_err();
+    assert!(e.message.contains("out of bounds"), "{e}");
+    let e = flow.call(Op::CongAvoid, &[0, 1 << 20], None, None, &mut env()).unwrap_err();
+    assert!(e.message.contains("out of bounds"), "{e}");
+    assert_eq!(e.program, "struct_ops/mb_cong_avoid");
+}
+
+#[test]
+fn division_by_zero_follows_the_kernel() {
+    let Some((_, mut flow)) = misbehave() else { return };
+    flow.sock.snd_cwnd = 17;
+    flow.sock.snd_cwnd_cnt = 0;
+    assert_eq!(flow.call(Op::UndoCwnd, &[], None, None, &mut env()).unwrap(), Some(0), "x / 0 = 0");
+    assert_eq!(flow.call(Op::MinTsoSegs, &[], None, None, &mut env()).unwrap(), Some(17), "x % 0 = x");
+    flow.sock.snd_cwnd_cnt = 5;
+    assert_eq!(flow.call(Op::UndoCwnd, &[], None, None, &mut env()).unwrap(), Some(3));
+    assert_eq!(flow.call(Op::MinTsoSegs, &[], None, None, &mut env()).unwrap(), Some(2));
+}
+
+#[test]
+fn stores_through_computed_pointers_stay_inside_writable_fields() {
+    let Some((_, mut flow)) = misbehave() else { return };
+    // set_state stores 7 at the socket + new_state: offset 0 is sk_pacing_rate (writable) ...
+    let pacing = std::mem::offset_of!(TcpSock, inet_conn) as u64; // sock is at offset 0
+    flow.call(Op::SetState, &[pacing], None, None, &mut env()).unwrap();
+    assert_eq!(flow.sock.inet_conn.icsk_inet.sk.sk_pacing_rate & 0xffff_ffff, 7);
+    // ... offset 8 is sk_max_pacing_rate, which is not
+    let e = flow.call(Op::SetState, &[8], None, None, &mut env()).unwrap_err();
+    assert!(e.message.contains("may write"), "{e}");
+    assert_eq!(flow.sock.inet_conn.icsk_inet.sk.sk_max_pacing_rate, !0);
+}
+
+#[test]
+fn bpf_to_bpf_calls_and_the_frame_limit() {
+    let Some((_, mut flow)) = misbehave() else { return };
+    // deeper(n) recurses n times: x' = x ^ (x << 1) ^ n
+    let model = |n: u32| (1..=n).fold(0u32, |x, k| x ^ (x << 1) ^ k);
+    for n in 0..=6 {
+        flow.sock.snd_cwnd_cnt = n;
+        assert_eq!(flow.call(Op::SndbufExpand, &[], None, None, &mut env()).unwrap(), Some(model(n) as u64), "n = {n}");
+    }
+    flow.sock.snd_cwnd_cnt = 100;
+    let e = flow.call(Op::SndbufExpand, &[], None, None, &mut env()).unwrap_err();
+    assert!(e.message.contains("call depth"), "{e}");
+}
