@@ -34,6 +34,14 @@ pub struct Resolved {
     pub path: String,
     /// Byte range of the field in the target root type (None when it does not exist).
     pub target_range: Option<(u64, u64)>,
+    /// A kernel bit field held in a whole byte of the view: (byte offset in the target root,
+    /// bit position and width the object's BTF gives it within that byte). The byte is
+    /// presented to the program with the value at that position, so that both a direct access
+    /// (whose shift and mask clang hard-codes) and `BPF_CORE_READ_BITFIELD` read it right.
+    pub bitfield: Option<(u64, u8, u8)>,
+    /// Whether the instruction must hold `local` before patching. Not for bit fields, as in
+    /// libbpf: compilers choose their own container for those.
+    pub validate: bool,
 }
 
 enum Access {
@@ -84,7 +92,7 @@ fn local_field(btf: &Btf, relo: &CoreRelo, spec: &[u64]) -> Result<(FieldPos, Ve
         }
     }
     let leaf = btf.get(btf.skip_mods(cur).ok_or("bad type")?).ok_or("bad type")?;
-    let signed = leaf.kind == KIND_INT && leaf.signed || leaf.kind == KIND_ENUM && false;
+    let signed = leaf.kind == KIND_INT && leaf.signed;
     let byte_size = if bitfield { btf.size_of(cur).ok_or("bit field has no size")? } else { bit_size / 8 };
     let _ = root_t;
     Ok((FieldPos { bit_offset, bit_size, byte_size, bitfield, signed }, access, root_t.name.clone()))
@@ -150,7 +158,7 @@ pub fn resolve(btf: &Btf, target: &TargetBtf, relo: &CoreRelo) -> Result<Resolve
                 (_, Some(t)) => target.size_of(t) as u64,
                 (_, None) => return Err(format!("type struct {root_name} does not exist in the simulator's socket view")),
             };
-            return Ok(Resolved { local, target: value, local_size: 0, target_size: 0, root: root_name, path: String::new(), target_range: None });
+            return Ok(Resolved { local, target: value, local_size: 0, target_size: 0, root: root_name, path: String::new(), target_range: None, bitfield: None, validate: true });
         }
         FIELD_BYTE_OFFSET..=FIELD_RSHIFT_U64 => {}
         k => return Err(format!("unsupported CO-RE relocation kind {k} on type {root_name}")),
@@ -170,7 +178,7 @@ pub fn resolve(btf: &Btf, target: &TargetBtf, relo: &CoreRelo) -> Result<Resolve
     let path = path.join(".").replace(".[", "[");
     let missing = |what: String| -> Result<Resolved, String> {
         if relo.kind == FIELD_EXISTS {
-            Ok(Resolved { local, target: 0, local_size, target_size: 0, root: root_name.clone(), path: path.clone(), target_range: None })
+            Ok(Resolved { local, target: 0, local_size, target_size: 0, root: root_name.clone(), path: path.clone(), target_range: None, bitfield: None, validate: true })
         } else {
             Err(what)
         }
@@ -219,16 +227,29 @@ pub fn resolve(btf: &Btf, target: &TargetBtf, relo: &CoreRelo) -> Result<Resolve
     if local_is_scalar != target_is_int && relo.kind != FIELD_EXISTS {
         return Err(format!("field {root_name}.{path} has an incompatible type in the simulator's view"));
     }
-    let bits = size * 8;
+    let mut bitfield = None;
+    let (shift, width) = if pos.bitfield {
+        let shift = pos.bit_offset % 8;
+        if size != 1 || local_size != 1 || shift + pos.bit_size > 8 {
+            return Err(format!(
+                "bit field {root_name}.{path} ({} bits at bit {}) is not within one byte of the object's struct, or the view's field is not one byte",
+                pos.bit_size, pos.bit_offset
+            ));
+        }
+        bitfield = Some((off, shift as u8, pos.bit_size as u8));
+        (shift, pos.bit_size)
+    } else {
+        (0, size * 8)
+    };
     let value = match relo.kind {
         FIELD_BYTE_OFFSET => off,
         FIELD_BYTE_SIZE => size,
         FIELD_EXISTS => 1,
         FIELD_SIGNED => signed as u64,
-        FIELD_LSHIFT_U64 => 64 - bits,
-        _ => 64 - bits,
+        FIELD_LSHIFT_U64 => 64 - (shift + width),
+        _ => 64 - width,
     };
-    Ok(Resolved { local, target: value, local_size, target_size: size, root: root_name, path, target_range: Some((off, off + size)) })
+    Ok(Resolved { local, target: value, local_size, target_size: size, root: root_name, path, target_range: Some((off, off + size)), bitfield, validate: !pos.bitfield })
 }
 
 fn leaf_type(btf: &Btf, relo: &CoreRelo, spec: &[u64]) -> Option<u32> {

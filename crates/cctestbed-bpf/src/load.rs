@@ -76,6 +76,8 @@ pub struct Object {
     pub(crate) shared: Mutex<Shared>,
     /// (field name, first byte, end byte) of the writable socket fields.
     pub(crate) writable: Vec<(&'static str, usize, usize)>,
+    /// Kernel bit fields the programs read (presented at the object's bit positions).
+    pub(crate) bitfields: Vec<BitField>,
 }
 
 fn err(msg: impl Into<String>) -> LoadError {
@@ -160,6 +162,7 @@ impl Object {
         let flags = member_at("flags").and_then(|o| crate::elf::u32_at(so_sec.data, base + o)).unwrap_or(0);
 
         let writable = offsets::writable();
+        let bitfields = std::cell::RefCell::new(Vec::new());
         let mut programs: Vec<Program> = Vec::new();
         let mut ops = [None; 12];
         for rel in elf.relocations_for(so_idx)? {
@@ -178,7 +181,7 @@ impl Object {
             let idx = match existing {
                 Some(i) => i,
                 None => {
-                    let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable };
+                    let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable, bitfields: &bitfields };
                     let mut insns = decode_section(&ctx, sec, 0, None)?;
                     let text_base = insns.len();
                     if let Some((ti, t)) = elf.section_by_name(".text") {
@@ -211,7 +214,7 @@ impl Object {
                 })
                 .collect(),
         };
-        Ok(Object { name, flags, ops, programs, maps, data, shared: Mutex::new(shared), writable })
+        Ok(Object { name, flags, ops, programs, maps, data, shared: Mutex::new(shared), writable, bitfields: bitfields.into_inner() })
     }
 
     /// The `tcp_congestion_ops` `.name`.
@@ -248,6 +251,17 @@ struct Ctx<'a, 'e> {
     maps: &'a [MapDef],
     data_index: &'a [Option<usize>],
     writable: &'a [(&'static str, usize, usize)],
+    /// Kernel bit fields the programs read, see [`core_relo::Resolved::bitfield`].
+    bitfields: &'a std::cell::RefCell<Vec<BitField>>,
+}
+
+/// A kernel bit field of the socket held in a whole byte of the view: the byte offset, and the
+/// bit position and width at which the program expects the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BitField {
+    pub offset: usize,
+    pub shift: u8,
+    pub width: u8,
 }
 
 /// The map described by the BTF variable `name` of `.maps`.
@@ -339,6 +353,16 @@ fn decode_section(ctx: &Ctx, sec: usize, base: usize, text_base: Option<usize>) 
         let insn = insns.get_mut(idx).ok_or_else(|| err(format!("{sname}: CO-RE relocation past the end of the program")))?;
         let r = core_relo::resolve(ctx.btf, ctx.target, relo).map_err(|m| err(format!("{sname}: instruction {idx}: {m}")))?;
         patch_core(sname, idx, insn, relo.kind, &r)?;
+        if let (Some((off, shift, width)), "sock" | "inet_sock" | "inet_connection_sock" | "tcp_sock") = (r.bitfield, r.root.as_str()) {
+            let bf = BitField { offset: off as usize, shift, width };
+            let mut all = ctx.bitfields.borrow_mut();
+            if all.iter().any(|b| b.offset == bf.offset && *b != bf) {
+                return Err(err(format!("{sname}: instruction {idx}: bit field {}.{} is read at two different bit positions", r.root, r.path)));
+            }
+            if !all.contains(&bf) {
+                all.push(bf);
+            }
+        }
         check_store(ctx, sname, idx, insn, relo.kind, &r)?;
     }
     let _ = base;
@@ -422,7 +446,7 @@ fn patch_core(sname: &str, idx: usize, insn: &mut Insn, kind: u32, r: &core_relo
     let fail = |m: String| err(format!("{sname}: instruction {idx}: CO-RE {}: {m}", if r.path.is_empty() { r.root.clone() } else { format!("{}.{}", r.root, r.path) }));
     match class {
         4 | 7 if insn.code & 0x08 == 0 => {
-            if insn.imm as u32 as u64 != r.local & 0xffff_ffff {
+            if r.validate && insn.imm as u32 as u64 != r.local & 0xffff_ffff {
                 return Err(fail(format!("immediate {} does not hold the local value {}", insn.imm, r.local)));
             }
             insn.imm = r.target as u32 as i32 as i64;
@@ -434,7 +458,7 @@ fn patch_core(sname: &str, idx: usize, insn: &mut Insn, kind: u32, r: &core_relo
             if kind != FIELD_BYTE_OFFSET {
                 return Err(fail(format!("relocation kind {kind} on a memory instruction")));
             }
-            if insn.off as i64 as u64 != r.local {
+            if r.validate && insn.off as i64 as u64 != r.local {
                 return Err(fail(format!("offset {} does not hold the local value {}", insn.off, r.local)));
             }
             insn.off = i16::try_from(r.target).map_err(|_| fail("offset does not fit".into()))?;

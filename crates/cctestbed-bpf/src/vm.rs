@@ -350,10 +350,17 @@ impl Instance {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
+        // Kernel bit fields (read-only) go where the object's BTF puts them within their byte.
+        let mut sock = to_bytes(&*self.sock);
+        let plain: Vec<u8> = object.bitfields.iter().map(|b| sock[b.offset]).collect();
+        for b in &object.bitfields {
+            let mask = ((1u16 << b.width) - 1) as u8;
+            sock[b.offset] = (sock[b.offset] & mask) << b.shift;
+        }
         let mut m = Machine {
             object: &object,
             ctx: ctx_args.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            sock: to_bytes(&*self.sock),
+            sock,
             ack: ack.map(to_bytes).unwrap_or_default(),
             rs: rs.map(to_bytes).unwrap_or_default(),
             stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
@@ -362,8 +369,11 @@ impl Instance {
             env,
         };
         let result = run(&mut m, &prog.insns, prog.entry);
-        let sock_bytes = std::mem::take(&mut m.sock);
+        let mut sock_bytes = std::mem::take(&mut m.sock);
         drop(m);
+        for (b, v) in object.bitfields.iter().zip(plain) {
+            sock_bytes[b.offset] = v;
+        }
         drop(shared);
         match result {
             Ok(r0) => {

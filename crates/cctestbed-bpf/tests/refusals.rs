@@ -2,48 +2,12 @@
 //! test time (`clang -g -O2 -target bpf -I target/bpf`); each test is skipped, with the reason
 //! printed, when clang, libbpf's headers or target/bpf/vmlinux.h are absent.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
+mod common;
+use common::{compile, compile_with};
+
 use ccbpf::{Env, Object, Op, TcpSock};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Compiles tests/progs/<name>.bpf.c (with `-g` unless `debug` is false) and returns the
-/// object's bytes, or None with the reason printed.
-fn compile_with(name: &str, debug: bool) -> Option<Vec<u8>> {
-    let vmlinux_dir = repo().join("target/bpf");
-    if !vmlinux_dir.join("vmlinux.h").exists() {
-        eprintln!("skipped: {}/vmlinux.h is absent (make bpf)", vmlinux_dir.display());
-        return None;
-    }
-    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
-        eprintln!("skipped: libbpf headers (/usr/include/bpf) are absent");
-        return None;
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(format!("{name}.bpf.c"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}{}.bpf.o", if debug { "" } else { "-nodebug" }));
-    let mut cmd = Command::new("clang");
-    if debug {
-        cmd.arg("-g");
-    }
-    cmd.args(["-O2", "-target", "bpf", "-I"]).arg(&vmlinux_dir).arg("-c").arg(&src).arg("-o").arg(&out);
-    match cmd.output() {
-        Err(e) => {
-            eprintln!("skipped: clang is not available ({e})");
-            None
-        }
-        Ok(o) if !o.status.success() => panic!("clang failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
-        Ok(_) => Some(std::fs::read(&out).unwrap()),
-    }
-}
-
-fn compile(name: &str) -> Option<Vec<u8>> {
-    compile_with(name, true)
-}
 
 fn refusal(bytes: &[u8]) -> String {
     match Object::load(bytes) {
@@ -189,4 +153,11 @@ fn bpf_to_bpf_calls_and_the_frame_limit() {
     flow.sock.snd_cwnd_cnt = 100;
     let e = flow.call(Op::SndbufExpand, &[], None, None, &mut env()).unwrap_err();
     assert!(e.message.contains("call depth"), "{e}");
+}
+
+#[test]
+fn refuses_an_unknown_helper() {
+    let Some(b) = compile("unknown_helper") else { return };
+    let e = refusal(&b);
+    assert!(e.contains("helper 14"), "{e}");
 }
