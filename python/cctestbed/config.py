@@ -61,18 +61,30 @@ class ConfigError(ValueError):
         super().__init__("\n".join([head, *("  " + p for p in self.problems)]))
 
 
-#: A flow group's ``cc`` naming a BPF congestion control (an object file), kernel backend only.
+#: A flow group's ``cc`` naming a BPF congestion control (an object file), on either backend.
 BPF_PREFIX = "bpf:"
 
 
 def sim_problems(trial: "Trial") -> list[str]:
-    """What in a valid trial the simulator cannot run (it can run everything but BPF objects)."""
-    return [
-        f"flows[{i}].cc: {g.cc!r}: a BPF congestion control runs on the kernel backend only "
-        "(backend = \"kernel\" or --backend kernel, as root); the simulator cannot run BPF programs"
-        for i, g in enumerate(trial.flows)
-        if g.cc is not None and g.cc.startswith(BPF_PREFIX)
-    ]
+    """What in a valid trial the simulator cannot run: a ``bpf:`` object that cannot be read,
+    or ``params`` it has no read-only global for (the core then checks the object itself)."""
+    from .kernel import bpfcc
+
+    problems: list[str] = []
+    for i, g in enumerate(trial.flows):
+        if g.cc is not None and g.cc.startswith(BPF_PREFIX):
+            problems += bpfcc.user_object(g.cc, g.params, i)[1]
+    return problems
+
+
+def _bpf_object_hex(cc: str, params: dict[str, float], index: int) -> str:
+    """A ``bpf:`` group's object as the core loads it (see :func:`kernel.bpfcc.patched_object`)."""
+    from .kernel import bpfcc
+
+    data, problems = bpfcc.patched_object(cc, params, index)
+    if data is None:
+        raise ConfigError(problems)
+    return data.hex()
 
 
 @functools.lru_cache(maxsize=None)
@@ -788,13 +800,13 @@ class FlowGroup(_Model):
             return v
         if v.startswith(BPF_PREFIX):
             if not v[len(BPF_PREFIX):].strip():
-                raise ValueError("bpf: needs an object, e.g. bpf:path/to/cc.bpf.o (kernel backend only)")
+                raise ValueError("bpf: needs an object, e.g. bpf:path/to/cc.bpf.o, or bpf:bbr / bpf:reno (the project's own)")
             return v
         algos = algorithms()
         if v not in algos:
             raise ValueError(
                 f"unknown algorithm; valid are {', '.join(sorted(algos))}, "
-                f"or {BPF_PREFIX}PATH (a BPF congestion control; kernel backend only)"
+                f"or {BPF_PREFIX}PATH (a BPF congestion-control object)"
             )
         return v
 
@@ -1197,6 +1209,7 @@ class Trial(_Model):
             return None if tb is None else {"rate_bps": tb.rate, "burst_bytes": tb.burst}
 
         flows: list[dict[str, Any]] = []
+        bpf_objects: dict[int, str] = {}
         for spec in self.flow_list():
             g, start = self.flows[spec.group], spec.start_ns
             traffic = g.traffic_core(self.mtu)
@@ -1205,10 +1218,14 @@ class Trial(_Model):
                 flows.append({"traffic": traffic, "start_ns": start, "extra_delay_ns": g.extra_delay, "group": g.label,
                               **direction})
                 continue
+            bpf = g.cc is not None and g.cc.startswith(BPF_PREFIX)
+            if bpf and spec.group not in bpf_objects:
+                bpf_objects[spec.group] = _bpf_object_hex(g.cc, g.params, spec.group)
             flows.append(
                 {
-                    "cc": g.cc,
-                    "params": dict(sorted(g.params.items())),
+                    "cc": "bpf" if bpf else g.cc,
+                    "params": {} if bpf else dict(sorted(g.params.items())),
+                    **({"bpf_object": bpf_objects[spec.group]} if bpf else {}),
                     "start_ns": start,
                     "extra_delay_ns": g.extra_delay,
                     "size_bytes": spec.size,
@@ -1430,11 +1447,47 @@ def _show(value: Any) -> str:
     return ""
 
 
+#: The last part of an error's location when pydantic tried one member of a union (``bool``,
+#: ``literal['l4s']``): the errors of all members are one problem, said in words.
+_UNION_MEMBER = re.compile(r"^(bool|int|float|str|literal\[.*\])$")
+
+
+def _union_problems(errors: list[Any]) -> dict[tuple[Any, ...], str]:
+    """For each field whose value matched no member of a union of ``true``/``false`` and fixed
+    words (``ecn = true | "l4s"``): one message naming every valid value."""
+    members: dict[tuple[Any, ...], list[Any]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if (len(loc) > 1 and isinstance(loc[-1], str) and _UNION_MEMBER.match(loc[-1])
+                and err["type"] in ("bool_type", "bool_parsing", "literal_error")):
+            members.setdefault(loc[:-1], []).append(err)
+    out = {}
+    for loc, errs in members.items():
+        if len(errs) < 2:
+            continue
+        words = []
+        if any(e["type"] != "literal_error" for e in errs):
+            words.append("true or false (without quotes)")
+        for e in errs:
+            if e["type"] == "literal_error":
+                words += [json.dumps(w) for w in re.findall(r"'([^']*)'", str(e.get("ctx", {}).get("expected", "")))]
+        shown = _show(errs[0].get("input"))
+        text = f"must be {', or '.join(words)}"
+        out[loc] = f"{_fmt_loc(loc)}: {shown}: {text}" if shown else f"{_fmt_loc(loc)}: {text}"
+    return out
+
+
 def format_errors(exc: ValidationError) -> list[str]:
     """Each pydantic error as ``field: value: what is valid``."""
     problems = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    unions = _union_problems(errors)
+    for err in errors:
         loc = tuple(err["loc"])
+        if loc[:-1] in unions:
+            if unions[loc[:-1]] not in problems:
+                problems.append(unions[loc[:-1]])
+            continue
         value = err.get("input")
         msg = err["msg"]
         kind = err["type"]
@@ -1652,28 +1705,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_trial_file(path: Union[str, Path]) -> dict[str, Any]:
+def read_trial_file(path: Union[str, Path], what: str = "trial file") -> dict[str, Any]:
     """The raw table in a TOML or JSON trial file (JSON if it ends in .json).
 
-    Anything that is not a readable UTF-8 TOML/JSON document (a binary or Latin-1 file, a key
-    given twice, nesting too deep to read) is a :class:`ConfigError` naming the file."""
+    The file is read through the guarded reader (:mod:`cctestbed.inputs`: a regular file of at
+    most the size of its kind, ``what``, UTF-8 with an optional byte-order mark). Anything that is not a
+    readable UTF-8 TOML/JSON document (a FIFO or device, a binary or Latin-1 file, a key given
+    twice, nesting too deep to read) is a :class:`ConfigError` naming the file."""
+    from .inputs import InputError, read_text
+
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, not a trial file"]) from None
-    except OSError as e:
-        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(
-            [f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
-             "trial files are UTF-8 TOML or JSON"]
-        ) from None
+        text = read_text(path, what)
+    except InputError as e:
+        raise ConfigError([str(e)]) from None
     if "\x00" in text:
         raise ConfigError([f"{path}: holds NUL bytes: a binary file, not a TOML or JSON trial file"])
     kind = "JSON" if path.suffix.lower() == ".json" else "TOML"

@@ -62,9 +62,10 @@ def _core_columns(trial: Optional["Trial"]) -> Columns:
         return _core.columns()
     core = trial.to_core()
     core.pop("capture", None)
-    for f in core["flows"]:  # a BPF object (kernel backend only) has no cc.* columns of its own
-        if str(f.get("cc", "")).startswith("bpf:"):
+    for f in core["flows"]:  # a BPF object has no cc.* columns of its own
+        if f.get("cc") == "bpf":
             f["cc"], f["params"] = "reno", {}
+            f.pop("bpf_object", None)
     return _core.columns(json.dumps(core))
 
 

@@ -9,7 +9,7 @@ use ccsim::sim::SimOutput;
 use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, FlowSeries, RouterSeries};
 use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +68,7 @@ fn simulate(py: Python<'_>, config_json: &str, stop: Option<&StopFlag>) -> PyRes
         }),
     });
     match out {
+        Some(out) if out.error.is_some() => Err(PyRuntimeError::new_err(out.error.unwrap_or_default())),
         Some(out) => {
             load_numpy_api(py)?;
             to_python(py, out)

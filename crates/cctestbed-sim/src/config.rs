@@ -598,6 +598,10 @@ pub struct FlowConfig {
     pub initial_cwnd: u32,
     #[serde(default)]
     pub delayed_ack: DelayedAckConfig,
+    /// With `cc = "bpf"`: the BPF congestion-control object, its read-only data already
+    /// holding the trial's parameters (written by the same loader code as the kernel backend's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpf_object: Option<crate::cc::bpf::ObjectBytes>,
     /// Label shown in results; defaults to the algorithm name.
     #[serde(default)]
     pub group: Option<String>,
@@ -686,6 +690,7 @@ impl FlowConfig {
             max_pacing_rate_bps: None,
             initial_cwnd: default_iw(),
             delayed_ack: DelayedAckConfig::default(),
+            bpf_object: None,
             group: None,
             ecn: false,
             ect1: false,
@@ -902,6 +907,11 @@ impl SimConfig {
         }
         for (i, f) in self.flows.iter().enumerate() {
             match &f.traffic {
+                Traffic::Tcp if f.cc == crate::cc::bpf::NAME => {
+                    if let Err(e) = crate::cc::bpf::load(f.bpf_object.as_ref()) {
+                        errs.push(format!("flows[{i}].{e}"));
+                    }
+                }
                 Traffic::Tcp => {
                     if let Err(e) = crate::cc::build(&f.cc, &f.params) {
                         errs.push(format!("flows[{i}].{e}"));

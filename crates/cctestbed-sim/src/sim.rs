@@ -26,6 +26,7 @@
 //! exist but are never opened.
 
 use crate::capture::{CaptureFile, Recorder};
+use crate::cc::bpf;
 use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
@@ -75,6 +76,9 @@ pub struct SimOutput {
     pub captures: Vec<CaptureFile>,
     /// One row per TCP flow with a size: its completion time, or none by the end.
     pub completions: CompletionSeries,
+    /// Why the trial could not run to its end: a BPF congestion control's run-time error
+    /// (naming the program, the op and the instruction). The series stop where it happened.
+    pub error: Option<String>,
 }
 
 pub struct Simulation {
@@ -126,6 +130,8 @@ pub struct Simulation {
     /// The packet the bottleneck is sending, as last seen (captures only: a change is a
     /// packet leaving the queue).
     in_service: Option<DataPacket>,
+    /// The first run-time error of a BPF congestion control, which ends the trial.
+    bpf_fault: bpf::BpfFault,
 }
 
 impl Simulation {
@@ -138,6 +144,9 @@ impl Simulation {
         let mut access = Vec::with_capacity(n);
         let mut acks = Vec::with_capacity(n);
         let mut datagrams = Vec::with_capacity(n);
+        let bpf_fault = bpf::BpfFault::default();
+        type ObjectKey = (Option<String>, Option<bpf::ObjectBytes>);
+        let mut bpf_objects: Vec<(ObjectKey, std::sync::Arc<ccbpf::Object>)> = Vec::new();
         for (i, f) in cfg.flows.iter().enumerate() {
             let rng = || SimRng::new(cfg.seed, stream::DATAGRAM_BASE + i as u64);
             datagrams.push(match &f.traffic {
@@ -147,7 +156,21 @@ impl Simulation {
             });
             // A datagram flow's TCP endpoints are never opened; any algorithm will do.
             let cc_name = if f.traffic == Traffic::Tcp { f.cc.as_str() } else { "reno" };
-            let mut cc = crate::cc::build(cc_name, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?;
+            let mut cc: Box<dyn crate::cc::CongestionControl> = if cc_name == bpf::NAME {
+                // one loaded object per flow group, as the kernel backend registers one per group
+                let key = (f.group.clone(), f.bpf_object.clone());
+                let object = match bpf_objects.iter().find(|(k, _)| *k == key) {
+                    Some((_, o)) => std::sync::Arc::clone(o),
+                    None => {
+                        let o = bpf::load(f.bpf_object.as_ref()).map_err(|e| vec![format!("flows[{i}].{e}")])?;
+                        bpf_objects.push((key, std::sync::Arc::clone(&o)));
+                        o
+                    }
+                };
+                Box::new(bpf::BpfCc::new(object, bpf_fault.clone()))
+            } else {
+                crate::cc::build(cc_name, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?
+            };
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             let wants_ce = cc.wants_ce_events();
             senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
@@ -238,6 +261,7 @@ impl Simulation {
             out: Vec::new(),
             timers: Vec::new(),
             telemetry,
+            bpf_fault,
         })
     }
 
@@ -259,18 +283,33 @@ impl Simulation {
         while let Some((now, ev)) = self.q.pop_until(end) {
             self.handle(now, ev);
             n += 1;
-            if n % every == 0 && !keep_going() {
-                return None;
+            if n % every == 0 {
+                if !keep_going() {
+                    return None;
+                }
+                if self.faulted() {
+                    break;
+                }
             }
         }
         Some(self.finish())
     }
 
-    /// Processes every event up to and including time `t`.
+    /// Processes every event up to and including time `t`, or up to a BPF congestion
+    /// control's run-time error.
     pub fn run_until(&mut self, t: Nanos) {
+        let mut n: u64 = 0;
         while let Some((now, ev)) = self.q.pop_until(t) {
             self.handle(now, ev);
+            n += 1;
+            if n % 32_768 == 0 && self.faulted() {
+                break;
+            }
         }
+    }
+
+    fn faulted(&self) -> bool {
+        self.bpf_fault.lock().map_or(true, |f| f.is_some())
     }
 
     /// Puts what sender `f` emitted on its access line and queues the timers it armed.
@@ -655,6 +694,7 @@ impl Simulation {
     }
 
     fn finish(self) -> SimOutput {
+        let error = self.bpf_fault.lock().map_or_else(|p| p.into_inner().take(), |mut f| f.take());
         let n = self.senders.len();
         let mut fin = vec![FlowFinal::default(); n];
         for (i, f) in fin.iter_mut().enumerate() {
@@ -713,6 +753,7 @@ impl Simulation {
             events: self.q.processed,
             captures: self.capture.map_or_else(Vec::new, |c| c.finish()),
             completions,
+            error,
         }
     }
 }

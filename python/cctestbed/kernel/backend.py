@@ -156,13 +156,11 @@ def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
             problems.append(f"flows[{i}].cc: {g.cc!r}: runs as a BPF congestion control, but {support}")
             continue
         if is_user:
-            path = bpfcc.resolve_object(g.cc[len(bpfcc.BPF_PREFIX):])
-            try:
-                obj = bpfcc.inspect(path)
-            except bpfcc.BpfError as e:
-                problems.append(f"flows[{i}].cc: {g.cc!r}: {e}")
+            plan, bad = bpfcc.user_object(g.cc, g.params, i)
+            if plan is None:
+                problems += bad
                 continue
-            values, bad = bpfcc.encode_values(obj, g.params, f"flows[{i}].params")
+            path, values = plan[0].path, plan[1]
         else:
             path = bpfcc.resolve_object(bpfcc.BBR_OBJECT)
             if not path.exists():

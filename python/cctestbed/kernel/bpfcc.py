@@ -223,6 +223,11 @@ def inspect(path: Path) -> BpfObject:
     return obj
 
 
+def _shown(v: object) -> str:
+    """A parameter value as the user wrote it: 3 rather than 3.0."""
+    return f"{v:g}" if isinstance(v, float) and math.isfinite(v) else repr(v)
+
+
 def encode_values(obj: BpfObject, values: Mapping[str, float], field_prefix: str) -> tuple[dict[str, int], list[str]]:
     """Checks ``values`` against the object's read-only globals; returns the integers to write
     and one problem per bad entry (``field: value: what is valid``)."""
@@ -232,18 +237,41 @@ def encode_values(obj: BpfObject, values: Mapping[str, float], field_prefix: str
     for k, v in values.items():
         var = obj.rodata.get(k)
         if var is None:
-            problems.append(f"{field_prefix}.{k}: {v!r}: {obj.path.name} has no such parameter; valid are {valid}")
+            problems.append(f"{field_prefix}.{k}: {_shown(v)}: {obj.path.name} has no such parameter; valid are {valid}")
             continue
         if not (isinstance(v, (int, float)) and math.isfinite(v) and float(v).is_integer()):
-            problems.append(f"{field_prefix}.{k}: {v!r}: must be a whole number (it is a {8 * var.size}-bit integer)")
+            problems.append(f"{field_prefix}.{k}: {_shown(v)}: must be a whole number (it is a {8 * var.size}-bit integer)")
             continue
         n = int(v)
         if not 0 <= n < 1 << (8 * var.size):
-            problems.append(f"{field_prefix}.{k}: {v!r}: must be from 0 to {(1 << (8 * var.size)) - 1} "
+            problems.append(f"{field_prefix}.{k}: {_shown(v)}: must be from 0 to {(1 << (8 * var.size)) - 1} "
                             f"(a {8 * var.size}-bit unsigned integer)")
             continue
         out[k] = n
     return out, problems
+
+
+def user_object(cc: str, params: Mapping[str, float], index: int) -> tuple[Optional[tuple[BpfObject, dict[str, int]]], list[str]]:
+    """The object a group's ``bpf:`` cc names and the read-only values its ``params`` set (the
+    one mapping from a trial to an object, for the kernel backend and the simulator alike), or
+    the problems (``flows[i].cc`` / ``flows[i].params.x``: value: what is valid)."""
+    path = resolve_object(cc[len(BPF_PREFIX):])
+    try:
+        obj = inspect(path)
+    except BpfError as e:
+        return None, [f"flows[{index}].cc: {cc!r}: {e}"]
+    values, bad = encode_values(obj, params, f"flows[{index}].params")
+    return (None, bad) if bad else ((obj, values), [])
+
+
+def patched_object(cc: str, params: Mapping[str, float], index: int) -> tuple[Optional[bytes], list[str]]:
+    """The bytes the simulator loads for a ``bpf:`` group: the object with its read-only data
+    written as the kernel backend writes it before registering (its own name kept)."""
+    plan, problems = user_object(cc, params, index)
+    if plan is None:
+        return None, problems
+    obj, values = plan
+    return build(obj, obj.ops[0][1] if len(obj.ops) == 1 else "", values), []
 
 
 def build(obj: BpfObject, name: str, values: Mapping[str, int]) -> bytes:

@@ -16,6 +16,7 @@ use crate::time::Nanos;
 use std::collections::BTreeMap;
 
 pub mod bbr;
+pub mod bpf;
 pub mod bbr3;
 pub mod cubic;
 pub mod dctcp;
@@ -57,6 +58,11 @@ pub struct ConnInfo {
     pub ecn: bool,
     /// Packets marked lost since the start (`tp->lost`).
     pub lost: u64,
+    /// Packets SACKed, marked lost, and retransmitted still in flight (`tp->sacked_out`,
+    /// `lost_out`, `retrans_out`).
+    pub sacked_out: u32,
+    pub lost_out: u32,
+    pub retrans_out: u32,
     /// Whether the sender filled cwnd recently (`tcp_is_cwnd_limited`).
     pub is_cwnd_limited: bool,
     /// Non-zero while the connection is application-limited (`tp->app_limited`).

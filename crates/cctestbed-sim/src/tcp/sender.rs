@@ -150,6 +150,8 @@ pub struct Sender {
     pub w: Window,
     initial_cwnd: u32,
     pacing: bool,
+    /// The trial left pacing to the algorithm (`pacing` unset), which may ask for it in init.
+    pacing_left_to_cc: bool,
     /// `sk_max_pacing_rate`, bytes/s: `SO_MAX_PACING_RATE`, `u64::MAX` when not set.
     max_pacing_rate: u64,
     /// Total segments for a fixed-size transfer, and the last one's payload.
@@ -249,6 +251,7 @@ impl Sender {
             w: Window { cwnd: cfg.initial_cwnd, ssthresh: u32::MAX, pacing_rate: None, cwnd_cnt: 0, set_app_limited: false },
             initial_cwnd: cfg.initial_cwnd,
             pacing,
+            pacing_left_to_cc: cfg.pacing.is_none(),
             max_pacing_rate,
             end,
             rwnd_segs: cfg.rwnd_bytes.map_or(u64::MAX, |b| (b / mss as u64).max(1)),
@@ -356,6 +359,9 @@ impl Sender {
             delivered_ce: self.delivered_ce,
             ecn: self.ecn,
             lost: self.lost,
+            sacked_out: self.sacked_out,
+            lost_out: self.lost_out,
+            retrans_out: self.retrans_out,
             is_cwnd_limited: self.is_cwnd_limited(),
             app_limited: self.app_limited,
             ca_state: self.ca_state,
@@ -537,6 +543,11 @@ impl Sender {
         self.started = true;
         let info = self.info(now);
         self.cc.init(&info, &mut self.w);
+        // An algorithm may ask for pacing in init (sk_pacing_status = SK_PACING_NEEDED, as
+        // tcp_bbr.c does); the trial's own choice, when it made one, stands.
+        if !self.pacing && self.pacing_left_to_cc && self.cc.wants_pacing() {
+            self.pacing = true;
+        }
         self.apply_cc_requests();
         self.try_send(now, io);
     }
