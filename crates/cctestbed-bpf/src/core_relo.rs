@@ -1,7 +1,9 @@
 //! CO-RE relocation against the target BTF of [`crate::view`], done here rather than with
-//! `aya-obj`: aya-obj 0.3 relocates against a `Btf` it parses from kernel BTF bytes, and does
-//! not report which target field each instruction ended up addressing, which the loader needs
-//! to refuse stores to read-only socket fields. The algorithm follows libbpf's
+//! `aya-obj` (0.3.0, the registry's version): its `Object::parse` does not accept `struct_ops/`
+//! program sections (they are listed as unsupported), its BTF struct types cannot be built
+//! from outside the crate, and `Object::relocate_btf` does not report which target field each
+//! instruction ended up addressing, which the loader needs to refuse stores to read-only
+//! socket fields and to place the kernel's bit fields. The algorithm follows libbpf's
 //! `bpf_core_calc_relo_insn` for field relocations: the local access string is walked in the
 //! object's BTF, named members are matched by name in the target (through anonymous members),
 //! array indices are kept, and the instruction's immediate or offset is patched after checking
@@ -57,9 +59,10 @@ struct FieldPos {
     signed: bool,
 }
 
-fn local_field(btf: &Btf, relo: &CoreRelo, spec: &[u64]) -> Result<(FieldPos, Vec<Access>, String), String> {
+/// The field the access string names in the object's BTF: its position, and the named
+/// accesses (members by name, array indices) to repeat in the target.
+fn local_field(btf: &Btf, relo: &CoreRelo, spec: &[u64]) -> Result<(FieldPos, Vec<Access>), String> {
     let root = btf.skip_mods(relo.type_id).ok_or("bad root type")?;
-    let root_t = btf.get(root).ok_or("bad root type")?;
     let root_size = btf.size_of(root).ok_or("root type has no size")?;
     let mut bit_offset = spec[0].checked_mul(root_size).and_then(|v| v.checked_mul(8)).ok_or("offset overflow")?;
     let mut cur = root;
@@ -94,8 +97,7 @@ fn local_field(btf: &Btf, relo: &CoreRelo, spec: &[u64]) -> Result<(FieldPos, Ve
     let leaf = btf.get(btf.skip_mods(cur).ok_or("bad type")?).ok_or("bad type")?;
     let signed = leaf.kind == KIND_INT && leaf.signed;
     let byte_size = if bitfield { btf.size_of(cur).ok_or("bit field has no size")? } else { bit_size / 8 };
-    let _ = root_t;
-    Ok((FieldPos { bit_offset, bit_size, byte_size, bitfield, signed }, access, root_t.name.clone()))
+    Ok((FieldPos { bit_offset, bit_size, byte_size, bitfield, signed }, access))
 }
 
 /// libbpf's computation of a field relocation's value from a field position.
@@ -166,7 +168,7 @@ pub fn resolve(btf: &Btf, target: &TargetBtf, relo: &CoreRelo) -> Result<Resolve
     if root_local.kind != KIND_STRUCT && root_local.kind != KIND_UNION {
         return Err(format!("CO-RE field relocation on {root_name:?}, which is not a struct"));
     }
-    let (pos, access, _) = local_field(btf, relo, &spec)?;
+    let (pos, access) = local_field(btf, relo, &spec)?;
     let (local, local_size) = field_value(relo.kind, &pos)?;
     let path: Vec<String> = access
         .iter()

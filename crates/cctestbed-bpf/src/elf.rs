@@ -15,7 +15,6 @@ pub const SHN_UNDEF: u16 = 0;
 pub struct Section<'a> {
     pub name: String,
     pub kind: u32,
-    pub flags: u64,
     /// The bytes (empty for `SHT_NOBITS`, see `size`).
     pub data: &'a [u8],
     pub size: u64,
@@ -29,14 +28,12 @@ pub struct Symbol {
     pub value: u64,
     pub size: u64,
     pub kind: u8,
-    pub bind: u8,
     pub section: u16,
 }
 
 #[derive(Clone, Copy, Debug)]
 pub struct Rel {
     pub offset: u64,
-    pub kind: u32,
     pub symbol: usize,
 }
 
@@ -96,7 +93,6 @@ impl<'a> Elf<'a> {
             let h = slice(b, shoff.saturating_add(i * shentsize), 64).ok_or_else(|| err("ELF section header out of file"))?;
             let name = u32_at(h, 0).unwrap_or(0);
             let kind = u32_at(h, 4).unwrap_or(0);
-            let flags = u64_at(h, 8).unwrap_or(0);
             let offset = u64_at(h, 24).unwrap_or(0);
             let size = u64_at(h, 32).unwrap_or(0);
             let link = u32_at(h, 40).unwrap_or(0);
@@ -106,15 +102,14 @@ impl<'a> Elf<'a> {
             } else {
                 slice(b, offset, size).ok_or_else(|| err(format!("ELF section {i} out of file")))?
             };
-            raw.push((name, kind, flags, data, size, info, link));
+            raw.push((name, kind, data, size, info, link));
         }
-        let shstr = raw.get(shstrndx).map(|r| r.3).ok_or_else(|| err("ELF has no section name table"))?;
+        let shstr = raw.get(shstrndx).map(|r| r.2).ok_or_else(|| err("ELF has no section name table"))?;
         let sections: Vec<Section> = raw
             .into_iter()
-            .map(|(name, kind, flags, data, size, info, link)| Section {
+            .map(|(name, kind, data, size, info, link)| Section {
                 name: cstr_at(shstr, name as usize).unwrap_or_default(),
                 kind,
-                flags,
                 data,
                 size,
                 info,
@@ -129,7 +124,6 @@ impl<'a> Elf<'a> {
                 symbols.push(Symbol {
                     name: cstr_at(strtab, u32_at(e, 0).unwrap_or(0) as usize).unwrap_or_default(),
                     kind: info & 0xf,
-                    bind: info >> 4,
                     section: u16_at(e, 6).unwrap_or(0),
                     value: u64_at(e, 8).unwrap_or(0),
                     size: u64_at(e, 16).unwrap_or(0),
@@ -157,7 +151,7 @@ impl<'a> Elf<'a> {
                 if symbol >= self.symbols.len() {
                     return Err(err(format!("relocation in {} names symbol {symbol}, which does not exist", s.name)));
                 }
-                out.push(Rel { offset, kind: info as u32, symbol });
+                out.push(Rel { offset, symbol });
             }
         }
         Ok(out)

@@ -182,16 +182,14 @@ impl Object {
                 Some(i) => i,
                 None => {
                     let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable, bitfields: &bitfields };
-                    let mut insns = decode_section(&ctx, sec, 0, None)?;
+                    let mut insns = decode_section(&ctx, sec)?;
                     let text_base = insns.len();
                     if let Some((ti, t)) = elf.section_by_name(".text") {
-                        if !t.data.is_empty() {
-                            let text = decode_section(&ctx, ti, text_base, Some(text_base))?;
-                            insns.extend(text);
+                        if !t.data.is_empty() && ti != sec {
+                            insns.extend(decode_section(&ctx, ti)?);
                         }
                     }
-                    // Calls into .text from the program section were resolved with text_base.
-                    resolve_text_calls(&ctx, sec, &mut insns, text_base)?;
+                    resolve_calls(&mut insns, text_base);
                     vm::validate(&insns, &psec.name)?;
                     programs.push(Program { section: psec.name.clone(), insns, entry: (sym.value / 8) as usize });
                     programs.len() - 1
@@ -301,9 +299,9 @@ fn map_def(btf: &Btf, name: &str) -> Result<MapDef, LoadError> {
     Ok(m)
 }
 
-/// Decodes section `sec` into instructions placed at `base` of the program, applying its
-/// relocations and CO-RE records.
-fn decode_section(ctx: &Ctx, sec: usize, base: usize, text_base: Option<usize>) -> Result<Vec<Insn>, LoadError> {
+/// Decodes section `sec` into instructions, applying its relocations and CO-RE records. Calls
+/// stay relative (see [`resolve_calls`]).
+fn decode_section(ctx: &Ctx, sec: usize) -> Result<Vec<Insn>, LoadError> {
     let s = &ctx.elf.sections[sec];
     let sname = &s.name;
     if s.data.len() % 8 != 0 {
@@ -345,7 +343,7 @@ fn decode_section(ctx: &Ctx, sec: usize, base: usize, text_base: Option<usize>) 
     }
     // Relocations.
     for rel in ctx.elf.relocations_for(sec)? {
-        apply_relocation(ctx, sname, &mut insns, &raw, &rel, text_base)?;
+        apply_relocation(ctx, sname, &mut insns, &raw, &rel)?;
     }
     // CO-RE.
     for relo in ctx.core_relos.iter().filter(|r| &r.section == sname) {
@@ -365,11 +363,12 @@ fn decode_section(ctx: &Ctx, sec: usize, base: usize, text_base: Option<usize>) 
         }
         check_store(ctx, sname, idx, insn, relo.kind, &r)?;
     }
-    let _ = base;
     Ok(insns)
 }
 
-fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]], rel: &Rel, text_base: Option<usize>) -> Result<(), LoadError> {
+/// The relocation of one instruction: `ld_imm64` of a map or of global data, a kfunc call
+/// (an undefined symbol), or a call of a `.text` subprogram.
+fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]], rel: &Rel) -> Result<(), LoadError> {
     let idx = (rel.offset / 8) as usize;
     let sym = &ctx.elf.symbols[rel.symbol];
     let insn = insns.get_mut(idx).ok_or_else(|| err(format!("{sname}: relocation past the end of the program")))?;
@@ -405,13 +404,11 @@ fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]],
                 insn.src = CALL_KFUNC;
                 insn.imm = k as i64;
             } else if ctx.elf.sections.get(sym.section as usize).map(|s| s.name.as_str()) == Some(".text") {
-                let tb = text_base.unwrap_or(usize::MAX);
-                let _ = tb;
                 let target = if sym.kind == STT_SECTION { (sym.value / 8) as i64 + insn.imm + 1 } else { (sym.value / 8) as i64 };
-                // Record the target within .text; resolve_text_calls turns it absolute.
+                // The index within .text; resolve_calls makes it absolute.
                 insn.src = CALL_LOCAL;
                 insn.imm = target;
-                insn.off = 2; // "target is .text-relative"
+                insn.off = TEXT_RELATIVE;
             } else {
                 return Err(err(format!("{sname}: instruction {idx} calls {}, which is neither a kfunc nor a .text subprogram", sym.name)));
             }
@@ -421,15 +418,19 @@ fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]],
     Ok(())
 }
 
-/// Makes every call instruction absolute within the program: pc-relative local calls become
-/// absolute targets, `.text`-relative ones get the `.text` base added.
-fn resolve_text_calls(_ctx: &Ctx, _sec: usize, insns: &mut [Insn], text_base: usize) -> Result<(), LoadError> {
+/// Marks (in `off`) a call whose `imm` is an index within `.text`.
+const TEXT_RELATIVE: i16 = 2;
+
+/// Makes every bpf-to-bpf call's target an absolute index within the program: pc-relative
+/// calls (no relocation, `off` 0) and `.text`-relative ones (relocated). A target outside the
+/// program becomes -1, which [`vm::validate`] refuses.
+fn resolve_calls(insns: &mut [Insn], text_base: usize) {
     let n = insns.len();
     for (pc, insn) in insns.iter_mut().enumerate() {
         if insn.code != 0x85 || insn.src != CALL_LOCAL {
             continue;
         }
-        let target = if insn.off == 2 {
+        let target = if insn.off == TEXT_RELATIVE {
             text_base as i64 + insn.imm
         } else {
             // pc-relative, in the same section (or within .text)
@@ -438,7 +439,6 @@ fn resolve_text_calls(_ctx: &Ctx, _sec: usize, insns: &mut [Insn], text_base: us
         insn.imm = if target < 0 || target as usize >= n { -1 } else { target };
         insn.off = 0;
     }
-    Ok(())
 }
 
 fn patch_core(sname: &str, idx: usize, insn: &mut Insn, kind: u32, r: &core_relo::Resolved) -> Result<(), LoadError> {
