@@ -17,6 +17,8 @@ pub struct Section<'a> {
     pub kind: u32,
     /// The bytes (empty for `SHT_NOBITS`, see `size`).
     pub data: &'a [u8],
+    /// Where `data` starts in the file.
+    pub file_offset: u64,
     pub size: u64,
     pub info: u32,
     pub link: u32,
@@ -102,15 +104,16 @@ impl<'a> Elf<'a> {
             } else {
                 slice(b, offset, size).ok_or_else(|| err(format!("ELF section {i} out of file")))?
             };
-            raw.push((name, kind, data, size, info, link));
+            raw.push((name, kind, data, offset, size, info, link));
         }
         let shstr = raw.get(shstrndx).map(|r| r.2).ok_or_else(|| err("ELF has no section name table"))?;
         let sections: Vec<Section> = raw
             .into_iter()
-            .map(|(name, kind, data, size, info, link)| Section {
+            .map(|(name, kind, data, file_offset, size, info, link)| Section {
                 name: cstr_at(shstr, name as usize).unwrap_or_default(),
                 kind,
                 data,
+                file_offset,
                 size,
                 info,
                 link,

@@ -79,7 +79,7 @@ mod load;
 pub mod view;
 pub mod vm;
 
-pub use load::Object;
+pub use load::{patch_rodata, rodata_variables, Object, RodataVar};
 pub use view::{AckSample, IcskAck, InetConnectionSock, InetSock, Minmax, MinmaxSample, RateSample, Sock, TcpSock};
 pub use vm::{Instance, INSN_BUDGET};
 

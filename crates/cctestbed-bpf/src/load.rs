@@ -20,7 +20,7 @@ pub const MAX_MAPS: usize = 64;
 /// Most entries of a hash map.
 pub const MAX_HASH_ENTRIES: u32 = 1 << 20;
 /// Most bytes of an array map or a global data section.
-pub const MAX_REGION_BYTES: u64 = 1 << 28;
+pub const MAX_REGION_BYTES: u64 = 1 << 24;
 
 /// Licenses the kernel's `license_is_gpl_compatible` accepts.
 const GPL_COMPATIBLE: [&str; 6] = ["GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"];
@@ -516,4 +516,52 @@ fn check_store(ctx: &Ctx, sname: &str, idx: usize, insn: &Insn, kind: u32, r: &c
 
 fn helper_known(id: i64) -> bool {
     HELPERS.iter().any(|(h, _)| *h as i64 == id)
+}
+
+/// A read-only global (`const volatile`) of an object's `.rodata`: a parameter a caller may set
+/// before loading, with [`patch_rodata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RodataVar {
+    pub name: String,
+    /// Bytes from the start of `.rodata`.
+    pub offset: usize,
+    pub size: usize,
+    /// The current value (little-endian bytes).
+    pub value: Vec<u8>,
+}
+
+/// The variables of an object's `.rodata` section, by their symbols.
+pub fn rodata_variables(elf_bytes: &[u8]) -> Result<Vec<RodataVar>, LoadError> {
+    let elf = Elf::parse(elf_bytes)?;
+    let Some((idx, sec)) = elf.section_by_name(".rodata") else { return Ok(Vec::new()) };
+    let mut vars: Vec<RodataVar> = elf
+        .symbols
+        .iter()
+        .filter(|s| s.section as usize == idx && s.kind == 1 && !s.name.is_empty())
+        .filter_map(|s| {
+            let (offset, size) = (usize::try_from(s.value).ok()?, usize::try_from(s.size).ok()?);
+            let value = sec.data.get(offset..offset.checked_add(size)?)?.to_vec();
+            Some(RodataVar { name: s.name.clone(), offset, size, value })
+        })
+        .collect();
+    vars.sort_by_key(|v| v.offset);
+    Ok(vars)
+}
+
+/// A copy of the object with `.rodata` variable `name` set to `value` (little-endian bytes, as
+/// many as the variable has): what a loader does to a `const volatile` parameter before load.
+pub fn patch_rodata(elf_bytes: &[u8], name: &str, value: &[u8]) -> Result<Vec<u8>, LoadError> {
+    let elf = Elf::parse(elf_bytes)?;
+    let (_, sec) = elf.section_by_name(".rodata").ok_or_else(|| err("the object has no .rodata section"))?;
+    let var = rodata_variables(elf_bytes)?
+        .into_iter()
+        .find(|v| v.name == name)
+        .ok_or_else(|| err(format!("the object's .rodata has no variable {name}")))?;
+    if value.len() != var.size {
+        return Err(err(format!(".rodata variable {name} is {} bytes, not {}", var.size, value.len())));
+    }
+    let start = (sec.file_offset as usize).checked_add(var.offset).ok_or_else(|| err("bad .rodata offset"))?;
+    let mut out = elf_bytes.to_vec();
+    out.get_mut(start..start + value.len()).ok_or_else(|| err("bad .rodata offset"))?.copy_from_slice(value);
+    Ok(out)
 }

@@ -331,6 +331,13 @@ impl Instance {
         &self.object
     }
 
+    /// This socket's value in socket-local storage map `map` (None: no such map, or no value
+    /// created yet).
+    pub fn sk_storage(&self, map: &str) -> Option<&[u8]> {
+        let i = self.object.maps.iter().position(|m| m.name == map)?;
+        self.sk_storage.get(i)?.as_deref()
+    }
+
     /// Runs `op`'s program with the socket as first argument and `args` after it (u64 each,
     /// as the BPF_PROG context array). `pkts_acked` gets `ack` and `cong_control` gets `rs` as
     /// their pointer argument, after `args` (so `cong_control` takes `args = [ack, flag]`); a

@@ -69,29 +69,27 @@ fn reno_ssthresh_halves() {
 
 #[test]
 fn reno_beta_from_rodata() {
-    // beta_pct is the object's only .rodata variable: patch it to 70 as the loader's caller does.
-    let Some(mut b) = object_bytes("reno.bpf.o") else { return };
-    let pat = 50u32.to_le_bytes();
-    let hits: Vec<usize> = b.windows(4).enumerate().filter(|(_, w)| *w == pat).map(|(i, _)| i).collect();
-    // find the .rodata section's offset via llvm-objdump-free means: the one hit whose patching
-    // changes the result
-    let mut patched = false;
-    for i in hits {
-        let mut c = b.clone();
-        c[i..i + 4].copy_from_slice(&70u32.to_le_bytes());
-        let Ok(obj) = Object::load(&c) else { continue };
-        let obj = Arc::new(obj);
-        let mut flow = obj.instance();
-        *flow.sock = TcpSock::initial(1448);
-        flow.sock.snd_cwnd = 20;
-        if flow.call(Op::Ssthresh, &[], None, None, &mut env()) == Ok(Some(14)) {
-            patched = true;
-            b = c;
-            break;
-        }
-    }
-    assert!(patched, "no 50 in the object whose change to 70 gives ssthresh 14");
-    let _ = b;
+    // beta_pct is a const volatile parameter in .rodata: patch it to 70 as a loader does.
+    let Some(b) = object_bytes("reno.bpf.o") else { return };
+    let vars = ccbpf::rodata_variables(&b).unwrap();
+    assert_eq!(vars.len(), 1);
+    assert_eq!((vars[0].name.as_str(), vars[0].value.as_slice()), ("beta_pct", &50u32.to_le_bytes()[..]));
+    let patched = ccbpf::patch_rodata(&b, "beta_pct", &70u32.to_le_bytes()).unwrap();
+    let obj = Arc::new(Object::load(&patched).unwrap());
+    let mut flow = obj.instance();
+    *flow.sock = TcpSock::initial(1448);
+    flow.sock.snd_cwnd = 20;
+    assert_eq!(flow.call(Op::Ssthresh, &[], None, None, &mut env()), Ok(Some(14)));
+    assert!(ccbpf::patch_rodata(&b, "beta_pct", &[1, 2]).is_err());
+    assert!(ccbpf::patch_rodata(&b, "no_such", &[0; 4]).is_err());
+}
+
+#[test]
+fn bbr_parameters_are_rodata() {
+    let Some(b) = object_bytes("bbr.bpf.o") else { return };
+    let vars = ccbpf::rodata_variables(&b).unwrap();
+    let gain = vars.iter().find(|v| v.name == "bbr_cwnd_gain").unwrap();
+    assert_eq!(gain.value, 512u32.to_le_bytes());
 }
 
 #[test]
@@ -219,6 +217,12 @@ fn bbr_converges_on_a_steady_path() {
         rates.push(rate);
         cwnds.push(flow.sock.snd_cwnd);
     }
+    // BBR's state is in socket-local storage (struct bbr_st); mode is MODE_PROBE_BW (2)
+    let st = flow.sk_storage("bbr_state").expect("bbr_init created the storage");
+    let mode_offset = 3 * 8 + 4 * 8 + 3 * 4; // after bw[3], four u64 stamps, min_rtt_us, rtt_cnt, next_rtt_delivered
+    assert_eq!(st[mode_offset..mode_offset + 4], 2u32.to_le_bytes(), "PROBE_BW");
+    let min_rtt_us = u32::from_le_bytes(st[56..60].try_into().unwrap());
+    assert_eq!(min_rtt_us, 20_000);
     let base = (16777u64 * mss as u64 * 256 >> 8) * (1_000_000 / 10_000 * (10_000 - 100)) >> 24;
     assert!((base as f64 - 1_433_500.0).abs() < 1000.0, "{base}");
     let tail = &rates[rates.len() - 1000..];
