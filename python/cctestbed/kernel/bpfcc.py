@@ -254,13 +254,22 @@ def encode_values(obj: BpfObject, values: Mapping[str, float], field_prefix: str
 def user_object(cc: str, params: Mapping[str, float], index: int) -> tuple[Optional[tuple[BpfObject, dict[str, int]]], list[str]]:
     """The object a group's ``bpf:`` cc names and the read-only values its ``params`` set (the
     one mapping from a trial to an object, for the kernel backend and the simulator alike), or
-    the problems (``flows[i].cc`` / ``flows[i].params.x``: value: what is valid)."""
-    path = resolve_object(cc[len(BPF_PREFIX):])
+    the problems (``flows[i].cc`` / ``flows[i].params.x``: value: what is valid).
+
+    ``bpf:bbr-shallow``, ``bpf:bbr-adaptive`` and ``bpf:bbr-stable-rtprop`` name the project's
+    BBR port with that variant's parameters, given by the simulator's names and units (the
+    ``params`` of the Rust variant), as the kernel backend runs the variants themselves."""
+    spec = cc[len(BPF_PREFIX):]
+    variant = spec in BBR_VARIANTS
+    path = resolve_object(BBR_OBJECT if variant else spec)
     try:
         obj = inspect(path)
     except BpfError as e:
         return None, [f"flows[{index}].cc: {cc!r}: {e}"]
-    values, bad = encode_values(obj, params, f"flows[{index}].params")
+    if variant:
+        values, bad = bbr_values(spec, params, f"flows[{index}].params")
+    else:
+        values, bad = encode_values(obj, params, f"flows[{index}].params")
     return (None, bad) if bad else ((obj, values), [])
 
 
