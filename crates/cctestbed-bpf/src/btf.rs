@@ -111,7 +111,7 @@ impl Btf {
                 KIND_PTR | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12 | 16 | KIND_TYPE_TAG => 0,
                 k => return Err(err(format!(".BTF has a type of unknown kind {k}"))),
             };
-            if p.checked_add(extra).map_or(true, |e| e > types_bytes.len()) {
+            if p.checked_add(extra).is_none_or(|e| e > types_bytes.len()) {
                 return Err(bad());
             }
             p += extra;

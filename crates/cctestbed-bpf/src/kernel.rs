@@ -37,6 +37,7 @@ pub const HELPERS: [(u32, &str); 10] = [
 ];
 
 /// The kfuncs implemented.
+#[allow(clippy::enum_variant_names)] // the kernel's names
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kfunc {
     TcpRenoSsthresh = 0,
@@ -264,8 +265,8 @@ fn tcp_cong_avoid_ai(m: &mut Machine, w: u32, acked: u32) -> Result<(), String> 
     }
     cnt = cnt.wrapping_add(acked);
     if cnt >= w {
-        // w == 0 cannot reach here with cnt < w; the kernel divides, so would we: guard it.
-        let delta = if w == 0 { 0 } else { cnt / w };
+        // w == 0 would divide by zero in the kernel; here it adds nothing.
+        let delta = cnt.checked_div(w).unwrap_or(0);
         cnt = cnt.wrapping_sub(delta.wrapping_mul(w));
         cwnd = cwnd.wrapping_add(delta);
     }

@@ -304,11 +304,11 @@ fn map_def(btf: &Btf, name: &str) -> Result<MapDef, LoadError> {
 fn decode_section(ctx: &Ctx, sec: usize) -> Result<Vec<Insn>, LoadError> {
     let s = &ctx.elf.sections[sec];
     let sname = &s.name;
-    if s.data.len() % 8 != 0 {
+    if !s.data.len().is_multiple_of(8) {
         return Err(err(format!("program section {sname} is not a whole number of instructions")));
     }
     let raw: Vec<[u8; 8]> = s.data.chunks_exact(8).map(|c| c.try_into().unwrap_or([0; 8])).collect();
-    let mut insns: Vec<Insn> = raw.iter().map(|r| Insn::raw(r)).collect();
+    let mut insns: Vec<Insn> = raw.iter().map(Insn::raw).collect();
     // ld_imm64: join the two halves.
     let mut i = 0;
     while i < insns.len() {
@@ -454,7 +454,7 @@ fn patch_core(sname: &str, idx: usize, insn: &mut Insn, kind: u32, r: &core_relo
                 return Err(fail("value does not fit an immediate".into()));
             }
         }
-        1 | 2 | 3 => {
+        1..=3 => {
             if kind != FIELD_BYTE_OFFSET {
                 return Err(fail(format!("relocation kind {kind} on a memory instruction")));
             }

@@ -327,12 +327,14 @@ impl TcpSock {
     /// A socket as `tcp_init_sock` leaves it: window 10, no ssthresh (`TCP_INFINITE_SSTHRESH`),
     /// no clamp, no RTT sample (`rtt_min` = ~0U), pacing shift 10, no pacing cap.
     pub fn initial(mss: u32) -> TcpSock {
-        let mut tp = TcpSock::default();
-        tp.snd_cwnd = 10;
-        tp.snd_ssthresh = 0x7fff_ffff;
-        tp.snd_cwnd_clamp = !0;
-        tp.mss_cache = mss;
-        tp.reordering = 3;
+        let mut tp = TcpSock {
+            snd_cwnd: 10,
+            snd_ssthresh: 0x7fff_ffff,
+            snd_cwnd_clamp: !0,
+            mss_cache: mss,
+            reordering: 3,
+            ..TcpSock::default()
+        };
         for s in tp.rtt_min.s.iter_mut() {
             s.v = !0;
         }

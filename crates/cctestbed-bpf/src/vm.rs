@@ -91,7 +91,7 @@ pub(crate) fn mem_size(code: u8) -> usize {
 pub(crate) fn validate(insns: &[Insn], name: &str) -> Result<(), LoadError> {
     let bad = |i: usize, m: &str| LoadError(format!("{name}: instruction {i}: {m}"));
     let n = insns.len() as i64;
-    let filler = |t: i64| insns.get(t as usize).map_or(true, |x| x.code == 0);
+    let filler = |t: i64| insns.get(t as usize).is_none_or(|x| x.code == 0);
     for (i, x) in insns.iter().enumerate() {
         if x.code == 0 {
             if i == 0 || insns[i - 1].code != 0x18 {

@@ -109,3 +109,40 @@ fn object_is_send_and_sync() {
     check::<Object>();
     check::<ccbpf::Instance>();
 }
+
+/// tcp_reno_cong_avoid as net/ipv4/tcp_cong.c: nothing unless cwnd-limited (is_cwnd_limited,
+/// or in slow start below 2 * max_packets_out), slow start up to ssthresh, then
+/// tcp_cong_avoid_ai with w = cwnd; tcp_reno_ssthresh = max(cwnd / 2, 2).
+#[test]
+fn kernel_reno_kfuncs() {
+    let Some(b) = compile("kernel_reno") else { return };
+    let obj = Arc::new(Object::load(&b).unwrap_or_else(|e| panic!("{e}")));
+    assert_eq!(obj.name(), "bpf_kreno");
+    let mut flow = obj.instance();
+    *flow.sock = TcpSock::initial(1448);
+    let mut env = Env::default();
+    flow.sock.snd_cwnd = 10;
+    flow.sock.snd_ssthresh = 16;
+    flow.sock.is_cwnd_limited = 0;
+    flow.sock.max_packets_out = 5; // 10 >= 2 * 5: not limited
+    flow.call(Op::CongAvoid, &[0, 3], None, None, &mut env).unwrap();
+    assert_eq!(flow.sock.snd_cwnd, 10);
+    flow.sock.max_packets_out = 6; // 10 < 12: limited in slow start
+    flow.call(Op::CongAvoid, &[0, 3], None, None, &mut env).unwrap();
+    assert_eq!(flow.sock.snd_cwnd, 13);
+    flow.sock.is_cwnd_limited = 1;
+    flow.call(Op::CongAvoid, &[0, 5], None, None, &mut env).unwrap();
+    assert_eq!((flow.sock.snd_cwnd, flow.sock.snd_cwnd_cnt), (16, 2));
+    for _ in 0..14 {
+        flow.call(Op::CongAvoid, &[0, 1], None, None, &mut env).unwrap();
+    }
+    assert_eq!((flow.sock.snd_cwnd, flow.sock.snd_cwnd_cnt), (17, 0));
+    flow.sock.is_cwnd_limited = 0; // out of slow start and not limited: no growth
+    flow.call(Op::CongAvoid, &[0, 40], None, None, &mut env).unwrap();
+    assert_eq!(flow.sock.snd_cwnd, 17);
+    assert_eq!(flow.call(Op::Ssthresh, &[], None, None, &mut env).unwrap(), Some(8));
+    flow.sock.snd_cwnd = 3;
+    assert_eq!(flow.call(Op::Ssthresh, &[], None, None, &mut env).unwrap(), Some(2));
+    flow.sock.prior_cwnd = 9;
+    assert_eq!(flow.call(Op::UndoCwnd, &[], None, None, &mut env).unwrap(), Some(9));
+}

@@ -223,7 +223,7 @@ fn bbr_converges_on_a_steady_path() {
     assert_eq!(st[mode_offset..mode_offset + 4], 2u32.to_le_bytes(), "PROBE_BW");
     let min_rtt_us = u32::from_le_bytes(st[56..60].try_into().unwrap());
     assert_eq!(min_rtt_us, 20_000);
-    let base = (16777u64 * mss as u64 * 256 >> 8) * (1_000_000 / 10_000 * (10_000 - 100)) >> 24;
+    let base = (((16777u64 * mss as u64 * 256) >> 8) * (1_000_000 / 10_000 * (10_000 - 100))) >> 24;
     assert!((base as f64 - 1_433_500.0).abs() < 1000.0, "{base}");
     let tail = &rates[rates.len() - 1000..];
     let mut counts = [0usize; 3];
