@@ -152,9 +152,40 @@ fn reno_undo_cwnd() {
 ///    two on this regular ACK clock): 46..=50 once converged.
 #[test]
 fn bbr_converges_on_a_steady_path() {
-    use std::collections::VecDeque;
     let Some(b) = object_bytes("bbr.bpf.o") else { return };
-    let obj = Arc::new(Object::load(&b).unwrap());
+    bbr_converges(&b);
+}
+
+/// The same source compiled for BPF ISA v3 (32-bit ALU and jumps, which the project's -mcpu=v1
+/// objects do not use) must behave the same.
+#[test]
+fn bbr_compiled_for_isa_v3_converges_too() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bbr-v3.bpf.o");
+    if !root.join("target/bpf/vmlinux.h").exists() {
+        eprintln!("skipped: target/bpf/vmlinux.h is absent (make bpf)");
+        return;
+    }
+    let status = std::process::Command::new("clang")
+        .args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-I"])
+        .arg(root.join("target/bpf"))
+        .arg("-c")
+        .arg(root.join("bpf/bbr.bpf.c"))
+        .arg("-o")
+        .arg(&out)
+        .status();
+    match status {
+        Err(e) => eprintln!("skipped: clang is not available ({e})"),
+        Ok(s) => {
+            assert!(s.success(), "clang failed on bpf/bbr.bpf.c");
+            bbr_converges(&std::fs::read(&out).unwrap());
+        }
+    }
+}
+
+fn bbr_converges(b: &[u8]) {
+    use std::collections::VecDeque;
+    let obj = Arc::new(Object::load(b).unwrap());
     let mut flow = obj.instance();
     let mss = 1448u32;
     *flow.sock = TcpSock::initial(mss);
