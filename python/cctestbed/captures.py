@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import polars as pl
@@ -92,6 +93,31 @@ class CaptureAnalysis:
         return write_dir(Path(directory), self.write_files, force=force)
 
 
+def check_captures(paths: Iterable[Union[str, Path]]) -> None:
+    """Refuse, with :class:`CaptureError`, any path that is not a regular file starting with a
+    pcap or pcapng header (:func:`cctestbed.inputs.check_capture`): a FIFO or a device is refused
+    before the core would block on it or read it without end."""
+    from .inputs import InputError, check_capture
+
+    for p in paths:
+        try:
+            check_capture(p)
+        except InputError as e:
+            raise CaptureError(str(e)) from None
+
+
+def _finite(v: Any) -> Any:
+    """``v`` with every float that is not finite (NaN, inf) replaced by None: what a capture
+    cannot give is null in summary.json, as JSON has no NaN."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
 def _column(values: Any, dtype: pl.DataType, name: str) -> pl.Series:
     s = pl.Series(name, np.asarray(values, dtype=float))
     return s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype)
@@ -129,6 +155,7 @@ def analyze_captures(
     inputs = [(str(p), "host") for p in hosts]
     if ingress is not None and egress is not None:
         inputs += [(str(ingress), "ingress"), (str(egress), "egress")]
+    check_captures(p for p, _ in inputs)
     interval = interval_ns or (trial.sample_interval if trial is not None else 10_000_000)
     try:
         raw = _core.analyze(inputs, interval, time_zero_ns)
@@ -179,7 +206,8 @@ def analyze_captures(
         router = pl.DataFrame([*rc.values(), pl.Series("backend", [BACKEND] * m, dtype=pl.String)])
 
     span_s = float(flows["time_s"].max()) if n else 0.0  # type: ignore[arg-type]
-    min_rtt = flows["min_rtt_ms"].drop_nulls()
+    # NaN where a sample has no RTT (no sender capture): no RTprop then, and null in summary.json
+    min_rtt = flows["min_rtt_ms"].fill_nan(None).drop_nulls()
     if trial is not None:
         base = TrialInfo.from_trial(trial, backend=BACKEND)
         t0, t1 = steady_s if steady_s is not None else base.steady_s
@@ -191,14 +219,14 @@ def analyze_captures(
     else:
         mss = int(conns[0]["mss"]) if conns else 1448
         t0, t1 = steady_s if steady_s is not None else (0.0, span_s)
-        rtprop = float(min_rtt.min()) if len(min_rtt) else 0.0  # type: ignore[arg-type]
+        rtprop = float(min_rtt.min()) if len(min_rtt) else math.nan  # type: ignore[arg-type]
         info = TrialInfo(
             name=name or "capture", seed=0, duration_s=span_s, steady_s=(t0, t1), capacity_bps=0,
             rtprop_ms=rtprop, bdp_bytes=0.0, mss=mss, mtu=mss + 52, backend=BACKEND,
         )
     if not (0 <= t0 < t1):
         raise CaptureError(f"--steady {t0:g} {t1:g}: the window must start at or after 0 and before it ends")
-    summary = summarize(flows, router if router is not None else _empty_router(flows), info)
+    summary = _finite(summarize(flows, router if router is not None else _empty_router(flows), info))
 
     files = [{**f, "path": str(Path(f["path"]).absolute())} for f in raw["files"]]
     where = [str(Path(p).absolute()) for p, _ in inputs]

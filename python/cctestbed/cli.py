@@ -315,7 +315,7 @@ def analyze(
 ) -> None:
     """Analyse packet captures into a results directory like run's (flows, router, summary, plot)."""
     from . import units
-    from .captures import CaptureError, analyze_captures
+    from .captures import CaptureError, analyze_captures, check_captures
     from .config import ConfigError, load_trial
     from .destination import DestinationError, ReplaceRefused, check_destination, check_replaceable
 
@@ -341,6 +341,10 @@ def analyze(
             trial = load_trial(path, allow_large=True)
         except ConfigError as e:
             refused(f"{path}: not a valid trial ({'; '.join(e.problems)})")
+    try:  # every capture a regular file with a capture's header, before anything else is looked at
+        check_captures([*captures, *(p for p in (ingress, egress) if p is not None)])
+    except CaptureError as e:
+        refused(str(e))
     if output.exists() and not force:
         refused(f"{output} exists; pass --force to replace it")
     try:

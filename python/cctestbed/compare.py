@@ -7,26 +7,94 @@ Trial A is drawn solid, trial B dashed; per-group curves keep one colour per gro
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 import polars as pl
 from matplotlib.figure import Figure
 from rich.table import Table
 
 from .plot import aggregate_workloads, binned_flows, binned_router, literal_text, save_figure, style_fct_axes
-from .results import TrialResult
+from .results import DamagedFile, TrialResult
 
 
 def load_pair(dir_a: Union[str, Path], dir_b: Union[str, Path]) -> tuple[TrialResult, TrialResult]:
-    """Both results directories, loaded; a missing or incomplete one raises OSError."""
+    """Both results directories, loaded; a missing or incomplete one raises OSError, a damaged
+    one (a file that is not what its name says, a summary.json of the wrong types)
+    :class:`~cctestbed.results.DamagedFile` naming the file and the field."""
     out = []
     for d in (Path(dir_a), Path(dir_b)):
         for f in ("trial.toml", "flows.parquet", "router.parquet", "summary.json"):
-            if not (d / f).is_file():
+            if not os.path.lexists(d / f):
                 raise OSError(f"{d}: not a results directory (no {f})")
-        out.append(TrialResult.load(d))
+        r = TrialResult.load(d)
+        check_summary(r.summary, d / "summary.json")
+        out.append(r)
     return out[0], out[1]
+
+
+#: The numbers :func:`metric_rows` reads, by section; each must be a number or null.
+_TOTAL = ("utilization", "goodput_bps", "loss_pct", "retrans_pct", "jain")
+_QUEUE = ("mean_bdp", "p95_bdp")
+_RTT = ("p50_ms", "p95_ms", "min_ms")
+_GROUP = ("share", "goodput_bps", "retrans_pct", "jain")
+_UDP = ("delivered_bps", "loss_pct", "owd_p50_ms", "owd_p95_ms")
+_PING = ("rtt_p50_ms", "rtt_p95_ms", "rtt_p99_ms", "loss_pct")
+_FCT = ("completed", "unfinished", "fct_p50_ms", "fct_p99_ms", "slowdown_mean")
+_FLOW = ("goodput_bps", "rtt_p50_ms")
+
+
+def check_summary(summary: dict[str, Any], path: Union[str, Path]) -> None:
+    """Raise :class:`DamagedFile` naming ``path`` and the field unless every value
+    :func:`metric_rows` reads is there with its type: a table where a table belongs, a number or
+    null where a number belongs (a hand-edited or foreign summary.json is refused in one line,
+    not with a traceback)."""
+    missing = object()
+
+    def refuse(field: str, v: Any, what: str) -> NoReturn:
+        text = "missing" if v is missing else json.dumps(v)
+        raise DamagedFile(f"{path}: {field}: {text if len(text) <= 40 else text[:37] + '...'}: must be {what}")
+
+    def table(parent: dict[str, Any], key: str, field: str, optional: bool = False) -> dict[str, Any]:
+        v = parent.get(key, missing)
+        if v is missing and optional:
+            return {}
+        if not isinstance(v, dict):
+            refuse(field, v, "a table (a JSON object)")
+        return v
+
+    def numbers(t: dict[str, Any], keys: tuple[str, ...], field: str, optional: tuple[str, ...] = ()) -> None:
+        for k in keys:
+            v = t.get(k, missing)
+            if v is None or (v is missing and k in optional):
+                continue
+            if v is missing or isinstance(v, bool) or not isinstance(v, (int, float)):
+                refuse(f"{field}.{k}", v, "a number or null")
+
+    numbers(table(summary, "total", "total"), _TOTAL, "total")
+    numbers(table(summary, "queue", "queue"), _QUEUE, "queue")
+    numbers(table(summary, "rtt", "rtt"), (*_RTT, "mean_ms"), "rtt", optional=("mean_ms",))
+    for section, keys in (("groups", _GROUP), ("udp", _UDP), ("ping", _PING), ("fct", _FCT)):
+        for name in table(summary, section, section, optional=section != "groups"):
+            g = table(summary[section], name, f"{section}.{name}")
+            numbers(g, keys, f"{section}.{name}")
+            if section == "fct":
+                buckets = table(g, "buckets", f"fct.{name}.buckets")
+                for b in buckets:
+                    numbers(table(buckets, b, f"fct.{name}.buckets.{b}"), ("slowdown_mean",), f"fct.{name}.buckets.{b}")
+    flows = summary.get("flows", missing)
+    if not isinstance(flows, list):
+        refuse("flows", flows, "a list")
+    for i, f in enumerate(flows):
+        if not isinstance(f, dict):
+            refuse(f"flows[{i}]", f, "a table (a JSON object)")
+        for k in ("id", "group"):
+            v = f.get(k, missing)
+            if v is missing or isinstance(v, bool) or not isinstance(v, (str, int, type(None) if k == "group" else int)):
+                refuse(f"flows[{i}].{k}", v, "a name or number")
+        numbers(f, _FLOW, f"flows[{i}]")
 
 
 def _label(r: TrialResult) -> str:

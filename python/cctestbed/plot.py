@@ -15,6 +15,7 @@ built without pyplot, so it holds no global state and works in scripts and noteb
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -327,10 +328,12 @@ def plot_trial(
         if "owd_ms" in d.columns and d["owd_ms"].drop_nulls().len():
             ax_rtt.plot(d["t"], d["owd_ms"], color=colors[i], lw=1.2, ls="--")
             has_owd = True
-    ax_rtt.axhline(info.rtprop_ms, color="0.3", lw=1, ls="--", label=f"RTprop {info.rtprop_ms:g} ms")
+    if math.isfinite(info.rtprop_ms):  # not known for a capture without its sender
+        ax_rtt.axhline(info.rtprop_ms, color="0.3", lw=1, ls="--", label=f"RTprop {info.rtprop_ms:g} ms")
     ax_rtt.set_ylabel("RTT, one-way delay (ms)" if has_owd else "RTT (ms)")
     ax_rtt.set_ylim(bottom=0)
-    ax_rtt.legend(loc="upper right", fontsize=8)
+    if ax_rtt.get_legend_handles_labels()[0]:
+        ax_rtt.legend(loc="upper right", fontsize=8)
 
     # cwnd and inflight (TCP flows only)
     tcp_ids = set(flows.filter(pl.col("kind") == "tcp")["flow"].unique()) if "kind" in flows.columns else set(ids)

@@ -44,13 +44,15 @@ def _reason(e: BaseException) -> str:
 
 def read_json(path: Union[str, Path]) -> dict[str, Any]:
     """A JSON object from a results file; :class:`DamagedFile` saying what is wrong otherwise."""
+    from .inputs import InputError, read_text
+
     path = Path(path)
+    try:  # the guarded reader: a regular file (not a FIFO or device), its size limited, UTF-8
+        text = read_text(path, "JSON file", missing="missing")
+    except InputError as e:
+        raise DamagedFile(str(e)) from None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DamagedFile(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DamagedFile(f"{path}: cannot be read ({_reason(e)})") from None
+        doc = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise DamagedFile(f"{path}: damaged, not valid JSON ({_reason(e)})") from None
     if not isinstance(doc, dict):
@@ -60,9 +62,13 @@ def read_json(path: Union[str, Path]) -> dict[str, Any]:
 
 def read_parquet(path: Union[str, Path], columns: tuple[str, ...] = ()) -> pl.DataFrame:
     """A Parquet results file with at least ``columns``; :class:`DamagedFile` otherwise."""
+    from .inputs import InputError, check_file
+
     path = Path(path)
-    if not path.is_file():
-        raise DamagedFile(f"{path}: missing")
+    try:  # no FIFO or device handed to the Parquet reader
+        check_file(path, "Parquet file", missing="missing")
+    except InputError as e:
+        raise DamagedFile(str(e)) from None
     try:
         df = pl.read_parquet(path)
     except Exception as e:  # polars' and pyarrow's errors for empty, truncated or foreign files

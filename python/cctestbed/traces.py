@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Union
 
+from .inputs import InputError, file_identity, text_lines
+
 #: IP bytes one opportunity carries.
 OPPORTUNITY_BYTES = 1500
 #: A trace of more lines than this is refused (about 10 minutes at 200 Mbit/s).
@@ -33,52 +35,33 @@ class TraceError(ValueError):
     """A trace file that cannot be used; the message names the file and, where it can, the line."""
 
 
-def file_identity(path: Union[str, Path], error: type[ValueError]) -> tuple[str, int, int]:
-    """(path, mtime, size) of a data file a trial names (a trace, a size CDF): the key its parsed
-    contents are cached under, so an edited file is read again; ``error`` when it is missing,
-    unreadable or not a file."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise error(f"{p}: no such file") from None
-    except OSError as e:
-        raise error(f"{p}: cannot read: {e.strerror}") from None
-    if not p.is_file():
-        raise error(f"{p}: not a file")
-    return str(p), st.st_mtime_ns, st.st_size
-
-
 def load_trace(path: Union[str, Path]) -> tuple[int, ...]:
-    """The opportunity times (ms) of the trace file at ``path``, validated."""
-    return _load(*file_identity(path, TraceError))
+    """The opportunity times (ms) of the trace file at ``path``, validated. The file is read
+    through the guarded reader (:mod:`cctestbed.inputs`): a regular file of at most
+    ``LIMITS["trace"]`` bytes, UTF-8."""
+    try:
+        return _load(*file_identity(path, "trace"))
+    except InputError as e:
+        raise TraceError(str(e)) from None
 
 
 @lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int, size: int) -> tuple[int, ...]:
     out: list[int] = []
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        try:
-            for n, line in enumerate(f, 1):
-                s = line.strip()
-                if not s or s.startswith("#"):
-                    continue
-                if not s.isdigit():
-                    raise TraceError(f"{path}: line {n}: {s[:40]!r}: expected a whole number of milliseconds")
-                ms = int(s)
-                if ms > MAX_MS:
-                    raise TraceError(f"{path}: line {n}: {s[:40]} ms: beyond the longest trace ({MAX_MS:,} ms)")
-                if out and ms < out[-1]:
-                    raise TraceError(f"{path}: line {n}: {ms} ms after {out[-1]} ms: times must not decrease")
-                out.append(ms)
-                if len(out) > MAX_OPPORTUNITIES:
-                    raise TraceError(f"{path}: more than {MAX_OPPORTUNITIES:,} opportunities; split or shorten the trace")
-        except UnicodeDecodeError:
-            raise TraceError(f"{path}: not UTF-8 text; a trace has one number of milliseconds per line") from None
+    for n, line in text_lines(path, "trace"):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if not s.isdigit():
+            raise TraceError(f"{path}: line {n}: {s[:40]!r}: expected a whole number of milliseconds")
+        ms = int(s)
+        if ms > MAX_MS:
+            raise TraceError(f"{path}: line {n}: {s[:40]} ms: beyond the longest trace ({MAX_MS:,} ms)")
+        if out and ms < out[-1]:
+            raise TraceError(f"{path}: line {n}: {ms} ms after {out[-1]} ms: times must not decrease")
+        out.append(ms)
+        if len(out) > MAX_OPPORTUNITIES:
+            raise TraceError(f"{path}: more than {MAX_OPPORTUNITIES:,} opportunities; split or shorten the trace")
     if not out or out[-1] == 0:
         raise TraceError(f"{path}: no opportunity after 0 ms; the last line's time is the trace's period and must be > 0")
     if mean_rate_bps(tuple(out)) == 0:
@@ -93,11 +76,15 @@ def mean_rate_bps(ms: tuple[int, ...]) -> int:
 
 def resolve(path: str, base: Union[str, Path, None]) -> str:
     """``path`` made absolute: relative to ``base`` (a folder) when given, else to the
-    working directory."""
+    working directory, with symlinks resolved where they can be (a symlink loop is left as it
+    is, for the reader to refuse by name)."""
     p = Path(os.path.expanduser(path))
     if not p.is_absolute():
         p = (Path(base) if base is not None else Path.cwd()) / p
-    return str(p.resolve())
+    try:
+        return str(p.resolve())
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13), a name too long
+        return os.path.abspath(p)
 
 
 def capacity_steps(ms: tuple[int, ...], interval_ns: int, duration_ns: int) -> list[tuple[float, int]]:

@@ -67,18 +67,20 @@ def cdf_path(name: str, base: Optional[Path] = None) -> Path:
 def load_cdf(path: Union[str, Path]) -> tuple[tuple[float, float], ...]:
     """The (size in bytes, cumulative fraction) points of a CDF file, validated: sizes >= 0 and
     non-decreasing, fractions from 0 to 1 non-decreasing, the last one 1."""
-    from .traces import file_identity
+    from .inputs import InputError, file_identity
 
-    return _load_cdf(*file_identity(path, CdfError))
+    try:
+        return _load_cdf(*file_identity(path, "CDF"))
+    except InputError as e:
+        raise CdfError(str(e)) from None
 
 
 @lru_cache(maxsize=16)
 def _load_cdf(path: str, mtime_ns: int, size: int) -> tuple[tuple[float, float], ...]:
+    from .inputs import read_text
+
     pts: list[tuple[float, float]] = []
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CdfError(f"{path}: cannot read as UTF-8 text: {e}") from None
+    text = read_text(path, "CDF")  # the guarded reader: a regular file, its size limited, UTF-8
     for n, line in enumerate(text.splitlines(), 1):
         s = line.split("#", 1)[0].strip()
         if not s:

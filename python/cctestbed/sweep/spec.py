@@ -395,7 +395,7 @@ def _column_names(paths: list[str]) -> dict[str, str]:
 def read_sweep_file(path: Union[str, Path]) -> dict[str, Any]:
     """The raw table in a TOML or JSON sweep file (read as trial files are)."""
     try:
-        return read_trial_file(path)
+        return read_trial_file(path, "sweep file")
     except ConfigError as e:
         raise SweepError(e.problems) from None
 
