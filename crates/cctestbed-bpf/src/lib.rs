@@ -41,8 +41,10 @@
 //!   ([`INSN_BUDGET`]) and a frame depth limit (8, the kernel's `MAX_CALL_FRAMES`). A program
 //!   the kernel's verifier would refuse may therefore load here and fail only when it runs.
 //! - The stack is one region of 8 × 512 bytes; a frame's `r10` points at the top of its own
-//!   512 bytes, and a frame can reach its callers' frames (the kernel allows that only through
-//!   pointers passed as arguments).
+//!   512 bytes, and a frame can reach its own and its callers' frames (the kernel allows the
+//!   latter only through pointers passed as arguments), never above its own top. The stack is
+//!   zeroed at the start of each call (the kernel's is uninitialised, and its verifier refuses
+//!   reads of unwritten slots).
 //! - `bpf_setsockopt`/`bpf_getsockopt`, ring buffers, `__kconfig` externs and the built-in
 //!   controls' own kfuncs (`cubictcp_*`, `bbr_*`, `dctcp_*`) are not implemented: objects using
 //!   them are refused at load, naming the helper or symbol.

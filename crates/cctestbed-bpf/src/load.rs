@@ -234,6 +234,22 @@ impl Object {
         self.ops[op.index()].map(|i| self.programs[i].section.as_str())
     }
 
+    /// An object with no programs, maps or data, for the interpreter's unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(shared: Mutex<Shared>) -> Object {
+        Object {
+            name: String::new(),
+            flags: 0,
+            ops: [None; 12],
+            programs: Vec::new(),
+            maps: Vec::new(),
+            data: Vec::new(),
+            shared,
+            writable: offsets::writable(),
+            bitfields: Vec::new(),
+        }
+    }
+
     /// A new flow (socket) running this object.
     pub fn instance(self: &Arc<Self>) -> Instance {
         Instance::new(Arc::clone(self))

@@ -191,6 +191,9 @@ pub(crate) struct Machine<'a> {
     pub ack: Vec<u8>,
     pub rs: Vec<u8>,
     pub stack: Vec<u8>,
+    /// End of the current frame's 512 bytes: the stack below it (this frame and its callers')
+    /// is accessible, the frames of returned callees above it are not.
+    pub stack_top: usize,
     pub shared: &'a mut Shared,
     pub sk_storage: &'a mut Vec<Option<Vec<u8>>>,
     pub env: &'a mut Env,
@@ -206,7 +209,7 @@ impl<'a> Machine<'a> {
             R_SOCK => &self.sock,
             R_ACK => &self.ack,
             R_RS => &self.rs,
-            R_STACK => &self.stack,
+            R_STACK => &self.stack[..self.stack_top],
             r if (R_DATA..R_DATA + 0x100).contains(&r) => {
                 let i = (r - R_DATA) as usize;
                 match self.object.data.get(i) {
@@ -257,7 +260,12 @@ impl<'a> Machine<'a> {
                 }
                 &mut self.sock
             }
-            R_STACK => &mut self.stack,
+            R_STACK => {
+                let top = self.stack_top;
+                return self.stack.get_mut(off..off + len).filter(|_| off + len <= top).ok_or_else(|| {
+                    format!("write of {len} bytes at 0x{a:x} is out of bounds (the stack has {top} bytes in this frame and its callers')")
+                });
+            }
             r if (R_DATA..R_DATA + 0x100).contains(&r) => {
                 let i = (r - R_DATA) as usize;
                 match self.object.data.get(i) {
@@ -371,6 +379,7 @@ impl Instance {
             ack: ack.map(to_bytes).unwrap_or_default(),
             rs: rs.map(to_bytes).unwrap_or_default(),
             stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
+            stack_top: STACK_PER_FRAME,
             shared: &mut shared,
             sk_storage: &mut self.sk_storage,
             env,
@@ -442,7 +451,8 @@ fn run(m: &mut Machine, insns: &[Insn], entry: usize) -> Result<u64, (usize, Str
                                     return Err(fail(format!("call depth above {MAX_FRAMES} frames")));
                                 }
                                 frames.push(Frame { ret_pc: pc, saved: [r[6], r[7], r[8], r[9]] });
-                                r[10] = addr(R_STACK, (STACK_PER_FRAME * (frames.len() + 1)) as u64);
+                                m.stack_top = STACK_PER_FRAME * (frames.len() + 1);
+                                r[10] = addr(R_STACK, m.stack_top as u64);
                                 pc = x.imm as usize;
                             }
                             CALL_HELPER => {
@@ -466,7 +476,8 @@ fn run(m: &mut Machine, insns: &[Insn], entry: usize) -> Result<u64, (usize, Str
                         None => return Ok(r[0]),
                         Some(f) => {
                             [r[6], r[7], r[8], r[9]] = f.saved;
-                            r[10] = addr(R_STACK, (STACK_PER_FRAME * (frames.len() + 1)) as u64);
+                            m.stack_top = STACK_PER_FRAME * (frames.len() + 1);
+                            r[10] = addr(R_STACK, m.stack_top as u64);
                             pc = f.ret_pc;
                             continue;
                         }
@@ -658,4 +669,163 @@ fn alu32(code: u8, off: i16, imm: i64, dst: u64, src: u64) -> u64 {
         _ => d,
     };
     v as u64
+}
+
+/// Instruction semantics the project's objects (built for ISA v1) do not reach: ISA v4's
+/// signed division, sign-extending moves and loads, byte swaps, long jumps, and the atomics.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{Object, Shared};
+    use std::sync::Mutex;
+
+    fn object() -> Object {
+        Object::for_tests(Mutex::new(Shared { data: Vec::new(), maps: Vec::new() }))
+    }
+
+    fn i(code: u8, dst: u8, src: u8, off: i16, imm: i64) -> Insn {
+        Insn { code, dst, src, off, imm }
+    }
+    const EXIT: Insn = Insn { code: 0x95, dst: 0, src: 0, off: 0, imm: 0 };
+
+    /// Runs `insns` (validated first) and returns r0.
+    fn exec(insns: &[Insn]) -> Result<u64, (usize, String)> {
+        validate(insns, "test").map_err(|e| (0, e.0))?;
+        let object = object();
+        let mut shared = object.shared.lock().unwrap();
+        let mut sk = Vec::new();
+        let mut env = Env::default();
+        let mut m = Machine {
+            object: &object,
+            ctx: vec![0; 8],
+            sock: to_bytes(&TcpSock::default()),
+            ack: Vec::new(),
+            rs: Vec::new(),
+            stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
+            stack_top: STACK_PER_FRAME,
+            shared: &mut shared,
+            sk_storage: &mut sk,
+            env: &mut env,
+        };
+        run(&mut m, insns, 0)
+    }
+
+    fn r0_after(setup: &[Insn]) -> u64 {
+        let mut v = setup.to_vec();
+        v.push(EXIT);
+        exec(&v).unwrap()
+    }
+
+    // r0 = imm (ALU64 mov, sign-extended), r1 = imm
+    fn mov(dst: u8, imm: i64) -> Insn {
+        i(0xb7, dst, 0, 0, imm)
+    }
+
+    #[test]
+    fn division_and_modulo() {
+        // unsigned 64: 7 / 0 = 0, 7 % 0 = 7
+        assert_eq!(r0_after(&[mov(0, 7), mov(1, 0), i(0x3f, 0, 1, 0, 0)]), 0);
+        assert_eq!(r0_after(&[mov(0, 7), mov(1, 0), i(0x9f, 0, 1, 0, 0)]), 7);
+        // 32-bit modulo by zero keeps the low half, zero-extended
+        assert_eq!(r0_after(&[mov(0, -1), mov(1, 0), i(0x9c, 0, 1, 0, 0)]), 0xffff_ffff);
+        assert_eq!(r0_after(&[mov(0, -1), mov(1, 0), i(0x3c, 0, 1, 0, 0)]), 0);
+        // signed (off = 1): -7 / 2 = -3, -7 % 2 = -1; MIN / -1 wraps, MIN % -1 = 0
+        assert_eq!(r0_after(&[mov(0, -7), i(0x37, 0, 0, 1, 2)]) as i64, -3);
+        assert_eq!(r0_after(&[mov(0, -7), i(0x97, 0, 0, 1, 2)]) as i64, -1);
+        let min = [mov(0, 1), i(0x67, 0, 0, 0, 63)];
+        assert_eq!(r0_after(&[&min[..], &[i(0x37, 0, 0, 1, -1)]].concat()), 1 << 63);
+        assert_eq!(r0_after(&[&min[..], &[i(0x97, 0, 0, 1, -1)]].concat()), 0);
+        // unsigned division sees -7 as a large number
+        assert_eq!(r0_after(&[mov(0, -7), i(0x37, 0, 0, 0, 2)]), (-7i64 as u64) / 2);
+    }
+
+    #[test]
+    fn alu32_zero_extends_and_shifts_mask() {
+        assert_eq!(r0_after(&[mov(0, -1), i(0x04, 0, 0, 0, 1)]), 0); // w0 += 1 wraps to 0
+        assert_eq!(r0_after(&[mov(0, -8), i(0xc4, 0, 0, 0, 1)]), 0xffff_fffc); // w0 s>>= 1
+        assert_eq!(r0_after(&[mov(0, 1), mov(1, 65), i(0x6f, 0, 1, 0, 0)]), 2); // shift by 65 & 63
+        assert_eq!(r0_after(&[mov(0, 5), i(0x87, 0, 0, 0, 0)]) as i64, -5); // neg
+    }
+
+    #[test]
+    fn sign_extension_and_byte_swaps() {
+        // movsx r0 = (s8) r1
+        assert_eq!(r0_after(&[mov(1, 0x80), i(0xbf, 0, 1, 8, 0)]) as i64, -128);
+        assert_eq!(r0_after(&[mov(1, 0x8000), i(0xbf, 0, 1, 16, 0)]) as i64, -32768);
+        // memsx: store 0xff on the stack, load it sign-extended
+        assert_eq!(r0_after(&[mov(1, 0xff), i(0x73, 10, 1, -8, 0), i(0x91, 0, 10, -8, 0)]) as i64, -1);
+        // bswap16/32/64 and to-big-endian
+        assert_eq!(r0_after(&[mov(0, 0x1234), i(0xd7, 0, 0, 0, 16)]), 0x3412);
+        assert_eq!(r0_after(&[mov(0, 0x1234_5678), i(0xdc, 0, 0, 0, 32)]), 0x7856_3412);
+        assert_eq!(r0_after(&[mov(0, 0x1234_5678), i(0xd4, 0, 0, 0, 16)]), 0x5678); // to-le 16 truncates
+    }
+
+    #[test]
+    fn jumps() {
+        // gotol +1 skips r0 = 1
+        assert_eq!(r0_after(&[mov(0, 2), i(0x06, 0, 0, 0, 1), mov(0, 1)]), 2);
+        // JMP32: w1 (0x1_0000_0000 -> 0) == 0
+        let hi = [mov(1, 1), i(0x67, 1, 0, 0, 32)];
+        assert_eq!(r0_after(&[&hi[..], &[mov(0, 0), i(0x16, 1, 0, 1, 0), mov(0, 9)]].concat()), 0);
+        // signed compare: -1 s< 0
+        assert_eq!(r0_after(&[mov(1, -1), mov(0, 0), i(0xc5, 1, 0, 1, 0), mov(0, 9)]), 0);
+        // unsigned: -1 > 0
+        assert_eq!(r0_after(&[mov(1, -1), mov(0, 0), i(0x25, 1, 0, 1, 0), mov(0, 9)]), 0);
+    }
+
+    #[test]
+    fn atomics_on_the_stack() {
+        let put = |v: i64| [mov(1, v), i(0x7b, 10, 1, -8, 0)];
+        // fetch-add returns the old value in src
+        let mut p = put(5).to_vec();
+        p.extend([mov(2, 3), i(0xdb, 10, 2, -8, 0x01), i(0xbf, 0, 2, 0, 0)]);
+        assert_eq!(r0_after(&p), 5);
+        p.extend([i(0x79, 0, 10, -8, 0)]);
+        assert_eq!(r0_after(&p), 8);
+        // cmpxchg: r0 = expected; swaps only when equal; r0 = old
+        let mut c = put(5).to_vec();
+        c.extend([mov(0, 5), mov(2, 9), i(0xdb, 10, 2, -8, 0xf1), i(0x79, 0, 10, -8, 0)]);
+        assert_eq!(r0_after(&c), 9);
+        let mut c = put(5).to_vec();
+        c.extend([mov(0, 4), mov(2, 9), i(0xdb, 10, 2, -8, 0xf1)]);
+        assert_eq!(r0_after(&c), 5);
+        // xchg
+        let mut x = put(5).to_vec();
+        x.extend([mov(2, 7), i(0xdb, 10, 2, -8, 0xe1), i(0x79, 0, 10, -8, 0), i(0x0f, 0, 2, 0, 0)]);
+        assert_eq!(r0_after(&x), 12);
+        // 32-bit or
+        let mut o = put(1).to_vec();
+        o.extend([mov(2, 6), i(0xc3, 10, 2, -8, 0x40), i(0x61, 0, 10, -8, 0)]);
+        assert_eq!(r0_after(&o), 7);
+    }
+
+    #[test]
+    fn memory_faults_and_read_only_regions() {
+        // stack: below the frame's 512 bytes is another frame's (allowed); beyond the top is not
+        let e = exec(&[mov(1, 1), i(0x7b, 10, 1, 0, 0), EXIT]).unwrap_err();
+        assert!(e.1.contains("out of bounds") && e.0 == 1, "{e:?}");
+        // NULL
+        let e = exec(&[mov(1, 0), i(0x79, 0, 1, 0, 0), EXIT]).unwrap_err();
+        assert!(e.1.contains("no memory"), "{e:?}");
+        // the context is read-only
+        let e = exec(&[mov(2, 1), i(0x7b, 1, 2, 0, 0), EXIT]).unwrap_err();
+        assert!(e.1.contains("read-only"), "{e:?}");
+        // the socket outside writable fields (sk_max_pacing_rate at 8)
+        let e = exec(&[i(0x18, 1, 0, 0, sock_addr() as i64), Insn::filler(), mov(2, 1), i(0x7b, 1, 2, 8, 0), EXIT]).unwrap_err();
+        assert!(e.1.contains("may write") && e.0 == 3, "{e:?}");
+        // an access that starts inside and ends outside a region
+        let size = TcpSock::SIZE as i16;
+        let e = exec(&[i(0x18, 1, 0, 0, sock_addr() as i64), Insn::filler(), i(0x79, 0, 1, size - 4, 0), EXIT]).unwrap_err();
+        assert!(e.1.contains("out of bounds"), "{e:?}");
+    }
+
+    #[test]
+    fn validation_refuses_bad_programs() {
+        assert!(validate(&[i(0x05, 0, 0, 5, 0), EXIT], "t").is_err(), "jump out of the program");
+        assert!(validate(&[i(0x18, 0, 0, 0, 0), Insn::filler(), i(0x05, 0, 0, -2, 0), EXIT], "t").is_err(), "jump into ld_imm64");
+        assert!(validate(&[mov(10, 1), EXIT], "t").is_err(), "write to r10");
+        assert!(validate(&[i(0xff, 0, 0, 0, 0), EXIT], "t").is_err(), "unknown opcode");
+        assert!(validate(&[i(0x85, 0, CALL_LOCAL, 0, 9), EXIT], "t").is_err(), "call target");
+        assert!(validate(&[Insn::filler(), EXIT], "t").is_err(), "lone filler");
+    }
 }
