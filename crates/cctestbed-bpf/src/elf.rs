@@ -11,6 +11,7 @@ const SHT_REL: u32 = 9;
 const SHT_NOBITS: u32 = 8;
 pub const STT_SECTION: u8 = 3;
 pub const SHN_UNDEF: u16 = 0;
+pub const STB_WEAK: u8 = 2;
 
 pub struct Section<'a> {
     pub name: String,
@@ -30,6 +31,7 @@ pub struct Symbol {
     pub value: u64,
     pub size: u64,
     pub kind: u8,
+    pub bind: u8,
     pub section: u16,
 }
 
@@ -127,6 +129,7 @@ impl<'a> Elf<'a> {
                 symbols.push(Symbol {
                     name: cstr_at(strtab, u32_at(e, 0).unwrap_or(0) as usize).unwrap_or_default(),
                     kind: info & 0xf,
+                    bind: info >> 4,
                     section: u16_at(e, 6).unwrap_or(0),
                     value: u64_at(e, 8).unwrap_or(0),
                     size: u64_at(e, 16).unwrap_or(0),

@@ -45,7 +45,9 @@
 //!   latter only through pointers passed as arguments), never above its own top. The stack is
 //!   zeroed at the start of each call (the kernel's is uninitialised, and its verifier refuses
 //!   reads of unwritten slots).
-//! - `bpf_setsockopt`/`bpf_getsockopt`, ring buffers, `__kconfig` externs and the built-in
+//! - `__kconfig` externs are `CONFIG_*` and `LINUX_KERNEL_VERSION` only, with values the caller
+//!   gives ([`Object::load_with_kconfig`]; [`DEFAULT_KCONFIG`] otherwise).
+//! - `bpf_setsockopt`/`bpf_getsockopt`, ring buffers, other externs and the built-in
 //!   controls' own kfuncs (`cubictcp_*`, `bbr_*`, `dctcp_*`) are not implemented: objects using
 //!   them are refused at load, naming the helper or symbol.
 //! - Maps are per [`Object`] (shared by its instances behind a mutex, held for a whole call);
@@ -81,7 +83,7 @@ mod load;
 pub mod view;
 pub mod vm;
 
-pub use load::{patch_rodata, rodata_variables, Object, RodataVar};
+pub use load::{patch_rodata, rodata_variables, Object, RodataVar, DEFAULT_KCONFIG};
 pub use view::{AckSample, IcskAck, InetConnectionSock, InetSock, Minmax, MinmaxSample, RateSample, Sock, TcpSock};
 pub use vm::{Instance, INSN_BUDGET};
 

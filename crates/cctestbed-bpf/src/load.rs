@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::btf::{self, Btf, KIND_ARRAY, KIND_PTR};
 use crate::core_relo::{self, FIELD_BYTE_OFFSET};
-use crate::elf::{Elf, Rel, SHN_UNDEF, STT_SECTION};
+use crate::elf::{Elf, Rel, SHN_UNDEF, STB_WEAK, STT_SECTION};
 use crate::kernel::{Kfunc, HELPERS};
 use crate::view::{offsets, TargetBtf};
 use crate::vm::{self, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
@@ -84,9 +84,21 @@ fn err(msg: impl Into<String>) -> LoadError {
     LoadError(msg.into())
 }
 
+/// The `__kconfig` values [`Object::load`] gives: `CONFIG_HZ` 250 (the default of the
+/// project's BBR object, and of Debian's kernels) and `LINUX_KERNEL_VERSION` 6.18.0.
+pub const DEFAULT_KCONFIG: [(&str, u64); 2] = [("CONFIG_HZ", 250), ("LINUX_KERNEL_VERSION", (6 << 16) | (18 << 8))];
+
 impl Object {
-    /// Loads an object file (its `.rodata` already holding the parameters the caller wants).
+    /// Loads an object file (its `.rodata` already holding the parameters the caller wants),
+    /// with the `__kconfig` values of [`DEFAULT_KCONFIG`].
     pub fn load(elf_bytes: &[u8]) -> Result<Object, LoadError> {
+        Object::load_with_kconfig(elf_bytes, &DEFAULT_KCONFIG)
+    }
+
+    /// Loads an object file, giving its `__kconfig` externs (`CONFIG_*`, `LINUX_KERNEL_VERSION`)
+    /// the values of `kconfig` (pass the `CONFIG_HZ` that [`crate::Env::jiffies`] counts in). As
+    /// libbpf does, a `__weak` option missing from `kconfig` reads 0 and a strong one is refused.
+    pub fn load_with_kconfig(elf_bytes: &[u8], kconfig: &[(&str, u64)]) -> Result<Object, LoadError> {
         let elf = Elf::parse(elf_bytes)?;
 
         let license = elf
@@ -133,6 +145,27 @@ impl Object {
             data_index[i] = Some(data.len());
             data.push(DataSection { name: s.name.clone(), writable: !s.name.starts_with(".rodata"), initial });
         }
+
+        // __kconfig externs: one read-only section of 8-byte little-endian values.
+        let mut kconfig_slots: Vec<(String, usize)> = Vec::new();
+        let mut kconfig_bytes = Vec::new();
+        for sym in elf.symbols.iter().filter(|s| s.section == SHN_UNDEF && (s.name.starts_with("CONFIG_") || s.name == "LINUX_KERNEL_VERSION")) {
+            if kconfig_slots.iter().any(|(n, _)| *n == sym.name) {
+                continue;
+            }
+            let value = match kconfig.iter().find(|(n, _)| *n == sym.name) {
+                Some((_, v)) => *v,
+                None if sym.bind == STB_WEAK => 0,
+                None => return Err(err(format!("kconfig option {} is not known to the loader (known: {}); declare it __weak to read 0", sym.name,
+                    kconfig.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
+            };
+            kconfig_slots.push((sym.name.clone(), kconfig_bytes.len()));
+            kconfig_bytes.extend_from_slice(&value.to_le_bytes());
+        }
+        let kconfig_section = (!kconfig_slots.is_empty()).then(|| {
+            data.push(DataSection { name: ".kconfig".into(), writable: false, initial: kconfig_bytes });
+            data.len() - 1
+        });
 
         // The struct_ops variable.
         let (so_idx, so_sec) = elf
@@ -181,7 +214,7 @@ impl Object {
             let idx = match existing {
                 Some(i) => i,
                 None => {
-                    let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable, bitfields: &bitfields };
+                    let ctx = Ctx { elf: &elf, btf: &btf, target: &target, core_relos: &core_relos, maps_section, maps: &maps, data_index: &data_index, writable: &writable, bitfields: &bitfields, kconfig: (kconfig_section, &kconfig_slots) };
                     let mut insns = decode_section(&ctx, sec)?;
                     let text_base = insns.len();
                     if let Some((ti, t)) = elf.section_by_name(".text") {
@@ -267,6 +300,8 @@ struct Ctx<'a, 'e> {
     writable: &'a [(&'static str, usize, usize)],
     /// Kernel bit fields the programs read, see [`core_relo::Resolved::bitfield`].
     bitfields: &'a std::cell::RefCell<Vec<BitField>>,
+    /// The `.kconfig` data section, and each extern's offset in it.
+    kconfig: (Option<usize>, &'a [(String, usize)]),
 }
 
 /// A kernel bit field of the socket held in a whole byte of the view: the byte offset, and the
@@ -392,7 +427,14 @@ fn apply_relocation(ctx: &Ctx, sname: &str, insns: &mut [Insn], raw: &[[u8; 8]],
         0x18 => {
             let sec = sym.section as usize;
             if sym.section == SHN_UNDEF {
-                return Err(err(format!("{sname}: instruction {idx} loads extern {}, which is not supported (no __kconfig or __ksym variables)", sym.name)));
+                let slot = ctx.kconfig.1.iter().find(|(n, _)| *n == sym.name);
+                return match (ctx.kconfig.0, slot) {
+                    (Some(section), Some((_, off))) => {
+                        insn.imm = vm::data_addr(section, *off as u64) as i64;
+                        Ok(())
+                    }
+                    _ => Err(err(format!("{sname}: instruction {idx} loads extern {}, which is not supported (only __kconfig CONFIG_* and LINUX_KERNEL_VERSION are)", sym.name))),
+                };
             }
             if Some(sec) == ctx.maps_section {
                 let m = ctx

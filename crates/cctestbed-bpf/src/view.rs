@@ -202,7 +202,6 @@ view_struct! {
         pub pingpong: u8,
         pub retry: u8,
         pub lrcvtime: u32,
-        pub timeout: u64,
         pub last_seg_size: u16,
         pub rcv_mss: u16,
     }

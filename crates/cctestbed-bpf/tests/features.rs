@@ -146,3 +146,20 @@ fn kernel_reno_kfuncs() {
     flow.sock.prior_cwnd = 9;
     assert_eq!(flow.call(Op::UndoCwnd, &[], None, None, &mut env).unwrap(), Some(9));
 }
+
+#[test]
+fn kconfig_externs() {
+    let Some(b) = compile("kconfig") else { return };
+    let mut env = Env::default();
+    let obj = Arc::new(Object::load(&b).unwrap_or_else(|e| panic!("{e}")));
+    let mut flow = obj.instance();
+    assert_eq!(flow.call(Op::Ssthresh, &[], None, None, &mut env).unwrap(), Some(250), "default CONFIG_HZ");
+    assert_eq!(flow.call(Op::UndoCwnd, &[], None, None, &mut env).unwrap(), Some(7), "weak unknown option reads 0");
+    assert_eq!(flow.call(Op::MinTsoSegs, &[], None, None, &mut env).unwrap(), Some(6), "kernel 6.x");
+    let obj = Arc::new(Object::load_with_kconfig(&b, &[("CONFIG_HZ", 1000), ("LINUX_KERNEL_VERSION", 6 << 16)]).unwrap());
+    assert_eq!(obj.instance().call(Op::Ssthresh, &[], None, None, &mut env).unwrap(), Some(1000));
+    // a strong option the loader does not know is refused, naming it
+    let Some(b) = compile("kconfig_unknown") else { return };
+    let e = Object::load(&b).unwrap_err().to_string();
+    assert!(e.contains("CONFIG_NOT_AN_OPTION"), "{e}");
+}
