@@ -1219,7 +1219,7 @@ class Trial(_Model):
                               **direction})
                 continue
             bpf = g.cc is not None and g.cc.startswith(BPF_PREFIX)
-            if bpf and spec.group not in bpf_objects:
+            if g.cc is not None and bpf and spec.group not in bpf_objects:
                 bpf_objects[spec.group] = _bpf_object_hex(g.cc, g.params, spec.group)
             flows.append(
                 {

@@ -269,7 +269,7 @@ def check_output_file(
     check_destination(dest.parent)
 
 
-def write_file_atomically(dest: Path, write: Callable[[Path], None]) -> Path:
+def write_file_atomically(dest: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write`` with a temporary path beside ``dest`` (same suffix) and rename the file into
     place: an interrupted or failed write leaves ``dest`` as it was and nothing beside it."""
     dest = Path(dest)
