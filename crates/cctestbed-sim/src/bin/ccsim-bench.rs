@@ -36,6 +36,10 @@ const SCENARIOS: &[Scenario] = &[
     // 16 MB (0.15 BDP at 10 Gb/s), on today's 10G and 100G hosts.
     Scenario { name: "16 bbr3, 10 Gb/s, 88 ms, 0.15 BDP, 10 s", cc: "bbr3", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 10, loss: 0.0, workload: false },
     Scenario { name: "16 bbr3, 100 Gb/s, 88 ms, 0.15 BDP, 3 s", cc: "bbr3", flows: 16, rate_bps: 100_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 3, loss: 0.0, workload: false },
+    // The BPF port of BBR (target/bpf/bbr.bpf.o, the object the kernel backend registers) in
+    // the simulator's interpreter, at the two BBR points above: its cost against the Rust bbr.
+    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false },
+    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0, workload: false },
     // Short flows: 6,000 flows of 1 MB at 400 a second (a 3.2 Gbit/s offered load).
     Scenario { name: "6000 x 1 MB cubic, 10 Gb/s, 10 ms, 1 BDP, 15 s", cc: "cubic", flows: 6000, rate_bps: 10_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 15, loss: 0.0, workload: true },
 ];
@@ -59,7 +63,22 @@ fn config(s: &Scenario) -> SimConfig {
     } else {
         (0..s.flows).map(|i| FlowConfig { start_ns: i as i64 * 10_000_000, ..FlowConfig::bulk(s.cc) }).collect()
     };
+    if s.cc == ccsim::cc::bpf::NAME {
+        // the port's read-only defaults are the simulator bbr's, so the object runs as built
+        let object = bbr_object().map(ccsim::cc::bpf::ObjectBytes);
+        for f in &mut c.flows {
+            f.bpf_object = object.clone();
+        }
+    }
     c
+}
+
+/// The project's BPF port of BBR as `make build` compiles it, if it is built.
+fn bbr_object() -> Option<Vec<u8>> {
+    let dir = std::env::var_os("CCTESTBED_BPF_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bpf"));
+    std::fs::read(dir.join("bbr.bpf.o")).ok()
 }
 
 fn peak_rss_mib() -> f64 {
@@ -135,7 +154,12 @@ fn main() {
     }
     let exe = std::env::current_exe().expect("own path");
     println!("{:<48} {:>8} {:>10} {:>10} {:>10} {:>9}", "scenario", "wall s", "sim s/s", "M ev/s", "M pkt/s", "peak MiB");
+    let mut walls: Vec<(&str, f64)> = Vec::new();
     for (i, s) in SCENARIOS.iter().enumerate() {
+        if s.cc == ccsim::cc::bpf::NAME && bbr_object().is_none() {
+            println!("{:<48} skipped: target/bpf/bbr.bpf.o is not built (make build)", s.name);
+            continue;
+        }
         let o = Command::new(&exe).args(["--scenario", &i.to_string()]).output().expect("run scenario");
         let text = String::from_utf8_lossy(&o.stdout);
         let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -152,6 +176,15 @@ fn main() {
             pkts / wall / 1e6,
             mib
         );
+        walls.push((s.name, wall));
+    }
+    // the BPF port against the Rust model on the same scenario
+    for (name, wall) in &walls {
+        if let Some(rust) = name.strip_prefix("4 bpf:bbr").map(|rest| format!("4 bbr{rest}")) {
+            if let Some((_, rust_wall)) = walls.iter().find(|(n, _)| *n == rust) {
+                println!("{name}: {:.2}x the time of the Rust bbr", wall / rust_wall);
+            }
+        }
     }
     let o = Command::new(&exe).arg("--analyze").output().expect("run the analysis");
     print!("{}", String::from_utf8_lossy(&o.stdout));
