@@ -382,6 +382,7 @@ pub(crate) mod offsets {
 }
 
 /// The bytes a view presents to a program.
+#[cfg(test)]
 pub(crate) fn to_bytes<T: ViewType>(v: &T) -> Vec<u8> {
     let mut buf = vec![0u8; T::SIZE];
     v.store(&mut buf);

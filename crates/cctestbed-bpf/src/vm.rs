@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::kernel::{self, Kfunc};
 use crate::load::{MapStore, Object, Shared};
-use crate::view::{to_bytes, ViewType};
+use crate::view::ViewType;
 use crate::{AckSample, Env, LoadError, Op, RateSample, RunError, TcpSock};
 
 /// Instructions one call may execute (a loop that runs longer is an error, not a hang).
@@ -176,6 +176,26 @@ pub struct Instance {
     pub sock: Box<TcpSock>,
     /// Socket-local storage values, one per map of the object (None: not created).
     pub(crate) sk_storage: Vec<Option<Vec<u8>>>,
+    /// Buffers of the last call, kept to spare allocations.
+    scratch: Scratch,
+}
+
+#[derive(Debug, Default)]
+struct Scratch {
+    ctx: Vec<u8>,
+    sock: Vec<u8>,
+    ack: Vec<u8>,
+    rs: Vec<u8>,
+    stack: Vec<u8>,
+}
+
+/// Overwrites `buf` with the bytes of view `v`.
+fn fill_view<T: ViewType>(buf: &mut Vec<u8>, v: Option<&T>) {
+    buf.clear();
+    if let Some(v) = v {
+        buf.resize(T::SIZE, 0);
+        v.store(buf);
+    }
 }
 
 struct Frame {
@@ -299,16 +319,29 @@ impl<'a> Machine<'a> {
         buf.get_mut(off..off + len).ok_or_else(|| format!("write of {len} bytes at 0x{a:x} is out of bounds ({n} bytes there)"))
     }
 
+    /// A little-endian load of `len` (1, 2, 4 or 8) bytes.
     pub fn read(&self, a: u64, len: usize) -> Result<u64, String> {
         let s = self.slice(a, len)?;
-        let mut b = [0u8; 8];
-        b[..len].copy_from_slice(s);
-        Ok(u64::from_le_bytes(b))
+        Ok(match *s {
+            [b0] => b0 as u64,
+            [b0, b1] => u16::from_le_bytes([b0, b1]) as u64,
+            [b0, b1, b2, b3] => u32::from_le_bytes([b0, b1, b2, b3]) as u64,
+            [b0, b1, b2, b3, b4, b5, b6, b7] => u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]),
+            _ => return Err(format!("load of {len} bytes")),
+        })
     }
 
+    /// A little-endian store of the low `len` (1, 2, 4 or 8) bytes of `v`.
     pub fn write(&mut self, a: u64, len: usize, v: u64) -> Result<(), String> {
         let s = self.slice_mut(a, len)?;
-        s.copy_from_slice(&v.to_le_bytes()[..len]);
+        let b = v.to_le_bytes();
+        match s {
+            [d0] => *d0 = b[0],
+            [d0, d1] => [*d0, *d1] = [b[0], b[1]],
+            [d0, d1, d2, d3] => [*d0, *d1, *d2, *d3] = [b[0], b[1], b[2], b[3]],
+            [_, _, _, _, _, _, _, _] => s.copy_from_slice(&b),
+            _ => return Err(format!("store of {len} bytes")),
+        }
         Ok(())
     }
 
@@ -332,7 +365,7 @@ impl<'a> Machine<'a> {
 impl Instance {
     pub(crate) fn new(object: Arc<Object>) -> Instance {
         let n = object.maps.len();
-        Instance { object, sock: Box::default(), sk_storage: vec![None; n] }
+        Instance { object, sock: Box::default(), sk_storage: vec![None; n], scratch: Scratch::default() }
     }
 
     pub fn object(&self) -> &Arc<Object> {
@@ -354,11 +387,16 @@ impl Instance {
         let object = Arc::clone(&self.object);
         let Some(pi) = object.ops[op.index()] else { return Ok(None) };
         let prog = &object.programs[pi];
-        let mut ctx_args = vec![sock_addr()];
-        ctx_args.extend_from_slice(args);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let ctx = &mut scratch.ctx;
+        ctx.clear();
+        ctx.extend_from_slice(&sock_addr().to_le_bytes());
+        for a in args {
+            ctx.extend_from_slice(&a.to_le_bytes());
+        }
         match op {
-            Op::PktsAcked => ctx_args.push(if ack.is_some() { addr(R_ACK, 0) } else { 0 }),
-            Op::CongControl => ctx_args.push(if rs.is_some() { addr(R_RS, 0) } else { 0 }),
+            Op::PktsAcked => ctx.extend_from_slice(&(if ack.is_some() { addr(R_ACK, 0) } else { 0 }).to_le_bytes()),
+            Op::CongControl => ctx.extend_from_slice(&(if rs.is_some() { addr(R_RS, 0) } else { 0 }).to_le_bytes()),
             _ => {}
         }
         let mut shared = match object.shared.lock() {
@@ -366,19 +404,25 @@ impl Instance {
             Err(poisoned) => poisoned.into_inner(),
         };
         // Kernel bit fields (read-only) go where the object's BTF puts them within their byte.
-        let mut sock = to_bytes(&*self.sock);
+        let mut sock = std::mem::take(&mut scratch.sock);
+        fill_view(&mut sock, Some(&*self.sock));
         let plain: Vec<u8> = object.bitfields.iter().map(|b| sock[b.offset]).collect();
         for b in &object.bitfields {
             let mask = ((1u16 << b.width) - 1) as u8;
             sock[b.offset] = (sock[b.offset] & mask) << b.shift;
         }
+        fill_view(&mut scratch.ack, ack);
+        fill_view(&mut scratch.rs, rs);
+        // Each frame's 512 bytes are zeroed when the frame starts.
+        scratch.stack.resize(STACK_PER_FRAME * MAX_FRAMES, 0);
+        scratch.stack[..STACK_PER_FRAME].fill(0);
         let mut m = Machine {
             object: &object,
-            ctx: ctx_args.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ctx: std::mem::take(&mut scratch.ctx),
             sock,
-            ack: ack.map(to_bytes).unwrap_or_default(),
-            rs: rs.map(to_bytes).unwrap_or_default(),
-            stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
+            ack: std::mem::take(&mut scratch.ack),
+            rs: std::mem::take(&mut scratch.rs),
+            stack: std::mem::take(&mut scratch.stack),
             stack_top: STACK_PER_FRAME,
             shared: &mut shared,
             sk_storage: &mut self.sk_storage,
@@ -386,21 +430,22 @@ impl Instance {
         };
         let result = run(&mut m, &prog.insns, prog.entry);
         let mut sock_bytes = std::mem::take(&mut m.sock);
+        scratch.ctx = std::mem::take(&mut m.ctx);
+        scratch.ack = std::mem::take(&mut m.ack);
+        scratch.rs = std::mem::take(&mut m.rs);
+        scratch.stack = std::mem::take(&mut m.stack);
         drop(m);
+        drop(shared);
         for (b, v) in object.bitfields.iter().zip(plain) {
             sock_bytes[b.offset] = v;
         }
-        drop(shared);
+        // Stores before a failure stay visible, as they would in the kernel.
+        self.sock.load(&sock_bytes);
+        scratch.sock = sock_bytes;
+        self.scratch = scratch;
         match result {
-            Ok(r0) => {
-                self.sock.load(&sock_bytes);
-                Ok(Some(r0))
-            }
-            Err((insn, message)) => {
-                // Stores before the failure stay visible, as they would in the kernel.
-                self.sock.load(&sock_bytes);
-                Err(RunError { program: prog.section.clone(), op, insn, message })
-            }
+            Ok(r0) => Ok(Some(r0)),
+            Err((insn, message)) => Err(RunError { program: prog.section.clone(), op, insn, message }),
         }
     }
 }
@@ -451,7 +496,9 @@ fn run(m: &mut Machine, insns: &[Insn], entry: usize) -> Result<u64, (usize, Str
                                     return Err(fail(format!("call depth above {MAX_FRAMES} frames")));
                                 }
                                 frames.push(Frame { ret_pc: pc, saved: [r[6], r[7], r[8], r[9]] });
-                                m.stack_top = STACK_PER_FRAME * (frames.len() + 1);
+                                let base = STACK_PER_FRAME * frames.len();
+                                m.stack_top = base + STACK_PER_FRAME;
+                                m.stack[base..m.stack_top].fill(0);
                                 r[10] = addr(R_STACK, m.stack_top as u64);
                                 pc = x.imm as usize;
                             }
