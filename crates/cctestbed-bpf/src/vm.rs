@@ -724,6 +724,7 @@ fn alu32(code: u8, off: i16, imm: i64, dst: u64, src: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::load::{Object, Shared};
+    use crate::view::to_bytes;
     use std::sync::Mutex;
 
     fn object() -> Object {
