@@ -4,6 +4,8 @@ and the objects `make build` compiles carry what the loader writes (parameters, 
 from __future__ import annotations
 
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +166,24 @@ def test_bpf_object_runs_are_deterministic():
     t = {**SIM_TRIAL, "duration": "5s", "steady": ["1s", "5s"], "flows": [{"cc": f"bpf:{BBR_OBJ}", "count": 2}]}
     a, b = run_trial(t), run_trial(t)
     assert a.summary == b.summary
+
+
+def _compile(source: Path, out: Path) -> Path:
+    """A test program compiled as the README says (clang -g -O2 -target bpf), or skip."""
+    vmlinux = bpfcc.bpf_dir() / "vmlinux.h"
+    if shutil.which("clang") is None or not vmlinux.exists() or not Path("/usr/include/bpf/bpf_helpers.h").exists():
+        pytest.skip("clang, libbpf's headers or target/bpf/vmlinux.h missing (make kernel-deps; make build)")
+    subprocess.run(["clang", "-g", "-O2", "-target", "bpf", "-I", str(vmlinux.parent), "-c", str(source), "-o", str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+@needs_objects
+def test_a_program_that_never_returns_ends_the_trial_naming_program_op_and_instruction(cli, write_trial, trial_dict, tmp_path):
+    obj = _compile(Path(__file__).parent / "bpf" / "spin.bpf.c", tmp_path / "spin.bpf.o")
+    path = write_trial(trial_dict(flows=[{"cc": "cubic"}, {"cc": f"bpf:{obj}"}]))
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output
+    assert "spin_cong_avoid" in r.output and "cong_avoid" in r.output and "instruction" in r.output
+    assert not (tmp_path / "out").exists()

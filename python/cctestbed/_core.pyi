@@ -7,7 +7,7 @@ from typing_extensions import NotRequired
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["StopFlag", "simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
+__all__ = ["StopFlag", "TrialFailed", "simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -49,6 +49,10 @@ class StopFlag:
     def __init__(self) -> None: ...
     def set(self) -> None: ...
     def is_set(self) -> bool: ...
+
+class TrialFailed(RuntimeError):
+    """A trial that could not run to its end for a reason of its own: a BPF congestion
+    control's run-time error, naming the program, the op and the instruction."""
 
 def simulate(config_json: str, stop: Optional[StopFlag] = None) -> SimOutput:
     """Run one trial given the core's JSON config; releases the GIL.

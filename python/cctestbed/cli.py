@@ -235,18 +235,23 @@ def _run(
     else:
         # the core runs in a thread of its own from here, while this one loads the libraries that
         # build and write the results
-        with Simulation(trial) as sim, err.status(
-            f"simulating [bold]{escape(trial.name)}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
-            f"of simulated time ...",
-            spinner="dots",
-        ):
-            import pyarrow.parquet  # noqa: F401  (results.write_parquet's writer)
+        from . import _core
 
-            if plot:
-                import matplotlib.backends.backend_agg  # noqa: F401  (what draws trial.png)
+        try:
+            with Simulation(trial) as sim, err.status(
+                f"simulating [bold]{escape(trial.name)}[/]: {n_flows} flow(s), {human_time(trial.duration)} "
+                f"of simulated time ...",
+                spinner="dots",
+            ):
+                import pyarrow.parquet  # noqa: F401  (results.write_parquet's writer)
 
-                from . import plot as _  # noqa: F401
-            result = sim.result()
+                if plot:
+                    import matplotlib.backends.backend_agg  # noqa: F401  (what draws trial.png)
+
+                    from . import plot as _  # noqa: F401
+                result = sim.result()
+        except _core.TrialFailed as e:
+            fail(f"{trial_file}: {e}; nothing was written", code=1)
     with err.status("writing results and drawing the plot ..." if plot else "writing results ...", spinner="dots"):
         try:
             path = result.save(dest, force=force, plot=plot)

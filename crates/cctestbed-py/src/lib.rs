@@ -10,6 +10,10 @@ use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, 
 use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+
+// A trial that could not run to its end for a reason of its own (a BPF congestion control's
+// run-time error), as opposed to a bug: the command reports it in one line, exit code 1.
+pyo3::create_exception!(_core, TrialFailed, PyRuntimeError);
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +72,7 @@ fn simulate(py: Python<'_>, config_json: &str, stop: Option<&StopFlag>) -> PyRes
         }),
     });
     match out {
-        Some(out) if out.error.is_some() => Err(PyRuntimeError::new_err(out.error.unwrap_or_default())),
+        Some(out) if out.error.is_some() => Err(TrialFailed::new_err(out.error.unwrap_or_default())),
         Some(out) => {
             load_numpy_api(py)?;
             to_python(py, out)
@@ -350,6 +354,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(tseq, m)?)?;
+    m.add("TrialFailed", m.py().get_type_bound::<TrialFailed>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
