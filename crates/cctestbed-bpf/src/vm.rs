@@ -468,6 +468,143 @@ fn run(m: &mut Machine, insns: &[Insn], entry: usize) -> Result<u64, (usize, Str
         pc += 1;
         let d = x.dst as usize;
         let s = (x.src as usize).min(10);
+        // The frequent opcodes first, in one dispatch; the rest by class below.
+        let imm = x.imm as u64; // sign-extended at decode
+        let jump = (at as i64 + 1 + x.off as i64) as usize;
+        macro_rules! jmp {
+            ($cond:expr) => {{
+                if $cond {
+                    pc = jump;
+                }
+                continue;
+            }};
+        }
+        macro_rules! w {
+            ($v:expr) => {{
+                r[d] = ($v) as u32 as u64;
+                continue;
+            }};
+        }
+        match x.code {
+            0x07 => {
+                r[d] = r[d].wrapping_add(imm);
+                continue;
+            }
+            0x0f => {
+                r[d] = r[d].wrapping_add(r[s]);
+                continue;
+            }
+            0x17 => {
+                r[d] = r[d].wrapping_sub(imm);
+                continue;
+            }
+            0x1f => {
+                r[d] = r[d].wrapping_sub(r[s]);
+                continue;
+            }
+            0x27 => {
+                r[d] = r[d].wrapping_mul(imm);
+                continue;
+            }
+            0x2f => {
+                r[d] = r[d].wrapping_mul(r[s]);
+                continue;
+            }
+            0x47 => {
+                r[d] |= imm;
+                continue;
+            }
+            0x4f => {
+                r[d] |= r[s];
+                continue;
+            }
+            0x57 => {
+                r[d] &= imm;
+                continue;
+            }
+            0x5f => {
+                r[d] &= r[s];
+                continue;
+            }
+            0x67 => {
+                r[d] = r[d].wrapping_shl(imm as u32 & 63);
+                continue;
+            }
+            0x6f => {
+                r[d] = r[d].wrapping_shl(r[s] as u32 & 63);
+                continue;
+            }
+            0x77 => {
+                r[d] = r[d].wrapping_shr(imm as u32 & 63);
+                continue;
+            }
+            0x7f => {
+                r[d] = r[d].wrapping_shr(r[s] as u32 & 63);
+                continue;
+            }
+            0xa7 => {
+                r[d] ^= imm;
+                continue;
+            }
+            0xaf => {
+                r[d] ^= r[s];
+                continue;
+            }
+            0xb7 if x.off == 0 => {
+                r[d] = imm;
+                continue;
+            }
+            0xbf if x.off == 0 => {
+                r[d] = r[s];
+                continue;
+            }
+            0xc7 => {
+                r[d] = ((r[d] as i64) >> (imm & 63)) as u64;
+                continue;
+            }
+            0x04 => w!((r[d] as u32).wrapping_add(imm as u32)),
+            0x0c => w!((r[d] as u32).wrapping_add(r[s] as u32)),
+            0x14 => w!((r[d] as u32).wrapping_sub(imm as u32)),
+            0x1c => w!((r[d] as u32).wrapping_sub(r[s] as u32)),
+            0x54 => w!(r[d] as u32 & imm as u32),
+            0x5c => w!(r[d] as u32 & r[s] as u32),
+            0x64 => w!((r[d] as u32).wrapping_shl(imm as u32 & 31)),
+            0x74 => w!((r[d] as u32).wrapping_shr(imm as u32 & 31)),
+            0xb4 if x.off == 0 => w!(imm),
+            0xbc if x.off == 0 => w!(r[s]),
+            0x61 | 0x69 | 0x71 | 0x79 => {
+                r[d] = m.read(r[s].wrapping_add(x.off as i64 as u64), mem_size(x.code)).map_err(fail)?;
+                continue;
+            }
+            0x63 | 0x6b | 0x73 | 0x7b => {
+                m.write(r[d].wrapping_add(x.off as i64 as u64), mem_size(x.code), r[s]).map_err(fail)?;
+                continue;
+            }
+            0x05 => jmp!(true),
+            0x15 => jmp!(r[d] == imm),
+            0x1d => jmp!(r[d] == r[s]),
+            0x25 => jmp!(r[d] > imm),
+            0x2d => jmp!(r[d] > r[s]),
+            0x35 => jmp!(r[d] >= imm),
+            0x3d => jmp!(r[d] >= r[s]),
+            0x45 => jmp!(r[d] & imm != 0),
+            0x4d => jmp!(r[d] & r[s] != 0),
+            0x55 => jmp!(r[d] != imm),
+            0x5d => jmp!(r[d] != r[s]),
+            0x65 => jmp!(r[d] as i64 > imm as i64),
+            0x6d => jmp!(r[d] as i64 > r[s] as i64),
+            0x75 => jmp!(r[d] as i64 >= imm as i64),
+            0x7d => jmp!(r[d] as i64 >= r[s] as i64),
+            0xa5 => jmp!(r[d] < imm),
+            0xad => jmp!(r[d] < r[s]),
+            0xb5 => jmp!(r[d] <= imm),
+            0xbd => jmp!(r[d] <= r[s]),
+            0xc5 => jmp!((r[d] as i64) < imm as i64),
+            0xcd => jmp!((r[d] as i64) < r[s] as i64),
+            0xd5 => jmp!(r[d] as i64 <= imm as i64),
+            0xdd => jmp!(r[d] as i64 <= r[s] as i64),
+            _ => {}
+        }
         let class = x.code & 7;
         match class {
             7 => {
