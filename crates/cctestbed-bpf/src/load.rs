@@ -224,6 +224,9 @@ impl Object {
                     }
                     resolve_calls(&mut insns, text_base);
                     vm::validate(&insns, &psec.name)?;
+                    if sym.value % 8 != 0 || (sym.value / 8) as usize >= insns.len() {
+                        return Err(err(format!("op {op}: program {} does not start at an instruction of {}", sym.name, psec.name)));
+                    }
                     programs.push(Program { section: psec.name.clone(), insns, entry: (sym.value / 8) as usize });
                     programs.len() - 1
                 }

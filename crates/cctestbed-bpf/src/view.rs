@@ -1,7 +1,7 @@
 //! The programs' view of a socket and of the samples handed to them, and the target BTF that
 //! CO-RE relocations are resolved against.
 //!
-//! Every view struct is declared once, through [`view_struct!`], which emits both the
+//! Every view struct is declared once, through the `view_struct!` macro, which emits both the
 //! `#[repr(C)]` Rust struct and its description in the target type table ([`TargetBtf`]) with
 //! member offsets taken from `core::mem::offset_of!`: the layout the programs are relocated
 //! against is by construction the layout of the Rust struct. Names are the kernel's (6.18).
