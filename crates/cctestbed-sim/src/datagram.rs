@@ -2,7 +2,9 @@
 //! - a UDP stream ([`UdpConfig`]): fixed-size IP packets at a constant bit rate, as
 //!   `iperf3 -u -b RATE -l LEN` sends them, or in on/off periods of fixed or exponentially
 //!   distributed lengths, as ns-3's `OnOffApplication` does (each on period restarts the packet
-//!   clock; the draws come from the trial seed's stream for the flow). The receiver counts what
+//!   clock; the draws come from the trial seed's stream for the flow). An on period shorter
+//!   than one packet time sends only when the on time of such periods adds up to a packet, so
+//!   the mean rate stays `rate x on / (on + off)`. The receiver counts what
 //!   arrives, infers losses from gaps in the sequence numbers (as iperf3 does), and records
 //!   each datagram's one-way delay (sender's send time to arrival at the receiver);
 //! - echo probes ([`PingConfig`]): one probe every interval on a fixed clock (isochronous, like
@@ -94,6 +96,12 @@ pub struct DatagramFlow {
     period_end: Nanos,
     /// Packets sent in the current on period.
     in_period: u64,
+    /// On time of periods shorter than one packet time not yet sent, in bit-nanoseconds at the
+    /// rate (on time x rate; a packet takes size x 8 x 10^9 of it): such a period sends one
+    /// packet, at its start, only when the credit it completes reaches a packet.
+    credit: u128,
+    /// No on period is looked for past this time (`Nanos::MAX` unless [`Self::until`]).
+    horizon: Nanos,
     next_seq: u64,
     pub sent_pkts: u64,
     pub sent_payload_bytes: u64,
@@ -123,6 +131,8 @@ impl DatagramFlow {
             period_start: 0,
             period_end: Nanos::MAX,
             in_period: 0,
+            credit: 0,
+            horizon: Nanos::MAX,
             next_seq: 0,
             sent_pkts: 0,
             sent_payload_bytes: 0,
@@ -131,6 +141,13 @@ impl DatagramFlow {
             replies: Arrivals::default(),
             rtt: DelaySum::default(),
         }
+    }
+
+    /// The search for an on/off stream's next packet stops past `end` (the trial's end), where
+    /// periods too short to send in would otherwise be skipped one by one without bound.
+    pub fn until(mut self, end: Nanos) -> Self {
+        self.horizon = end;
+        self
     }
 
     pub fn is_ping(&self) -> bool {
@@ -152,11 +169,32 @@ impl DatagramFlow {
         if let Pattern::Udp(UdpConfig { on_ns: Some(on), exponential, .. }) = self.pattern {
             let len = self.period(on, exponential);
             self.period_end = now + len;
-            if len == 0 {
+            if !self.sends_in_period() {
                 return self.next_period();
             }
         }
         now
+    }
+
+    /// Whether the current on period sends: one at least a packet time long does (a packet at
+    /// each packet time from its start while within it, as `OnOffApplication` does); a shorter
+    /// one adds its length to the credit, and sends one packet when the credit reaches a packet
+    /// time. So a stream of periods shorter than a packet keeps the mean rate
+    /// `rate x on / (on + off)`, instead of sending a packet every period.
+    fn sends_in_period(&mut self) -> bool {
+        let Pattern::Udp(u) = &self.pattern else { return true };
+        let len = (self.period_end - self.period_start) as u128;
+        let packet = u.size_bytes as u128 * 8 * 1_000_000_000;
+        let on = len * u.rate_bps as u128;
+        if on >= packet {
+            return true;
+        }
+        self.credit += on;
+        if self.credit >= packet {
+            self.credit -= packet;
+            return true;
+        }
+        false
     }
 
     /// Whether the sender is in an on period at `now` (ping: always, once started).
@@ -185,7 +223,7 @@ impl DatagramFlow {
             self.period_start = self.period_end + off_len;
             self.period_end = self.period_start + on_len;
             self.in_period = 0;
-            if on_len > 0 {
+            if self.period_start > self.horizon || self.sends_in_period() {
                 return self.period_start;
             }
         }
@@ -309,6 +347,46 @@ mod tests {
         let sent_time = t.len() as f64 * 100_000.0;
         let frac = sent_time / span;
         assert!((frac - 0.25).abs() < 0.02, "fraction of time on {frac}");
+    }
+
+    /// Sent bits over the span from the first packet to the one after the last, in bit/s.
+    fn mean_rate(d: &mut DatagramFlow, n: usize, size: u32) -> f64 {
+        let t = times(d, n + 1);
+        n as f64 * size as f64 * 8.0 / (t[n] - t[0]) as f64 * 1e9
+    }
+
+    #[test]
+    fn on_off_periods_shorter_than_a_packet_keep_the_mean_rate() {
+        // 1 Mbit/s in 1 us on / 1 us off periods, 1500-byte packets (12 ms each at the rate):
+        // the stream is on half the time, so its mean rate is 0.5 Mbit/s, not a packet a period.
+        let mut d = udp(1_000_000, 1500, Some((1_000, 1_000)), false);
+        let r = mean_rate(&mut d, 50, 1500);
+        assert!((r - 500_000.0).abs() < 5_000.0, "mean rate {r} bit/s");
+        // a period shorter than a packet by a little: on 10 ms of 12, off 10 ms
+        let mut d = udp(1_000_000, 1500, Some((10_000_000, 10_000_000)), false);
+        let r = mean_rate(&mut d, 200, 1500);
+        assert!((r - 500_000.0).abs() < 5_000.0, "mean rate {r} bit/s");
+        // exponential periods of 1 us means
+        let mut d = udp(1_000_000, 1500, Some((1_000, 3_000)), true);
+        let r = mean_rate(&mut d, 200, 1500);
+        assert!((r - 250_000.0).abs() < 10_000.0, "mean rate {r} bit/s");
+        // every packet leaves in an on period
+        let mut d = udp(1_000_000, 1500, Some((1_000, 1_000)), false);
+        let mut t = d.start(0);
+        for _ in 0..20 {
+            assert!(d.is_on(t), "packet at {t} outside an on period");
+            t = d.emit(t).1;
+        }
+    }
+
+    #[test]
+    fn on_off_periods_end_at_the_horizon() {
+        // 1 bit/s in 1 ns periods: a packet needs 12,000 s of on time; the search for the
+        // next one stops at the horizon instead of running on past it.
+        let cfg = UdpConfig { rate_bps: 1, size_bytes: 1500, on_ns: Some(1), off_ns: Some(1), exponential: false };
+        let mut d = DatagramFlow::udp(0, cfg, SimRng::new(1, 7)).until(1_000_000);
+        let first = d.start(0);
+        assert!(first > 1_000_000, "no packet within the horizon: {first}");
     }
 
     #[test]

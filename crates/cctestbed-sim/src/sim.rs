@@ -151,7 +151,7 @@ impl Simulation {
             let rng = || SimRng::new(cfg.seed, stream::DATAGRAM_BASE + i as u64);
             datagrams.push(match &f.traffic {
                 Traffic::Tcp => None,
-                Traffic::Udp(u) => Some(DatagramFlow::udp(i as u32, u.clone(), rng())),
+                Traffic::Udp(u) => Some(DatagramFlow::udp(i as u32, u.clone(), rng()).until(cfg.duration_ns)),
                 Traffic::Ping(p) => Some(DatagramFlow::ping(i as u32, p.clone(), rng())),
             });
             // A datagram flow's TCP endpoints are never opened; any algorithm will do.
