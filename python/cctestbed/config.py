@@ -1541,19 +1541,32 @@ MAX_CAPTURE_BYTES = 4 * 10**9
 
 
 @dataclasses.dataclass(frozen=True)
+class DatagramCost:
+    """What one udp or ping group makes the simulator carry: its packets (a probe and its echo
+    are two), and an on/off stream's periods (each a step of the simulator, sending or not)."""
+
+    group: int
+    packets: int
+    periods: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class Resources:
-    """What a trial will cost: flows, telemetry samples and rows, packets through the bottleneck."""
+    """What a trial will cost: flows, telemetry samples and rows, and the packets the simulator
+    carries (one model for every kind of flow, see :func:`resources`)."""
 
     flows: int
     samples: int
     rows: int
-    #: Packets through the bottleneck at its highest capacity, and sent at once as initial windows.
+    #: Packets through the bottleneck at its highest capacity (each way that carries TCP
+    #: data), and sent at once as initial windows.
     bottleneck_packets: int
     burst_packets: int
 
     @property
     def packets(self) -> int:
-        return self.bottleneck_packets + self.burst_packets
+        """Every packet (and on/off period) the simulator will bear, whatever the link's rate."""
+        return self.bottleneck_packets + self.burst_packets + sum(d.packets + d.periods for d in self.datagrams)
 
     @property
     def memory_bytes(self) -> int:
@@ -1563,6 +1576,29 @@ class Resources:
     capture_bytes: int = 0
     #: Of ``flows``, those of workloads (the mean count of a Poisson workload, rounded up).
     workload_flows: int = 0
+    #: The udp and ping groups' packets: they send at their own rates, whatever the link takes.
+    datagrams: tuple[DatagramCost, ...] = ()
+
+
+def _active_ns(trial: "Trial", g: "FlowGroup") -> int:
+    """Nanoseconds the flows of group ``g`` are running, summed (flow k starts at start + k x stagger)."""
+    n = g.count
+    return max(0, n * (trial.duration - g.start) - g.stagger * n * (n - 1) // 2)
+
+
+def datagram_cost(trial: "Trial", gi: int) -> DatagramCost:
+    """The packets of the udp or ping group ``gi``: a udp stream sends its rate of packets of
+    its size while on (on / (on + off) of the time), ping a probe and its echo every interval."""
+    g = trial.flows[gi]
+    active = _active_ns(trial, g)
+    if g.flow_kind == "ping":
+        return DatagramCost(gi, 2 * active // (g.interval or PING_INTERVAL_NS))
+    assert g.rate is not None
+    bits = 8 * 10**9 * g.datagram_size(trial.mtu)
+    if g.on is None or g.off is None:
+        return DatagramCost(gi, -(-g.rate * active // bits))
+    cycle = g.on + g.off
+    return DatagramCost(gi, -(-g.rate * active * g.on // (bits * cycle)), active // cycle + g.count)
 
 
 def resources(trial: "Trial") -> Resources:
@@ -1570,8 +1606,12 @@ def resources(trial: "Trial") -> Resources:
     samples = trial.duration // trial.sample_interval
     top_rate = max([trial.link.capacity, *(c.capacity for c in trial.link.schedule)])
     bottleneck = trial.duration * top_rate // (8 * 10**9 * trial.mtu)
+    reverse = trial.link.reverse
+    if reverse is not None and any(g.flow_kind == "tcp" and g.flow_direction == "reverse" for g in trial.flows):
+        bottleneck += trial.duration * reverse.capacity // (8 * 10**9 * trial.mtu)
     flows = burst = rows = workload_flows = 0
     fwd, rev = trial.link.delays_ns
+    datagrams = tuple(datagram_cost(trial, gi) for gi, g in enumerate(trial.flows) if g.flow_kind != "tcp")
     for gi, g in enumerate(trial.flows):
         n = g.count if g.arrivals is None else math.ceil(trial.expected_flows_of(gi))
         flows += n
@@ -1595,7 +1635,7 @@ def resources(trial: "Trial") -> Resources:
         ack = 16 + min(c.snaplen, 94)
         packets = bottleneck + burst
         capture = packets * len(c.points) * frame + packets // 2 * len(set(c.points) & {"senders", "receivers"}) * ack
-    return Resources(flows, samples, rows + samples, bottleneck, burst, capture, workload_flows)
+    return Resources(flows, samples, rows + samples, bottleneck, burst, capture, workload_flows, datagrams)
 
 
 def _n(x: int) -> str:
@@ -1631,17 +1671,91 @@ def resource_problems(trial: "Trial") -> list[str]:
             f"{units.human_size(MAX_CAPTURE_BYTES)}: capture fewer points, a smaller snaplen or a shorter "
             f"duration{hint}"
         )
-    if r.packets > MAX_PACKETS and r.burst_packets > r.bottleneck_packets:
+    if r.packets > MAX_PACKETS:
+        out += _packet_problems(trial, r, hint)
+    return out
+
+
+def _round(x: int, up: bool) -> int:
+    """``x`` rounded to three significant digits, up or down (a bound told to the user)."""
+    step = 10 ** max(0, len(str(x)) - 3)
+    return -(-x // step) * step if up else x // step * step
+
+
+def _packet_problems(trial: "Trial", r: Resources, hint: str) -> list[str]:
+    """The packet limit's refusal, naming the largest contributor's field with the value that
+    would fit beside the rest (the bottleneck, the initial windows, a udp stream's rate or
+    periods, a ping group's interval)."""
+    limit = f"the limit is {_n(MAX_PACKETS)} packets a trial (minutes of CPU)"
+    parts: list[tuple[int, Any]] = [(r.bottleneck_packets, "duration"), (r.burst_packets, "burst")]
+    parts += [(d.packets, d) for d in r.datagrams] + [(d.periods, ("periods", d)) for d in r.datagrams]
+    top, what = max(parts, key=lambda p: p[0])
+    room = MAX_PACKETS - (r.packets - top)  # what the largest part may take beside the rest
+    if isinstance(what, (DatagramCost, tuple)):
+        d = what if isinstance(what, DatagramCost) else what[1]
+        g = trial.flows[d.group]
+        at, n = f"flows[{d.group}]", f"{g.count} flow(s)"
+        active = _active_ns(trial, g)
+        if isinstance(what, tuple):
+            assert g.on is not None and g.off is not None
+            fit = (f"give on + off of at least {units.format_time(_round(-(-active // room), True))}" if room > 0
+                   else "give longer periods")
+            return [f"{at}.on: {units.format_time(g.on)}: about {_n(top)} on/off periods of {n} (each a step of the "
+                    f"simulator, sending or not) and {_n(r.packets)} packets and periods in all; {limit}: {fit}, "
+                    f"or a shorter duration{hint}"]
+        if g.flow_kind == "ping":
+            interval = g.interval or PING_INTERVAL_NS
+            fit = (f"give an interval of at least {units.format_time(_round(-(-2 * active // room), True))}" if room > 0
+                   else "give a longer interval")
+            return [f"{at}.interval: {units.format_time(interval)}: about {_n(top)} probes and echoes of {n} "
+                    f"and {_n(r.packets)} packets in all; {limit}: {fit}, or a shorter duration{hint}"]
+        assert g.rate is not None
+        on, cycle = (g.on, g.on + g.off) if g.on is not None and g.off is not None else (1, 1)
+        most = _round(room * 8 * 10**9 * g.datagram_size(trial.mtu) * cycle // (active * on), False) if room > 0 else 0
+        fit = f"give a rate of at most {units.format_rate(most)}" if most > 0 else "give a lower rate"
+        return [f"{at}.rate: {units.format_rate(g.rate)}: about {_n(top)} packets of {n} (rate x the time it "
+                f"sends / {g.datagram_size(trial.mtu)} B, whatever the link takes) and {_n(r.packets)} in all; "
+                f"{limit}: {fit}, or a shorter duration{hint}"]
+    out = []
+    if what == "burst":
         out.append(
             f"flows.initial_cwnd: initial windows of {_n(r.burst_packets)} packets in all, sent at once; the limit "
             f"is {_n(MAX_PACKETS)} packets a trial (minutes of CPU): give a smaller initial_cwnd{hint}"
         )
-    elif r.packets > MAX_PACKETS:
+    else:
         out.append(
             f"duration: {units.format_time(trial.duration)}: about {_n(r.packets)} packets through the bottleneck "
             f"(capacity x duration); the limit is {_n(MAX_PACKETS)} "
             f"(minutes of CPU): give a shorter duration or a lower capacity{hint}"
         )
+    return out
+
+
+def count_problems(data: dict[str, Any]) -> list[str]:
+    """The flow groups and listed arrival times of a raw trial, counted before any is validated
+    or built: past the flow limits the trial is refused without the work (and memory) of
+    validating each (empty when within them)."""
+    hint = "; or pass --allow-large to run it anyway"
+    flows = data.get("flows")
+    if not isinstance(flows, list):
+        return []
+    if len(flows) > MAX_FLOWS:
+        return [f"flows: {_n(len(flows))} flow groups, each of at least one flow; more than {_n(MAX_FLOWS)} flows "
+                f"is refused as too large: give fewer groups (a group's count starts several alike){hint}"]
+    out, total = [], 0
+    for gi, g in enumerate(flows):
+        a = g.get("arrivals") if isinstance(g, dict) else None
+        times = a if isinstance(a, list) else a.get("times") if isinstance(a, dict) else None
+        if not isinstance(times, list):
+            continue
+        total += len(times)
+        if len(times) > MAX_WORKLOAD_FLOWS:
+            out.append(f"flows[{gi}].arrivals: {_n(len(times))} arrival times; more than {_n(MAX_WORKLOAD_FLOWS)} "
+                       f"workload flows (about 18 KB of memory each) is refused as too large: list fewer, or give "
+                       f"a poisson rate{hint}")
+    if not out and total > MAX_WORKLOAD_FLOWS:
+        out.append(f"flows.arrivals: {_n(total)} arrival times in all; more than {_n(MAX_WORKLOAD_FLOWS)} workload "
+                   f"flows (about 18 KB of memory each) is refused as too large: list fewer{hint}")
     return out
 
 
@@ -1652,6 +1766,10 @@ def parse_trial(data: dict[str, Any], source: str | None = None, allow_large: bo
     ``allow_large``; either way it is refused before anything is expanded or allocated."""
     if not isinstance(data, dict):
         raise ConfigError(["(trial): expected a table of settings"], source)
+    if not allow_large:  # counted before anything is built, so that validation's own work is bounded
+        problems = count_problems(data)
+        if problems:
+            raise ConfigError(problems, source)
     try:
         trial = Trial.model_validate(data)
     except ValidationError as e:

@@ -62,6 +62,11 @@ def _trials_table(sweep: Any, store: Any, specs: Any) -> Table:
     return t
 
 
+#: A dry run lists (and checks against a sweep directory) every trial of a sweep of up to this
+#: many; a larger one is estimated from a sample of its points, never enumerated.
+DRY_RUN_TRIALS = 2000
+
+
 def sweep_command(
     sweep_file: Optional[Path] = typer.Argument(
         None, help="Sweep file (TOML, or JSON if it ends in .json); with --resume, defaults to DIR's own."
@@ -141,7 +146,7 @@ def sweep_command(
         from .execute import estimate
 
         out.print(head, markup=True)
-        if sweep.checked:
+        if sweep.checked and n_trials <= DRY_RUN_TRIALS:
             todo = [s for s in sweep.specs if known is None or not known.is_done(s.key)]
             listed = sweep.specs[:LIST_TRIALS]
             out.print(_trials_table(sweep, known, listed))
@@ -149,8 +154,9 @@ def sweep_command(
                 out.print(f"... and {len(sweep.specs) - len(listed):,} more trial(s)")
             sample, scale = todo, 1.0
         else:
-            # too many points to expand here: checked and timed on a sample (every axis value, a few
-            # hundred points); the whole sweep is checked when it runs
+            # too many trials to list here: estimated from a sample (every axis value, a few hundred
+            # points, each with its first seed: a trial's cost does not depend on its seed); the
+            # whole sweep is checked when it runs
             points = sweep.sample_points()
             sample = []
             for p in points:
@@ -159,9 +165,11 @@ def sweep_command(
             todo = sample
             scale = n_trials / len(sample)
             out.print(_trials_table(sweep, known, sample[:20]))
+            what = (f"a sample of {len(sample)} of the {sweep.n_points:,} points (every value of every axis)"
+                    if len(sample) < sweep.n_points else f"every point ({sweep.n_points:,})")
             out.print(
-                f"... a sample of {len(sample)} of the {sweep.n_points:,} points (every value of every axis) was "
-                "checked and timed; every point is checked when the sweep runs"
+                f"... {what}, each with its first of {len(sweep.seeds):,} seed(s), was checked and "
+                f"timed for the {n_trials:,} trial(s); every point is checked when the sweep runs"
                 + (f"; trials already finished in {dest} are skipped then" if known is not None else "")
             )
         with err.status("timing a short probe of the heaviest trial ...", spinner="dots"):
@@ -173,7 +181,7 @@ def sweep_command(
                " (divide by the cluster's worker count)")
             + f"; about {human_size(est.disk_bytes)} of telemetry in {dest}"
         )
-        if sweep.checked and len(todo) < len(sweep.specs):
+        if sweep.checked and n_trials <= DRY_RUN_TRIALS and len(todo) < len(sweep.specs):
             out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
         if n_trials > MAX_SWEEP_TRIALS and not allow_large:
             out.print(f"note: {too_many}")

@@ -452,8 +452,11 @@ class _Costed:
 
 
 def _packets(spec: TrialSpec) -> float:
-    t = spec.trial
-    return t.duration / 1e9 * t.link.capacity / (t.mtu * 8)
+    """The packets the core will carry (the model the trial's size limit uses: TCP through the
+    bottleneck, udp and ping at their own rates)."""
+    from ..config import resources
+
+    return float(resources(spec.trial).packets)
 
 
 def _rows(spec: TrialSpec) -> float:
@@ -468,12 +471,13 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
     ``scale``: the trials ``specs`` stand for, per spec (a sample of a large sweep stands for
     all of it; seeds do not change a trial's cost).
 
-    The core's time scales with the packets through the bottleneck (simulated seconds x packet
-    rate); writing results scales with the telemetry rows (samples x flows). One probe of
-    ``probe_s`` simulated seconds measures both rates on this machine.
+    The core's time scales with the packets it carries (:func:`cctestbed.config.resources`:
+    TCP's through the bottleneck, udp and ping at their rates); writing results scales with the
+    telemetry rows (samples x flows). One probe of ``probe_s`` simulated seconds measures both
+    rates on this machine.
     """
     from .. import _core
-    from ..config import parse_trial
+    from ..config import parse_trial, resources
     from .metrics import sweep_metrics
     from ..results import write_parquet
     from ..runner import BACKEND
@@ -525,7 +529,7 @@ def estimate(sweep: Sweep, specs: list[TrialSpec], workers: int, probe_s: float 
 
     small_s, small_rows, _ = post(0.25)
     big_s, big_rows, size = post(1.0)
-    per_packet = core_s / max(dur * probe.link.capacity / (probe.mtu * 8), 1.0)
+    per_packet = core_s / max(float(resources(probe).packets), 1.0)
     per_row = max(big_s - small_s, 0.0) / max(big_rows - small_rows, 1.0)
     fixed = max(small_s - per_row * small_rows, 0.0) + PER_TRIAL_S
     bytes_per_row = size / max(big_rows, 1.0)
