@@ -285,6 +285,7 @@ impl Driver {
             paced: true,
             delivered_mstamp_ns: self.now,
             wstamp_ns: self.now,
+            sk_pacing_rate: u64::MAX,
             max_pacing_rate: u64::MAX,
         }
     }

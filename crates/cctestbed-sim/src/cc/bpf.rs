@@ -146,7 +146,7 @@ impl BpfCc {
         sk.sk_max_pacing_rate = info.max_pacing_rate;
         sk.sk_pacing_shift = tso::SK_PACING_SHIFT as u8;
         sk.sk_gso_max_size = tso::SK_GSO_MAX_SIZE as u32;
-        sk.sk_pacing_rate = w.pacing_rate.map_or_else(|| default_pacing_rate(info, w), |r| r as u64);
+        sk.sk_pacing_rate = info.sk_pacing_rate;
         self.env.now_ns = info.now as u64;
         self.env.jiffies = jiffies(info.now, CONFIG_HZ);
     }
@@ -194,16 +194,6 @@ impl BpfCc {
         self.failed = true;
         record(&self.fault, &self.object, e);
     }
-}
-
-/// `tcp_update_pacing_rate` as the transport applies it when the algorithm sets none: twice
-/// (slow start) or 1.2 times cwnd * mss / srtt.
-fn default_pacing_rate(info: &ConnInfo, w: &Window) -> u64 {
-    if info.srtt_ns <= 0 {
-        return 0;
-    }
-    let ratio = if w.cwnd < w.ssthresh / 2 { 2.0 } else { 1.2 };
-    (ratio * w.cwnd.max(info.packets_in_flight) as f64 * info.mss as f64 * 1e9 / info.srtt_ns as f64) as u64
 }
 
 /// `enum tcp_ca_state` values.

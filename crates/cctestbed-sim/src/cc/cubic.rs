@@ -461,6 +461,7 @@ pub(crate) mod tests {
             paced: false,
             delivered_mstamp_ns: now,
             wstamp_ns: now,
+            sk_pacing_rate: u64::MAX,
             max_pacing_rate: u64::MAX,
         }
     }

@@ -86,6 +86,9 @@ pub struct ConnInfo {
     pub delivered_mstamp_ns: Nanos,
     /// Earliest departure time of the next packet under pacing (`tp->tcp_wstamp_ns`).
     pub wstamp_ns: Nanos,
+    /// `sk_pacing_rate` in bytes/s as the transport keeps it: the algorithm's own rate, or
+    /// `tcp_update_pacing_rate`'s for one that sets none (`u64::MAX` before an RTT sample).
+    pub sk_pacing_rate: u64,
     /// `sk_max_pacing_rate` in bytes/s (`u64::MAX` when not set), which algorithms that set
     /// their own pacing rate cap it at (`bbr_bw_to_pacing_rate`).
     pub max_pacing_rate: u64,

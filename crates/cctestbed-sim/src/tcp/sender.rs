@@ -375,6 +375,7 @@ impl Sender {
             paced: self.pacing,
             delivered_mstamp_ns: self.delivered_time,
             wstamp_ns: self.next_send_time.max(now),
+            sk_pacing_rate: self.sk_pacing_rate(),
             max_pacing_rate: self.max_pacing_rate,
         }
     }
