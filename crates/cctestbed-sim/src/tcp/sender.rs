@@ -405,12 +405,6 @@ impl Sender {
 
     /// `tcp_tso_segs`: segments per TSO/GSO skb (see [`super::tso`]), or the algorithm's own
     /// count (google/bbr's `tso_segs` hook).
-    pub fn zz_debug(&self) -> (u64, u64, u8, i64, u32, u32, u32, u32) {
-        let f = if self.snd_una < self.snd_nxt { self.seg(self.snd_una).flags } else { 0 };
-        let tx = if self.snd_una < self.snd_nxt { self.seg(self.snd_una).tx_time } else { 0 };
-        (self.snd_una, self.high_seq, f, tx, self.lost_out, self.retrans_out, self.sacked_out, self.packets_out())
-    }
-
     pub fn tso_segs(&self) -> u32 {
         if let Some(n) = self.cc.tso_segs(self.mss) {
             return n.clamp(1, tso::GSO_MAX_SEGS);
