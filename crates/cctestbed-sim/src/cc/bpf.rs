@@ -15,6 +15,11 @@
 //!   `app_limited`. `icsk_ca_priv` and sk_storage persist in the instance.
 //!
 //! Deviations:
+//! - Ops the simulated transport has no call point for are not called: `release` (a flow's
+//!   socket is never closed before the trial ends), `sndbuf_expand` (no send buffer is
+//!   modelled); `in_ack_event` is called on the ACKs of ECN-capable flows only, with
+//!   `CA_ACK_ECE` or 0, and `cwnd_event` with `CA_EVENT_TX_START` and `CA_EVENT_CWND_RESTART`
+//!   (the events the transport raises for every algorithm).
 //! - Sequence numbers are the simulator's segment counts times the MSS (wrapping at 2^32);
 //!   `rtt_min` holds one sample, the minimum RTT over the connection, stamped now.
 //! - A write to `app_limited` is applied as the transport's own `tp->app_limited = delivered +
