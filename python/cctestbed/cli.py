@@ -205,6 +205,12 @@ def _run(
             e.source = str(trial_file)
         _refuse(e)
     dest = output if output is not None else Path("results") / trial.name
+    from .destination import DestinationError, check_destination, clean_stale
+
+    try:
+        check_destination(dest)
+    except DestinationError as e:
+        fail(f"{e}; nothing was run")
     if dest.exists() and not force:
         fail(f"{dest} exists; pass --force to replace it")
     if force:
@@ -214,12 +220,6 @@ def _run(
             check_replaceable(dest, protect=(trial_file, *trial.input_files()))
         except ReplaceRefused as e:
             fail(f"{e}; nothing was written")
-    from .destination import DestinationError, check_destination, clean_stale
-
-    try:
-        check_destination(dest)
-    except DestinationError as e:
-        fail(f"{e}; nothing was run")
     removed, kept = clean_stale(dest.absolute().parent)
     for p in removed:
         err.print(f"removed {p}, left by a run that was killed")
@@ -350,14 +350,17 @@ def analyze(
         check_captures([*captures, *(p for p in (ingress, egress) if p is not None)])
     except CaptureError as e:
         refused(str(e))
+    try:
+        check_destination(output)
+    except DestinationError as e:
+        refused(str(e))
     if output.exists() and not force:
         refused(f"{output} exists; pass --force to replace it")
     try:
         if force:
             inputs = [*captures, *(p for p in (ingress, egress, trial_file) if p is not None)]
             check_replaceable(output, protect=(*inputs, *(trial.input_files() if trial is not None else ())))
-        check_destination(output)
-    except (ReplaceRefused, DestinationError) as e:
+    except ReplaceRefused as e:
         refused(str(e))
     try:
         with err.status(f"analysing {len(captures) + (2 if ingress else 0)} capture(s) ...", spinner="dots"):

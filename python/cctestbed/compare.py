@@ -261,5 +261,9 @@ def plot_compare(a: TrialResult, b: TrialResult) -> Figure:
 
 
 def save_compare(fig: Figure, path: Union[str, Path]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, str(path))
+    """Write the figure at ``path``; Ctrl-C meanwhile leaves no folder it made for it."""
+    from .destination import undone_if_interrupted
+
+    with undone_if_interrupted(path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, str(path))

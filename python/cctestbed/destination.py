@@ -8,12 +8,13 @@ while they load.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 
 class ReplaceRefused(ValueError):
@@ -71,22 +72,84 @@ class DestinationError(ValueError):
     """The results cannot be written where asked (a path through a file, a read-only directory)."""
 
 
-def check_destination(dest: Union[str, Path]) -> None:
-    """Raise :class:`DestinationError` unless a directory can be created at ``dest``: every
-    existing ancestor must be a directory and the nearest one writable. Checked before a trial
-    runs, so a bad ``-o`` costs nothing."""
-    dest = Path(dest).absolute()
+#: The longest name a destination may have, in bytes: the temporaries beside it add their marks
+#: (``.<name>.tmp-XXXXXXXX``) and must stay within a file system's 255.
+MAX_NAME_BYTES = 200
+
+
+def check_destination(dest: Union[str, Path], temporaries: bool = True) -> None:
+    """Raise :class:`DestinationError` unless a directory can be created at ``dest``: not a
+    symbolic link (a dangling one included), every existing ancestor a directory, no name on
+    the way longer than the file system takes (the last at most :data:`MAX_NAME_BYTES`), and
+    the nearest existing ancestor one a directory can be made in: tried with a directory
+    (``.cctestbed-probe-*``) made and removed at once, since root passes every permission check and a file system such
+    as /proc takes no new directory whatever its mode. Checked before a trial runs, so a bad
+    ``-o`` costs nothing; every message names ``dest`` as it was given. ``temporaries``: the
+    directory is written beside itself under a longer name (a results directory); without it
+    (the folder a figure is written into) its name may be as long as the file system takes."""
+    given = Path(dest)
+    dest = given.absolute()
+    _check_lengths(given, MAX_NAME_BYTES if temporaries else 255)
+    if dest.is_symlink() and (temporaries or not dest.is_dir()):
+        target = os.readlink(dest)
+        what = "to a directory" if dest.is_dir() else "to nothing" if not dest.exists() else "to a file"
+        raise DestinationError(f"{given} is a symbolic link {what} ({target}); a results directory is written "
+                               "where the link is: choose another output directory")
     if dest.exists() and not dest.is_dir():
-        raise DestinationError(f"{dest} is a file, not a directory; choose another output directory")
+        raise DestinationError(f"{given} is a file, not a directory; choose another output directory")
+    if not temporaries and dest.is_dir():  # written into, not beside
+        _check_can_create_in(given, dest)
+        return
     for anc in dest.parents:
-        if anc.exists() or anc.is_symlink():
+        if anc.is_symlink() and not anc.exists():
+            raise DestinationError(f"{anc} is a symbolic link to nothing ({os.readlink(anc)}), so {given} "
+                                   "cannot be created; choose another output directory")
+        if anc.exists():
             if not anc.is_dir():
                 raise DestinationError(
-                    f"{anc} is a file, not a directory, so {dest} cannot be created; choose another output directory"
+                    f"{anc} is a file, not a directory, so {given} cannot be created; choose another output directory"
                 )
-            if not os.access(anc, os.W_OK | os.X_OK):
-                raise DestinationError(f"cannot create {dest}: {anc} is not writable")
+            _check_names(given, dest, anc)
+            _check_can_create_in(given, anc)
             return
+
+
+def _check_lengths(given: Path, last: int = MAX_NAME_BYTES) -> None:
+    """The last name of ``given`` is at most ``last`` bytes long and none is longer than any
+    file system takes; checked before the path is looked up, which such a name would fail."""
+    path = given.absolute()
+    if len(path.name.encode()) > last:
+        raise DestinationError(f"{given}: the name is longer than {last} bytes "
+                               f"({len(path.name.encode())}); choose a shorter one")
+    for part in path.parts:
+        if len(part.encode()) > 255:
+            raise DestinationError(f"{given}: the name {part} is longer than 255 bytes, the most a file "
+                                   "system takes; choose a shorter one")
+    if len(os.fsencode(path)) >= 4000:
+        raise DestinationError(f"{given}: the path is longer than 4,000 bytes; choose a shorter one")
+
+
+def _check_names(given: Path, dest: Path, anc: Path) -> None:
+    """Every name ``dest`` has below its existing ancestor ``anc`` fits the file system there."""
+    try:
+        most = os.pathconf(anc, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    for part in dest.relative_to(anc).parts:
+        if len(part.encode()) > most:
+            raise DestinationError(f"{given}: the name {part} is longer than {most} bytes, the most "
+                                   f"{anc} takes; choose a shorter one")
+
+
+def _check_can_create_in(given: Path, anc: Path) -> None:
+    """A directory can be made in ``anc`` (one is made and removed at once)."""
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise DestinationError(f"cannot create {given}: {anc} is not writable")
+    try:
+        probe = tempfile.mkdtemp(prefix=".cctestbed-probe-", dir=anc)
+    except OSError as e:
+        raise DestinationError(f"cannot create {given}: {anc} takes no new directory ({e.strerror})") from None
+    os.rmdir(probe)
 
 
 #: Every temporary directory this project makes beside a destination holds this file with this
@@ -254,6 +317,7 @@ def check_output_file(
         raise DestinationError(
             f"{dest}: cannot write a {dest.suffix or 'suffix-less'} file; valid suffixes: {', '.join(suffixes)}"
         )
+    _check_lengths(dest)
     real = dest.resolve()
     for p in inputs:
         if Path(p).resolve() == real:
@@ -264,9 +328,7 @@ def check_output_file(
         raise DestinationError(
             f"{dest} exists and was not written by cctestbed; choose another output path or remove it first"
         )
-    if len(dest.absolute().name.encode()) > 200:
-        raise DestinationError(f"{dest}: the file name is longer than 200 bytes; choose a shorter one")
-    check_destination(dest.parent)
+    check_destination(dest.parent, temporaries=False)
 
 
 def write_file_atomically(dest: Path, write: Callable[[Path], object]) -> Path:
@@ -285,3 +347,42 @@ def write_file_atomically(dest: Path, write: Callable[[Path], object]) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+@contextlib.contextmanager
+def undone_if_interrupted(*paths: Union[str, Path]) -> Iterator[None]:
+    """Ctrl-C (or an error in its place) inside the block removes what the block created for
+    ``paths`` and nothing else: the first of each path's directories (or the path itself) that
+    did not exist before, with all it holds; and, in a directory that existed (the destination of
+    several figures), each new file in it that this project wrote (:func:`written_by_us`).
+    Whatever existed before is left as it was."""
+    from . import interrupt
+
+    missing: list[Path] = []
+    listed: dict[Path, set[str]] = {}
+    for p in paths:
+        path = Path(p).absolute()
+        top = None
+        for q in (path, *path.parents):
+            if q.exists() or q.is_symlink():
+                break
+            top = q
+        if top is not None:
+            missing.append(top)
+        elif path.is_dir() and not path.is_symlink():
+            listed[path] = set(os.listdir(path))
+    try:
+        yield
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt) or interrupt.pressed:
+            for top in missing:
+                if top.is_dir() and not top.is_symlink():
+                    shutil.rmtree(top, ignore_errors=True)
+                elif top.is_file() and written_by_us(top):
+                    top.unlink(missing_ok=True)
+            for d, before in listed.items():
+                for name in set(os.listdir(d)) - before:
+                    f = d / name
+                    if f.is_file() and not f.is_symlink() and written_by_us(f):
+                        f.unlink(missing_ok=True)
+        raise

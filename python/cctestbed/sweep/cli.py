@@ -293,6 +293,7 @@ def plot_command(
 ) -> None:
     """Draw a trial's stacked plot, a flow's time-sequence plot from captures (--kind tseq), or a
     sweep's summary plots (loss, utilization, shares vs queue)."""
+    from ..destination import undone_if_interrupted
     from ..results import DamagedFile
     from .store import Store
 
@@ -320,7 +321,8 @@ def plot_command(
         except TseqError as e:
             fail(str(e))
         dest = output if output is not None else directory / f"tseq-flow{flow}.png"
-        save_figure(fig, str(dest))
+        with undone_if_interrupted(dest):
+            save_figure(fig, str(dest))
         out.print(f"plot: {dest}")
         return
     if any(v is not None for v in (t_from, t_to)) or flow != 0:
@@ -337,10 +339,12 @@ def plot_command(
             data = SweepData.load(directory)
             if y is None:
                 dest = output if output is not None else directory / "plots"
-                paths = default_plots(data, dest, x=x, by=by, facet=facet)
+                with undone_if_interrupted(dest):
+                    paths = default_plots(data, dest, x=x, by=by, facet=facet)
             else:
                 dest = output if output is not None else directory / "plots" / f"{y.replace('.', '_')}.png"
-                paths = [plot_metric(data, y, dest, x=x, by=by, facet=facet)]
+                with undone_if_interrupted(dest):
+                    paths = [plot_metric(data, y, dest, x=x, by=by, facet=facet)]
         except PlotError as e:
             fail(str(e))
         for p in paths:
@@ -360,7 +364,8 @@ def plot_command(
         except DamagedFile as e:
             fail(str(e))
         dest = output if output is not None else directory / PLOT_FILE
-        save_figure(result.plot(), str(dest))
+        with undone_if_interrupted(dest):
+            save_figure(result.plot(), str(dest))
         out.print(f"plot: {dest}")
         return
     fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
@@ -376,16 +381,19 @@ def report_command(
 
     if not Store.is_sweep_dir(directory):
         fail(f"{directory} is not a sweep directory (no sweep.json)")
-    from ..destination import DestinationError
-    from .report import check_report_destination, write_report
+    from ..destination import DestinationError, undone_if_interrupted
+    from .report import check_report_destination, report_paths, write_report
     from .plot import PlotError
 
     try:
         check_report_destination(directory, output)
     except DestinationError as e:
         fail(f"{e}; nothing was written")
+    page, img_dir = report_paths(directory, output)
+    # an existing figure folder is replaced whole or not at all (write_dir); a new one goes on Ctrl-C
     try:
-        path = write_report(directory, output)
+        with undone_if_interrupted(page, *(() if img_dir.exists() else (img_dir,))):
+            path = write_report(directory, output)
     except PlotError as e:
         fail(str(e))
     out.print(f"report: {path}")
