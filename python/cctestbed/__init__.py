@@ -8,6 +8,7 @@ Notebook use::
     r.flows, r.router                                   # polars DataFrames
     r.plot()                                            # matplotlib Figure
     r.save("results/default")
+    j = cctestbed.judge("examples/bbr-vs-cubic-droptail.toml")   # harm against its baselines
     a = cctestbed.analyze_captures(["snd0.pcap", "rcv0.pcap"])   # packet captures, same frames
     a.summary, a.flows
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
     from .captures import analyze_captures
     from .config import ConfigError, Trial, algorithms, load_trial
+    from .judging import judge
     from .results import TrialResult
     from .runner import run_trial
 
@@ -33,6 +35,7 @@ _LAZY = {
     "Trial": "config",
     "algorithms": "config",
     "load_trial": "config",
+    "judge": "judging",
     "TrialResult": "results",
     "run_trial": "runner",
 }
@@ -70,6 +73,7 @@ __all__ = [
     "algorithms",
     "analyze_captures",
     "core_version",
+    "judge",
     "load_trial",
     "run_trial",
     "__version__",

@@ -126,6 +126,13 @@ def _totals_table(summary: dict[str, Any]) -> Table:
         f"p50 {_fmt(rtt['p50_ms'], '.1f')} ms, p95 {_fmt(rtt['p95_ms'], '.1f')} ms, "
         f"min {_fmt(rtt['min_ms'], '.1f')} ms",
     )
+    if "scores" in summary:
+        from .phenomena import describe as phenomena_lines
+        from .scores import describe as scores_line
+
+        t.add_row("scores", scores_line(summary["scores"]))
+        for i, line in enumerate(phenomena_lines(summary.get("phenomena", {})) or ["none detected"]):
+            t.add_row("phenomena" if i == 0 else "", line)
     rev = summary.get("reverse")
     if rev is not None:  # traffic both ways: the lines above are the forward direction's
         rq = rev["queue"]
@@ -384,6 +391,11 @@ def analyze(
 from .sweep.cli import register as _register_sweep_commands  # noqa: E402
 
 _register_sweep_commands(app)
+
+
+from .judge_cli import register as _register_judge_command  # noqa: E402
+
+_register_judge_command(app)
 
 
 from .kernel.cli import register as _register_kernel_commands  # noqa: E402

@@ -493,6 +493,12 @@ def summarize(
             for r in pf_listed.iter_rows(named=True)
         ],
     }
+    # transperf's scores and the detected phenomena (cctestbed.scores, cctestbed.phenomena)
+    from .phenomena import phenomena
+    from .scores import scores
+
+    out["scores"] = scores(flows, router, info)
+    out["phenomena"] = phenomena(flows, router, info, completions)
     return out
 
 
