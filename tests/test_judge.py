@@ -129,7 +129,7 @@ def test_judge_output_directory(tmp_path):
 def test_judge_command(cli, write_trial, tmp_path, monkeypatch):
     monkeypatch.setenv("CCTESTBED_CACHE", str(tmp_path / "cache"))
     path = write_trial(BBR_VS_CUBIC)
-    r = cli("judge", path, "-o", tmp_path / "out")
+    r = cli("judge", path, "-o", tmp_path / "out", "--force")  # --force with nothing to replace
     assert r.exit_code == 0, r.output
     assert "bbr beside cubic: not deployable" in r.output and "tput Mbit/s" in r.output
     assert "runs: 5 (0 from the cache" in r.output
@@ -138,6 +138,9 @@ def test_judge_command(cli, write_trial, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "exists" in r.output
     r = cli("judge", path, "-o", tmp_path / "out", "--force")
     assert r.exit_code == 0 and "runs: 5 (5 from the cache" in r.output
+    (tmp_path / "mine").mkdir()
+    r = cli("judge", path, "-o", tmp_path / "mine", "--force")  # not a judgement: never replaced
+    assert r.exit_code == 2 and "not a judge directory" in r.output and not any((tmp_path / "mine").iterdir())
     one = write_trial({**BBR_VS_CUBIC, "flows": [{"cc": "cubic"}]}, name="one.toml")
     r = cli("judge", one)
     assert r.exit_code == 2 and "two or more groups" in r.output

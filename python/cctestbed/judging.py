@@ -296,6 +296,8 @@ def write_output(dest: Path, doc: dict[str, Any], runs: dict[str, dict[str, Any]
                 (d / FIGURES_FILE).unlink(missing_ok=True)
 
     def replaceable(p: Path) -> None:
+        if not p.exists() and not p.is_symlink():
+            return
         if not (p / JUDGE_FILE).is_file() or not (p / "trials").is_dir():
             raise ReplaceRefused(f"{p} is not a judge directory (no {JUDGE_FILE} and trials/); not replaced")
 
