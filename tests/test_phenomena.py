@@ -252,3 +252,29 @@ def test_phenomena_of_a_workload_and_datagram_trial_run():
     r = cctestbed.run_trial(doc)
     p = phenomena(r.flows, r.router, r.info, r.completions)
     assert p["starvation"]["events"] == [] and p["slow_convergence"]["joins"] == []
+
+
+def test_trial_plot_shades_the_detected_phenomena():
+    r = cctestbed.run_trial(TRIALS["4bbr-8bdp"])
+    fig = r.plot()
+    labels = {p.get_label() for ax in fig.axes for p in ax.patches}
+    assert {"synchronised PROBE_RTT", "start-up overshoot"} <= labels
+    assert "starvation" not in labels and "standing queue" not in labels
+    # the RTT panel's shades are its synchronised episodes, one per event
+    rtt_ax = next(ax for ax in fig.axes if ax.get_ylabel().startswith("RTT"))
+    n_events = len(r.summary["phenomena"]["probe_rtt_sync"]["events"])
+    assert len([p for p in rtt_ax.patches if p.get_facecolor()[2] > 0.5]) >= n_events
+
+
+def test_sweep_report_lists_phenomena_per_point_and_trial(cli, tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('name = "s"\ntrials = 2\nsteady = ["2s", "6s"]\n[base]\nduration = "6s"\n'
+                     '[base.link]\ncapacity = "20Mbit"\nrtt = "20ms"\n[[base.flows]]\ncc = "bbr"\n'
+                     '[axes]\n"link.queue" = ["0.5bdp", "8bdp"]\n')
+    out = tmp_path / "out"
+    assert cli("sweep", sweep, "-o", out, "--workers", "1").exit_code == 0
+    assert cli("report", out).exit_code == 0
+    page = (out / "report.html").read_text()
+    assert "<th class=\"k\">phenomena (seeds)</th>" in page and "<th class=\"k\">phenomena</th>" in page
+    # BBR's STARTUP overflows 0.5 BDP in both seeds (loss); in 8 BDP its queue peaks near 2 BDP
+    assert "start-up overshoot 2/2" in page

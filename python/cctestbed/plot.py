@@ -242,8 +242,13 @@ def plot_trial(
     queue_limit_bytes: Optional[float] = None,
     reverse_queue_limit_bytes: Optional[float] = None,
     completions: Optional[pl.DataFrame] = None,
+    phenomena: Optional[dict[str, Any]] = None,
 ) -> Figure:
     """The stacked plot of one trial; returns a matplotlib Figure (not shown, not saved).
+
+    ``phenomena`` (``summary.json``'s section) shades what was detected: starvation and slow
+    convergence on the goodput panel, synchronised PROBE_RTT on the RTT panel, a standing queue
+    and start-up overshoot on the queue panel; a share oscillation is named with its period.
 
     With traffic in both directions (``info.bidirectional``) reverse flows are labelled so, the
     goodput totals and payload capacities are per direction (reverse dotted), and the queue
@@ -454,6 +459,8 @@ def plot_trial(
     for ax in axes[:-1]:
         ax.grid(True, alpha=0.3)
 
+    if phenomena:
+        shade_phenomena(phenomena, ax_tp, ax_rtt, ax_q)
     ncol = min(len(ids) + 2, 6)
     fig.legend(*ax_tp.get_legend_handles_labels(), loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
     import textwrap
@@ -463,6 +470,39 @@ def plot_trial(
                  + (f"; shaded: steady window {t0:g}-{t1:g} s)" if (t0, t1) != (0.0, info.duration_s) else ")"),
                  fontsize=11)
     return fig
+
+
+#: How each detected phenomenon is shaded: (panel, colour, opacity, legend label).
+PHENOMENON_SHADES = {
+    "starvation": ("tp", "tab:red", 0.12, "starvation"),
+    "slow_convergence": ("tp", "tab:purple", 0.08, "slow convergence"),
+    "probe_rtt_sync": ("rtt", "tab:blue", 0.25, "synchronised PROBE_RTT"),
+    "standing_queue": ("q", "tab:orange", 0.12, "standing queue"),
+    "startup_overshoot": ("q", "tab:red", 0.15, "start-up overshoot"),
+}
+
+
+def shade_phenomena(phenomena: dict[str, Any], ax_tp: Any, ax_rtt: Any, ax_q: Any) -> None:
+    """Shade each detected phenomenon's spans on its panel (:data:`PHENOMENON_SHADES`), and name a
+    share oscillation with its period on the goodput panel."""
+    panels = {"tp": ax_tp, "rtt": ax_rtt, "q": ax_q}
+    for name, (panel, color, alpha, label) in PHENOMENON_SHADES.items():
+        section = phenomena.get(name) or {}
+        if not section.get("detected"):
+            continue
+        ax = panels[panel]
+        for i, e in enumerate(section.get("events", [])):
+            ax.axvspan(e["start_s"], e["end_s"], color=color, alpha=alpha, lw=0, label=label if i == 0 else None)
+    for ax in (ax_rtt, ax_q):  # their legends again, with the shades
+        if ax.get_legend_handles_labels()[0]:
+            old = ax.get_legend()
+            ax.legend(loc=getattr(old, "_loc", "upper right") if old is not None else "upper right", fontsize=8,
+                      ncol=3 if ax is ax_q else 1)
+    osc = phenomena.get("share_oscillation") or {}
+    if osc.get("detected"):
+        text = "; ".join(f"{e.get('group', e.get('flow'))}'s share cycles every {e['period_s']:g} s"
+                         for e in osc.get("events", []))
+        ax_tp.text(0.01, 0.97, text, transform=ax_tp.transAxes, ha="left", va="top", fontsize=8, color="0.2")
 
 
 #: What each figure format records as its creator (:data:`destination.GENERATOR`, the mark that

@@ -121,6 +121,7 @@ class TrialResult:
             queue_limit_bytes=in_bytes(self.trial.link.queue_limits()),
             reverse_queue_limit_bytes=in_bytes(self.trial.link.reverse_queue_limits()),
             completions=self.completions,
+            phenomena=self.summary.get("phenomena"),
         )
 
     def save(self, directory: Union[str, Path], force: bool = False, plot: bool = False) -> Path:

@@ -75,6 +75,16 @@ def _esc(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
+#: summary.json's phenomena, as the report names them.
+PHENOMENA = {"starvation": "starvation", "standing_queue": "standing queue", "share_oscillation": "share oscillation",
+             "slow_convergence": "slow convergence", "probe_rtt_sync": "PROBE_RTT sync",
+             "startup_overshoot": "start-up overshoot"}
+
+
+def _phenomena_cols(table: pl.DataFrame) -> list[tuple[str, str]]:
+    return [(f"phenomena.{k}.detected", v) for k, v in PHENOMENA.items() if f"phenomena.{k}.detected" in table.columns]
+
+
 def point_table(data: SweepData, all_rows: pl.DataFrame) -> str:
     """Mean over seeds per point: the axis values, seeds done, and the main metrics per group."""
     axes = data.axes
@@ -82,24 +92,31 @@ def point_table(data: SweepData, all_rows: pl.DataFrame) -> str:
     metrics = [m for m in POINT_METRICS if m[0] in data.table.columns]
     share_cols = [(f"groups.{g}.share", f"{g} share %", 100.0, ".1f") for g in groups]
     cols = metrics[:2] + share_cols + metrics[2:]
+    found = _phenomena_cols(data.table)
     if axes:
         counts = all_rows.group_by(axes, maintain_order=True).agg(
             pl.len().alias("_n"), (pl.col("status") == "done").sum().alias("_done")
         )
-        agg = data.table.group_by(axes, maintain_order=True).agg([pl.col(c).mean() for c, *_ in cols])
+        agg = data.table.group_by(axes, maintain_order=True).agg(
+            [pl.col(c).mean() for c, *_ in cols] + [pl.col(c).cast(pl.Int64).sum() for c, _ in found])
         agg = counts.join(agg, on=axes, how="left", maintain_order="left")
     else:
         agg = pl.DataFrame({"_n": [len(all_rows)], "_done": [len(data.table)]}).with_columns(
             [pl.lit(data.table[c].mean()).alias(c) for c, *_ in cols]
+            + [pl.lit(data.table[c].cast(pl.Int64).sum()).alias(c) for c, _ in found]
         )
     head = "".join(f'<th class="k">{_esc(a)}</th>' for a in axes) + "<th>seeds done</th>"
     head += "".join(f"<th>{_esc(h)}</th>" for _, h, _, _ in cols)
+    head += '<th class="k">phenomena (seeds)</th>' if found else ""
     body = []
     for r in agg.iter_rows(named=True):
         cells = "".join(f'<td class="k">{_esc(r[a])}</td>' for a in axes)
         cls = "" if r["_done"] == r["_n"] else ' class="failed"'
         cells += f"<td{cls}>{r['_done']}/{r['_n']}</td>"
         cells += "".join(f"<td>{_fmt(r.get(c), f, s)}</td>" for c, _, s, f in cols)
+        if found:
+            seen = [f"{name} {r[c]}/{r['_done']}" for c, name in found if r.get(c)]
+            cells += f'<td class="k">{_esc(", ".join(seen) or "-")}</td>'
         body.append(f"<tr>{cells}</tr>")
     return f'<div class="scroll"><table id="points"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
@@ -109,6 +126,8 @@ def trials_table(data: SweepData, all_rows: pl.DataFrame) -> str:
     metrics = [m for m in POINT_METRICS if m[0] in all_rows.columns][:6]
     head = "".join(f'<th class="k">{_esc(a)}</th>' for a in axes)
     head += '<th>seed</th><th class="k">status</th>' + "".join(f"<th>{_esc(h)}</th>" for _, h, _, _ in metrics)
+    found = _phenomena_cols(all_rows)
+    head += '<th class="k">phenomena</th>' if found else ""
     head += '<th class="k">directory</th>'
     body = []
     for r in all_rows.iter_rows(named=True):
@@ -117,6 +136,8 @@ def trials_table(data: SweepData, all_rows: pl.DataFrame) -> str:
         st_cls = "k failed" if st == "failed" else "k"
         cells += f'<td>{r["seed"]}</td><td class="{st_cls}">{_esc(st)}</td>'
         cells += "".join(f"<td>{_fmt(r.get(c), f, s)}</td>" for c, _, s, f in metrics)
+        if found:
+            cells += f'<td class="k">{_esc(", ".join(name for c, name in found if r.get(c)) or "-")}</td>'
         d = r.get("dir")
         link = f'<a href="{_esc(d)}/">{_esc(d)}</a>' if d else "-"
         cells += f'<td class="k">{link}</td>'
