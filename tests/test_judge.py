@@ -146,3 +146,24 @@ def test_judge_command(cli, write_trial, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "two or more groups" in r.output
     bad = write_trial({**BBR_VS_CUBIC, "duration": "-1s"}, name="bad.toml")
     assert cli("judge", bad).exit_code == 2
+
+
+def test_judge_command_interrupted_or_failed(cli, write_trial, tmp_path, monkeypatch):
+    import cctestbed.judging as judging
+    from cctestbed import _core
+
+    path = write_trial(BBR_VS_CUBIC)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(judging, "run_baselines", interrupted)
+    r = cli("judge", path, "-o", tmp_path / "out", "--no-cache")
+    assert r.exit_code == 130 and "interrupted" in r.output and not (tmp_path / "out").exists()
+
+    def failed(*a, **k):
+        raise _core.TrialFailed("flow 0: the program never returned")
+
+    monkeypatch.setattr(judging, "run_baselines", failed)
+    r = cli("judge", path, "-o", tmp_path / "out", "--no-cache")
+    assert r.exit_code == 1 and "never returned" in r.output and not (tmp_path / "out").exists()
