@@ -45,3 +45,27 @@ def test_names_are_unique_per_trial_and_fit_interfaces():
         for dev in (n.left, n.right, n.uplink, n.bridge, n.ifb, n.host_if(3), n.swl_port(3), n.swr_port(3)):
             assert len(dev) <= 15
         assert n.ip("snd", 0).startswith("10.") and n.ip("rcv", 3).endswith(".132")
+
+
+def test_the_router_sampler_reads_the_link_emulators_stats_slots_in_their_order():
+    # One list per concept: the emulator's enum Slot and enum ModelSlot (main.rs) declare the
+    # stats file's slots; routerstats.EMU_SLOTS must name the same ones in the same order.
+    import re
+    from pathlib import Path
+
+    from cctestbed.kernel.routerstats import EMU_BASE_SLOTS, EMU_MODEL_SLOTS, EMU_SLOTS
+
+    src = (Path(__file__).parents[1] / "crates/cctestbed-linkemu/src/main.rs").read_text()
+
+    def variants(enum: str) -> list[str]:
+        body = re.search(rf"enum {enum} \{{(.*?)\n\}}", src, re.S)
+        assert body is not None, enum
+        names = re.findall(r"^\s+([A-Z][A-Za-z0-9]*)(?: = \d+)?,", body.group(1), re.M)
+        snake = [re.sub(r"(?<!^)(?=[A-Z])", "_", n).lower() for n in names]
+        assert snake[-1] == "count"
+        return snake[:-1]
+
+    rename = {"late_over1ms": "late_over_1ms"}
+    assert [rename.get(n, n) for n in variants("Slot")] == list(EMU_BASE_SLOTS)
+    assert variants("ModelSlot") == list(EMU_MODEL_SLOTS)
+    assert len(EMU_SLOTS) == len(EMU_BASE_SLOTS) + 2 * len(EMU_MODEL_SLOTS)

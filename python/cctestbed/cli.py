@@ -159,7 +159,10 @@ def run(
         show_default="the trial's, else sim",
     ),
     link_emulator: Optional[str] = typer.Option(
-        None, "--link-emulator", help="Kernel backend: tc (netem) or userspace.", show_default="tc where netem exists"
+        None, "--link-emulator",
+        help="Kernel backend: tc (netem + htb), userspace (delay lines + htb) or full (the emulator runs the "
+             "simulator's bottleneck and queue disciplines).",
+        show_default="full where the trial needs it (aqm, extra_delay), else tc where netem exists, else userspace"
     ),
     capture: Optional[bool] = typer.Option(
         None, "--capture/--no-capture", help="Write packet captures of every sender and receiver (or none)."

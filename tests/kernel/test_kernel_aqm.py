@@ -1,46 +1,161 @@
-"""AQM and ECN trials on the kernel backend: refused before anything is created when the kernel
-lacks the discipline (probed in a throw-away namespace), with the list of what it has; the
-kernel-side AQM measurements skip with that reason."""
+"""AQM, ECN and mixed path lengths on the kernel backend, through the ``full`` link emulator: the
+userspace emulator runs the simulator's own bottleneck and queue disciplines (this kernel has no
+codel, fq_codel, pie, red or dualpi2 qdisc), writes CE marks into the real IP headers, and
+delays each flow's own frames by its ``extra_delay``. Each trial is compared with the simulator
+within the fidelity suite's tolerances (``cctestbed.fidelity.verdict``); measured figures are
+printed (``pytest -s`` shows them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import polars as pl
 import pytest
-from kernelutil import kernel_trial
+from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel import topology as topo
-from cctestbed.kernel.backend import TrialRefused, aqm_problems, run_kernel_trial
+from cctestbed.fidelity.verdict import DEFAULT_TOLERANCES, tolerance_for
+from cctestbed.kernel.backend import KernelUnavailable, choose_link_emulator, trial_problems
+from cctestbed.runner import run_trial
+
+#: The emulator's per-frame timing error (sent - due), 99th percentile, that a trial of these
+#: rates may show and still measure the path it describes; at 50 and 80 Mbit/s the emulator
+#: measured 70-128 us (docs/kernel.md, "The full link emulator").
+TIMING_P99_US = 400.0
 
 
-@pytest.mark.parametrize("kind", ["codel", "fq_codel"])
-def test_aqm_trial_is_refused_before_start_with_what_is_available(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Nothing may be built for a refused trial (other runs' namespaces may come and go meanwhile).
-    monkeypatch.setattr(topo.Topology, "build", lambda self: pytest.fail("a refused trial built its topology"))
-    monkeypatch.setattr(topo, "register", lambda *a: pytest.fail("a refused trial registered itself"))
-    trial = parse_trial(kernel_trial(name=f"aqm-{kind}", link={**kernel_trial()["link"], "aqm": kind}))
-    with pytest.raises(TrialRefused) as e:
-        run_kernel_trial(trial)
-    have = topo.available_qdiscs()
-    msg = str(e.value)
-    print(f"\n{kind}: kernel has {', '.join(have)}; refused: {msg}")
-    assert f"link.aqm.kind: '{kind}'" in msg
-    if kind not in have:
-        assert f"no {kind} qdisc" in msg and ", ".join(have) in msg
+def within(metric: str, kernel: float, sim: float) -> bool:
+    return abs(kernel - sim) <= tolerance_for(metric, kernel, DEFAULT_TOLERANCES)
 
 
-def test_ecn_flows_are_refused() -> None:
-    trial = parse_trial(kernel_trial(name="ecn", flows=[{"cc": "cubic", "ecn": True}]))
-    problems = aqm_problems(trial)
-    assert any(p.startswith("flows[0].ecn") for p in problems), problems
+def emulator_p99_us(r: Any) -> float:
+    emu = r.extra["linkemu"]
+    assert emu["mode"] == "model" and r.extra["link_emulator"] == "full"
+    return max(emu["timing_error_fwd"]["p99_us"], emu["timing_error_rev"]["p99_us"])
 
 
-def test_fq_codel_on_the_kernel_against_the_simulator() -> None:
-    """BBR vs CUBIC under fq_codel on real Linux, once the kernel has the discipline."""
-    trial = parse_trial(
-        kernel_trial(name="fqc", link={**kernel_trial()["link"], "aqm": "fq_codel"}, flows=[{"cc": "cubic", "count": 2}])
-    )
-    problems = aqm_problems(trial)
-    if problems:
-        pytest.skip(problems[0])
-    r = run_kernel_trial(trial)  # pragma: no cover - needs a kernel with sch_fq_codel and backend support
-    assert r.summary["total"]["utilization"] > 0.9
+def test_the_full_link_emulator_is_chosen_for_what_htb_cannot_do() -> None:
+    link = kernel_trial()["link"]
+    for doc in (dict(link={**link, "aqm": "codel"}),
+                dict(flows=[{"cc": "cubic"}, {"cc": "cubic", "extra_delay": "10ms"}]),
+                dict(link={**link, "reverse": {"capacity": "10Mbit", "queue": "100KB", "aqm": "pie", "loss": "1%"}})):
+        t = parse_trial(kernel_trial(**doc))
+        assert trial_problems(t) == []
+        assert choose_link_emulator(None, t) == "full"
+        for other in ("userspace", "tc"):
+            with pytest.raises(KernelUnavailable, match="use --link-emulator full"):
+                choose_link_emulator(other, t)
+    plain = parse_trial(kernel_trial())
+    assert choose_link_emulator("full", plain) == "full"
+    assert choose_link_emulator(None, plain) in ("tc", "userspace")
+    l4s = parse_trial(kernel_trial(flows=[{"cc": "dctcp", "ecn": "l4s"}]))
+    assert any(p.startswith("flows[0].ecn: 'l4s'") for p in trial_problems(l4s))
+
+
+CODEL = dict(name="codel-4cubic", duration="20s", steady=["5s", "20s"],
+             link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": "codel"},
+             flows=[{"cc": "cubic", "count": 4}])
+
+
+def test_codel_holds_four_cubic_flows_near_its_target_as_the_simulator_does() -> None:
+    sim = run_trial(parse_trial(kernel_trial(**CODEL)))
+
+    def check(r: Any) -> None:
+        k, s = r.summary, sim.summary
+        soj, sim_soj = k["sojourn"]["p50_ms"], s["sojourn"]["p50_ms"]
+        print(f"\nkernel: utilization {100 * k['total']['utilization']:.1f} %, sojourn p50 {soj:.2f} ms, "
+              f"RTT p50 {k['rtt']['p50_ms']:.1f} ms, queue mean {k['queue']['mean_bdp']:.3f} BDP, "
+              f"drops_aqm {int(r.router['drops_aqm'].max())}, overflow {int(r.router['drops_overflow'].max())}, Jain {k['total']['jain']:.3f}, "
+              f"emulator p99 {emulator_p99_us(r):.0f} us; simulator: utilization {100 * s['total']['utilization']:.1f} %, "
+              f"sojourn p50 {sim_soj:.2f} ms, RTT p50 {s['rtt']['p50_ms']:.1f} ms, queue mean {s['queue']['mean_bdp']:.3f} BDP")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        assert 3.0 <= soj <= 8.0, "near CoDel's 5 ms target"
+        # the fidelity suite has no sojourn metric: the sojourn is held to the tolerance of the RTT
+        # it is part of (10 % of the RTT, 3.1 ms here). Measured 5.6-7.6 ms against the
+        # simulator's 5.2 ms: the kernel's senders send GSO trains, burstier than the model's.
+        assert abs(soj - sim_soj) <= tolerance_for("rtt_p50_ms", k["rtt"]["p50_ms"], DEFAULT_TOLERANCES)
+        # start-up's overshoot may reach the hard limit before CoDel's first interval ends
+        overflow = r.router.filter(pl.col("time_s") > 5.0)["drops_overflow"]
+        assert r.router["drops_aqm"].max() > 0, "CoDel drops"
+        assert overflow.max() == overflow.min(), "after start-up CoDel, not the limit, drops"
+        assert within("utilization_pct", 100 * k["total"]["utilization"], 100 * s["total"]["utilization"])
+        assert within("rtt_p50_ms", k["rtt"]["p50_ms"], s["rtt"]["p50_ms"])
+        assert within("queue_mean_bdp", k["queue"]["mean_bdp"], s["queue"]["mean_bdp"])
+        assert within("jain", k["total"]["jain"], s["total"]["jain"])
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**CODEL), check)
+
+
+ECN = dict(name="codel-ecn", duration="20s", steady=["5s", "20s"],
+           link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": {"kind": "codel", "ecn": True}},
+           flows=[{"cc": "cubic", "count": 2, "ecn": True}])
+
+
+def retrans_after(r: Any, t_s: float) -> int:
+    f = r.flows.filter(pl.col("kind") == "tcp")
+    at = f.filter(pl.col("time_s") <= t_s).group_by("flow").agg(pl.col("retrans_segs").max())
+    end = f.group_by("flow").agg(pl.col("retrans_segs").max())
+    return int(end["retrans_segs"].sum() - at["retrans_segs"].sum())
+
+
+def test_cubic_with_ecn_under_codel_is_marked_not_dropped() -> None:
+    sim = run_trial(parse_trial(kernel_trial(**ECN)))
+
+    def check(r: Any) -> None:
+        k, s = r.summary, sim.summary
+        marks, drops = int(r.router["marks_aqm"].max()), int(r.router["drops_aqm"].max())
+        written = r.extra["linkemu"]["model"]["forward"]["ce_written"]
+        late = retrans_after(r, 3.0)
+        print(f"\nkernel: {marks} CE marks ({written} written into frames), {drops} AQM drops, "
+              f"{late} retransmissions after 3 s, utilization {100 * k['total']['utilization']:.1f} %, "
+              f"sojourn p50 {k['sojourn']['p50_ms']:.2f} ms, RTT p50 {k['rtt']['p50_ms']:.1f} ms, emulator p99 "
+              f"{emulator_p99_us(r):.0f} us; simulator: {int(sim.router['marks_aqm'].max())} marks, "
+              f"{retrans_after(sim, 3.0)} retransmissions after 3 s, utilization {100 * s['total']['utilization']:.1f} %, "
+              f"sojourn p50 {s['sojourn']['p50_ms']:.2f} ms, RTT p50 {s['rtt']['p50_ms']:.1f} ms")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        assert marks > 0 and written == marks, "every mark reached a real IP header"
+        assert drops == 0, "ECN-capable data is marked, not dropped"
+        assert late == 0, "no retransmission after start-up"
+        assert within("utilization_pct", 100 * k["total"]["utilization"], 100 * s["total"]["utilization"])
+        assert within("rtt_p50_ms", k["rtt"]["p50_ms"], s["rtt"]["p50_ms"])
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**ECN), check)
+
+
+#: Two path lengths under one drop-tail bottleneck: RTprop 20 ms and 50 ms (30 ms of extra delay
+#: on the long group's own frames, before the queue, as the simulator's access line).
+RTTMIX = dict(name="rttmix", duration="25s", steady=["5s", "25s"],
+              link={"capacity": "50Mbit", "rtt": "20ms", "queue": "1bdp"},
+              flows=[{"cc": "cubic", "group": "short"}, {"cc": "cubic", "group": "long", "extra_delay": "30ms"}])
+
+#: The simulator's side gets 50 us of ACK jitter, the order of the kernel hosts' own timing noise.
+#: Without any, its deterministic drop-tail queue locks the two periodic flows into a phase
+#: (Floyd and Jacobson 1992; docs/validation.md): the long flow lost 4 segments in 25 s, the short
+#: one 32, and the short path took 55.9 % at every seed. With 50 us (seeds 1-3) 72.0-73.3 %, with
+#: 200 us 67.3-73.1 %; the kernel measured 68.0 and 76.7 %.
+SIM_JITTER = "50us"
+
+
+def test_two_path_lengths_share_one_bottleneck_as_in_the_simulator() -> None:
+    sim = run_trial(parse_trial(kernel_trial(**{**RTTMIX, "link": {**RTTMIX["link"], "jitter": SIM_JITTER}})))
+    rtprop = {"short": 20.0, "long": 50.0}
+
+    def check(r: Any) -> None:
+        k, s = r.summary, sim.summary
+        min_rtt = {g: float(r.flows.filter(pl.col("group") == g)["min_rtt_ms"].min()) for g in rtprop}
+        share = {g: 100 * k["groups"][g]["share"] for g in rtprop}
+        sim_share = {g: 100 * s["groups"][g]["share"] for g in rtprop}
+        print(f"\nkernel: min RTT short {min_rtt['short']:.2f} ms, long {min_rtt['long']:.2f} ms; shares "
+              f"{share['short']:.1f} / {share['long']:.1f} %; utilization {100 * k['total']['utilization']:.1f} %, "
+              f"loss {k['total']['loss_pct']:.3f} %, emulator p99 {emulator_p99_us(r):.0f} us; simulator "
+              f"(ACK jitter {SIM_JITTER}) shares {sim_share['short']:.1f} / {sim_share['long']:.1f} %, utilization "
+              f"{100 * s['total']['utilization']:.1f} %, loss {s['total']['loss_pct']:.3f} %")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        for g, base in rtprop.items():
+            # the kernel's min_rtt: RTprop plus a full packet's transmission (0.24 ms at 50 Mbit/s)
+            # and the hosts' own stack time
+            assert base <= min_rtt[g] <= base + 1.5, (g, min_rtt[g])
+            assert within(f"share.{g}", share[g], sim_share[g])
+        assert within("utilization_pct", 100 * k["total"]["utilization"], 100 * s["total"]["utilization"])
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**RTTMIX), check)

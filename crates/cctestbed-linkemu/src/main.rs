@@ -1,10 +1,17 @@
 //! # cctestbed-linkemu: the userspace link emulator
 //!
 //! Joins two interfaces of the router namespace like a bridge and applies the simulator's own
-//! link model on the way: [`ccsim::link::DelayLine`] for the propagation delay in each
-//! direction and [`ccsim::link::LossModel`] (drawn from the same [`ccsim::rng`] stream as the
-//! simulator's bottleneck, `stream::LINK_LOSS`) for random loss on the forward (data) path.
-//! It is used where the kernel has no `netem`.
+//! link model on the way. Two modes:
+//!
+//! - **the whole link** (`--model TRIAL.json`, the backend's `--link-emulator full`): the
+//!   emulator is the bottleneck, running the simulator's [`ccsim::link::Bottleneck`] and queue
+//!   disciplines on the real frames, CE marks written into their IP headers, per-flow
+//!   `extra_delay` on their own lines; see [`model`] and [`frame`]. No qdisc on the way.
+//! - **delay lines** (the rest of this page): [`ccsim::link::DelayLine`] for the propagation
+//!   delay in each direction and [`ccsim::link::LossModel`] (drawn from the same [`ccsim::rng`]
+//!   stream as the simulator's bottleneck, `stream::LINK_LOSS`) for random loss on the forward
+//!   (data) path, with the bottleneck left to the kernel's `htb` on `right`. It is used where
+//!   the kernel has no `netem`.
 //!
 //! ```text
 //!   senders ── left ═[ delay_fwd, then loss ]═▶ right ──(bottleneck qdisc)──▶ receivers
@@ -46,18 +53,27 @@
 //! every forwarded frame, when it was actually sent minus when it was due (kernel receive
 //! time + delay).
 //!
+//! With `--model` the stats file also carries each direction's bottleneck ([`ModelSlot`]:
+//! queue, departures, drops and marks by cause, sojourn) and the report a `model` section.
+//!
 //! Usage: `cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N
 //! [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P] [--serialization-bps R]
-//! [--serialization-rev-bps R]`.
+//! [--serialization-rev-bps R]`, or `cctestbed-linkemu --left IF --right IF --model TRIAL.json
+//! [--port-base P] [--stats FILE] [--report FILE] [--rt-priority P]` (the trial's simulator config,
+//! `Trial.to_core()`; `--port-base`, 20000 by default, is flow 0's own port).
 //! SIGINT/SIGTERM end it cleanly.
 
-use ccsim::config::LossConfig;
-use ccsim::link::{DelayLine, LossModel};
+mod frame;
+mod model;
+
+use ccsim::config::{LossConfig, SimConfig};
+use ccsim::link::{DelayLine, DropCause, LossModel, MarkCause};
 use ccsim::rng::{stream, SimRng};
 use ccsim::time::Nanos;
 use std::ffi::CString;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use model::{FrameStore, Path};
 
 const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_IP: u16 = 0x0800;
@@ -101,10 +117,45 @@ enum Slot {
     LateOver1ms,
     /// The forward bottleneck's rate, bit/s, that forward frames are shifted by: set from
     /// `--serialization-bps` at start and rewritten by the backend when it changes the
-    /// bottleneck's rate (a capacity schedule); read before every batch of frames.
+    /// bottleneck's rate (a capacity schedule); read before every batch of frames. With
+    /// `--model` it is the model's bottleneck rate itself, changed the same way.
     SerializationBps,
     Count,
 }
+
+/// With `--model`, each direction's bottleneck: a block of slots after [`Slot::Count`], the
+/// forward block first ([`MODEL_FWD`], [`MODEL_REV`]). Counters are cumulative, the queue and
+/// the rate are the current ones; `SojournMaxNs` is the largest sojourn since the router
+/// sampler last read it and set it to 0.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum ModelSlot {
+    ArrivalPkts = 0,
+    ArrivalBytes,
+    QueuePkts,
+    QueueBytes,
+    DeparturePkts,
+    DepartedBytes,
+    DepartedPayloadBytes,
+    DropsOverflow,
+    DropsRandom,
+    DropsPolicer,
+    DropsAqm,
+    MarksAqm,
+    MarksThreshold,
+    SojournSumNs,
+    SojournCount,
+    SojournMaxNs,
+    /// CE marks written into frames' IP headers.
+    CeWritten,
+    /// The bottleneck's rate now, bit/s (0: no bottleneck on this path).
+    RateBps,
+    Count,
+}
+
+const MODEL_FWD: usize = Slot::Count as usize;
+const MODEL_REV: usize = MODEL_FWD + ModelSlot::Count as usize;
+const SLOTS: usize = MODEL_REV + ModelSlot::Count as usize;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -175,6 +226,10 @@ struct Args {
     /// The same for reverse frames: the reverse bottleneck's rate (0: none, an unconstrained
     /// reverse path).
     serialization_rev_bps: u64,
+    /// `--model FILE`: the trial's simulator config (JSON); the emulator is the whole link.
+    model: Option<SimConfig>,
+    /// The port of flow 0's own end (`--model`): flow i binds `port_base + i`.
+    port_base: u16,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -190,6 +245,8 @@ fn parse_args() -> Result<Args, String> {
         rt_priority: 50,
         serialization_bps: 0,
         serialization_rev_bps: 0,
+        model: None,
+        port_base: 20000,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -199,7 +256,9 @@ fn parse_args() -> Result<Args, String> {
             println!(
                 "usage: cctestbed-linkemu --left IF --right IF --delay-fwd-ns N --delay-rev-ns N \
                  [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)] \
-                 [--serialization-bps RATE] [--serialization-rev-bps RATE]"
+                 [--serialization-bps RATE] [--serialization-rev-bps RATE]\n       \
+                 cctestbed-linkemu --left IF --right IF --model TRIAL.json [--port-base P] [--seed S] [--stats FILE] \
+                 [--report FILE] [--rt-priority P] [--serialization-bps RATE]"
             );
             std::process::exit(0);
         }
@@ -219,6 +278,12 @@ fn parse_args() -> Result<Args, String> {
             "--serialization-rev-bps" => {
                 a.serialization_rev_bps = val.parse().map_err(|e| format!("--serialization-rev-bps: {e}"))?
             }
+            "--model" => {
+                let text = std::fs::read_to_string(&val).map_err(|e| format!("--model {val}: {e}"))?;
+                let cfg: SimConfig = serde_json::from_str(&text).map_err(|e| format!("--model {val}: {e}"))?;
+                a.model = Some(cfg);
+            }
+            "--port-base" => a.port_base = val.parse().map_err(|e| format!("--port-base: {e}"))?,
             _ => return Err(format!("unknown option {key}")),
         }
         i += 2;
@@ -228,6 +293,17 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.delay_fwd < 0 || a.delay_rev < 0 {
         return Err("delays must be >= 0".into());
+    }
+    if let Some(cfg) = a.model.as_ref() {
+        // The model's delays and loss are the config's; the rate a schedule changes comes in
+        // through the stats file's SerializationBps slot.
+        a.delay_fwd = cfg.link.delay_fwd_ns;
+        a.delay_rev = cfg.link.delay_rev_ns;
+        a.serialization_bps = cfg.link.capacity_bps;
+        a.serialization_rev_bps = cfg.link.reverse.as_ref().map_or(0, |r| r.capacity_bps);
+        if cfg.link.trace.is_some() || cfg.link.ack_aggregation.is_some() || cfg.link.access_rate_bps.is_some() {
+            return Err("--model: link.trace, link.ack_aggregation and link.access_rate are not emulated yet".into());
+        }
     }
     Ok(a)
 }
@@ -362,7 +438,7 @@ struct Stats {
 
 impl Stats {
     fn new(path: Option<&str>) -> Result<Self, String> {
-        let n = Slot::Count as usize;
+        let n = SLOTS;
         let Some(path) = path else {
             let mut v = vec![0u64; n];
             return Ok(Stats { ptr: v.as_mut_ptr(), _keep: Some(v) });
@@ -396,6 +472,51 @@ impl Stats {
 
     fn add(&self, s: Slot, v: u64) {
         self.set(s, self.get(s) + v);
+    }
+
+    fn model(&self, block: usize, s: ModelSlot) -> *mut u64 {
+        unsafe { self.ptr.add(block + s as usize) }
+    }
+
+    fn set_model(&self, block: usize, s: ModelSlot, v: u64) {
+        unsafe { std::ptr::write_volatile(self.model(block, s), v) }
+    }
+
+    fn get_model(&self, block: usize, s: ModelSlot) -> u64 {
+        unsafe { std::ptr::read_volatile(self.model(block, s)) }
+    }
+
+    /// Writes a model path's bottleneck into its block.
+    fn write_path(&self, block: usize, path: &mut Path) {
+        use ModelSlot as M;
+        self.set_model(block, M::CeWritten, path.counters.ce_written);
+        let Some(b) = path.bottleneck.as_mut() else { return };
+        let st = *b.stats();
+        let (qp, qb) = b.queue_len();
+        for (slot, v) in [
+            (M::ArrivalPkts, st.arrivals_pkts),
+            (M::ArrivalBytes, st.arrival_bytes),
+            (M::QueuePkts, qp),
+            (M::QueueBytes, qb),
+            (M::DeparturePkts, st.departures_pkts),
+            (M::DepartedBytes, st.departed_bytes),
+            (M::DepartedPayloadBytes, st.departed_payload_bytes),
+            (M::DropsOverflow, st.drops[DropCause::Overflow]),
+            (M::DropsRandom, st.drops[DropCause::Random]),
+            (M::DropsPolicer, st.drops[DropCause::Policer]),
+            (M::DropsAqm, st.drops[DropCause::Aqm]),
+            (M::MarksAqm, st.marks[MarkCause::Aqm]),
+            (M::MarksThreshold, st.marks[MarkCause::Threshold]),
+            (M::SojournSumNs, b.sojourn.sum_ns.max(0) as u64),
+            (M::SojournCount, b.sojourn.count),
+            (M::RateBps, b.rate_bps()),
+        ] {
+            self.set_model(block, slot, v);
+        }
+        let max = b.take_sojourn_max().max(0) as u64;
+        if max > self.get_model(block, M::SojournMaxNs) {
+            self.set_model(block, M::SojournMaxNs, max);
+        }
     }
 }
 
@@ -468,6 +589,18 @@ impl Slab {
     fn release(&mut self, i: u32) {
         self.free.push(i);
     }
+    fn in_use(&self) -> usize {
+        self.frames.len() - self.free.len()
+    }
+}
+
+impl FrameStore for Slab {
+    fn frame(&mut self, slot: u32) -> &mut Vec<u8> {
+        &mut self.frames[slot as usize]
+    }
+    fn release(&mut self, slot: u32) {
+        Slab::release(self, slot)
+    }
 }
 
 fn is_ipv4(frame: &[u8]) -> bool {
@@ -496,49 +629,65 @@ fn set_realtime(prio: i32) -> Result<(), String> {
     Ok(())
 }
 
-fn run(a: Args) -> Result<(), String> {
-    let stats = Stats::new(a.stats.as_deref())?;
-    let left = PacketSocket::open(&a.left)?;
-    let right = PacketSocket::open(&a.right)?;
-    // Frames queued before bind may come from any interface: discard them.
-    let mut buf = vec![0u8; FRAME_MAX];
-    for s in [&left, &right] {
-        while let Ok(Some(_)) = s.recv(&mut buf) {}
-        s.drops();
-    }
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        sa.sa_flags = 0; // no SA_RESTART: ppoll returns EINTR
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-    let rt = set_realtime(a.rt_priority);
-    if let Err(e) = &rt {
-        eprintln!("linkemu: running without real-time priority: {e}");
-    }
+/// The per-frame timing error of each direction (forward, reverse) and the wake-up latency.
+struct Timing {
+    hist: [Hist; 2],
+    wake: Hist,
+}
 
+impl Timing {
+    /// A frame due at `due` was sent (or refused) just now, in direction `d`.
+    fn sent(&mut self, d: usize, due: Nanos, stats: &Stats) {
+        let late = mono() - due;
+        self.hist[d].add(late);
+        if late > stats.get(Slot::LateMaxNs) as i64 {
+            stats.set(Slot::LateMaxNs, late as u64);
+        }
+        if late > 1_000_000 {
+            stats.add(Slot::LateOver1ms, 1);
+        }
+    }
+}
+
+/// Sleeps until `deadline` (or 20 us while a send is to be retried, or 100 ms with nothing
+/// due) or until a frame arrives on either socket.
+fn sleep_until(deadline: Option<Nanos>, retrying: bool, left: &PacketSocket, right: &PacketSocket) {
+    let timeout_ns = if retrying {
+        20_000
+    } else {
+        match deadline {
+            Some(t) => (t - mono()).max(0),
+            None => 100_000_000,
+        }
+    };
+    let ts = libc::timespec { tv_sec: timeout_ns / 1_000_000_000, tv_nsec: timeout_ns % 1_000_000_000 };
+    let mut fds = [
+        libc::pollfd { fd: left.fd, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: right.fd, events: libc::POLLIN, revents: 0 },
+    ];
+    if timeout_ns > 0 {
+        unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    }
+}
+
+/// The delay-line emulator (no `--model`): delays, random loss and the serialisation shift,
+/// with the bottleneck left to the kernel's qdisc on `right` (module docs).
+fn delay_loop(a: &Args, stats: &Stats, left: &PacketSocket, right: &PacketSocket, timing: &mut Timing) -> Option<String> {
+    let mut buf = vec![0u8; FRAME_MAX];
     let mut loss = LossModel::new(a.loss.clone(), SimRng::new(a.seed, stream::LINK_LOSS));
     let mut slab = Slab { frames: Vec::new(), free: Vec::new() };
     let mut dirs = [
         Direction { line: DelayLine::new(a.delay_fwd, None), retry: None, forward: true },
         Direction { line: DelayLine::new(a.delay_rev, None), retry: None, forward: false },
     ];
-    let mut hist = [Hist::new(), Hist::new()];
     let mut shifters = [Shifter::new(a.serialization_bps), Shifter::new(a.serialization_rev_bps)];
-    let mut wake = Hist::new();
     let mut fatal: Option<String> = None;
-    stats.set(Slot::SerializationBps, a.serialization_bps);
-    stats.set(Slot::Magic, MAGIC);
-    stats.set(Slot::UpdatedNs, mono() as u64);
-    let started = mono();
 
     while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
         // 1. Read whatever waits on both interfaces.
         shifters[0].rate_bps = stats.get(Slot::SerializationBps);
         let offset = mono() - clock_ns(libc::CLOCK_REALTIME);
-        for (d, sock) in [(0usize, &left), (1usize, &right)] {
+        for (d, sock) in [(0usize, left), (1usize, right)] {
             for _ in 0..512 {
                 match sock.recv(&mut buf) {
                     Ok(None) => break,
@@ -546,7 +695,7 @@ fn run(a: Args) -> Result<(), String> {
                     Ok(Some((len, ts, false))) => {
                         let now = mono();
                         let at = if ts > 0 { (ts + offset).min(now) } else { now };
-                        wake.add(now - at);
+                        timing.wake.add(now - at);
                         let frame = &buf[..len];
                         let (rx_p, rx_b) = if d == 0 { (Slot::FwdRxPkts, Slot::FwdRxBytes) } else { (Slot::RevRxPkts, Slot::RevRxBytes) };
                         stats.add(rx_p, 1);
@@ -568,7 +717,7 @@ fn run(a: Args) -> Result<(), String> {
         // 2. Send what is due.
         let now = mono();
         for (d, dir) in dirs.iter_mut().enumerate() {
-            let sock = if dir.forward { &right } else { &left };
+            let sock = if dir.forward { right } else { left };
             loop {
                 let item = match dir.retry.take() {
                     Some(x) => Some(x),
@@ -589,15 +738,7 @@ fn run(a: Args) -> Result<(), String> {
                 }
                 match sock.send(frame) {
                     Ok(sent) => {
-                        let t = mono();
-                        let late = t - due;
-                        hist[d].add(late);
-                        if late > stats.get(Slot::LateMaxNs) as i64 {
-                            stats.set(Slot::LateMaxNs, late as u64);
-                        }
-                        if late > 1_000_000 {
-                            stats.add(Slot::LateOver1ms, 1);
-                        }
+                        timing.sent(d, due, stats);
                         let slot = match (dir.forward, sent) {
                             (true, true) => Slot::FwdTxPkts,
                             (true, false) => Slot::FwdTxRefused,
@@ -629,24 +770,164 @@ fn run(a: Args) -> Result<(), String> {
 
         // 3. Sleep until the next frame is due or one arrives.
         let retrying = dirs.iter().any(|d| d.retry.is_some());
-        let next = dirs.iter().filter_map(|d| d.line.head_time()).min();
-        let timeout_ns = if retrying {
-            20_000
-        } else {
-            match next {
-                Some(t) => (t - mono()).max(0),
-                None => 100_000_000,
-            }
-        };
-        let ts = libc::timespec { tv_sec: timeout_ns / 1_000_000_000, tv_nsec: timeout_ns % 1_000_000_000 };
-        let mut fds = [
-            libc::pollfd { fd: left.fd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: right.fd, events: libc::POLLIN, revents: 0 },
-        ];
-        if timeout_ns > 0 {
-            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
-        }
+        sleep_until(dirs.iter().filter_map(|d| d.line.head_time()).min(), retrying, left, right);
     }
+    fatal
+}
+
+/// The whole link as the simulator models it (`--model`, [`model`]): both directions'
+/// paths, driven by the frames' receive times; frames leave when the model says they are due.
+fn model_loop(
+    a: &Args,
+    cfg: &SimConfig,
+    stats: &Stats,
+    left: &PacketSocket,
+    right: &PacketSocket,
+    timing: &mut Timing,
+) -> (Option<String>, serde_json::Value) {
+    let flows = model::Flows::from_config(cfg, a.port_base);
+    let mut paths = [Path::new(cfg, &flows, true), Path::new(cfg, &flows, false)];
+    let mut slab = Slab { frames: Vec::new(), free: Vec::new() };
+    let mut buf = vec![0u8; FRAME_MAX];
+    let mut retry: [Option<(u32, Nanos)>; 2] = [None, None];
+    let mut rate = a.serialization_bps;
+    let mut fatal: Option<String> = None;
+    let mut slab_max = 0;
+    let (rx, tx) = ([(Slot::FwdRxPkts, Slot::FwdRxBytes), (Slot::RevRxPkts, Slot::RevRxBytes)], [(Slot::FwdTxPkts, Slot::FwdTxRefused), (Slot::RevTxPkts, Slot::RevTxRefused)]);
+    while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
+        // 1. A capacity schedule's new rate, from the backend.
+        let r = stats.get(Slot::SerializationBps);
+        if r != 0 && r != rate {
+            paths[0].set_rate(mono(), r, &mut slab);
+            rate = r;
+        }
+        // 2. Every waiting frame enters its path at its kernel receive time.
+        let offset = mono() - clock_ns(libc::CLOCK_REALTIME);
+        for (d, sock) in [(0usize, left), (1usize, right)] {
+            for _ in 0..512 {
+                match sock.recv(&mut buf) {
+                    Ok(None) => break,
+                    Ok(Some((_, _, true))) => continue,
+                    Ok(Some((len, ts, false))) => {
+                        let now = mono();
+                        let at = if ts > 0 { (ts + offset).min(now) } else { now };
+                        timing.wake.add(now - at);
+                        stats.add(rx[d].0, 1);
+                        stats.add(rx[d].1, len as u64);
+                        let slot = slab.put(&buf[..len]);
+                        paths[d].receive(at, slot, &flows, &mut slab);
+                    }
+                    Err(e) => {
+                        fatal = Some(format!("recv: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        // 3. Run the model to now and send what is due.
+        let now = mono();
+        for (d, sock) in [(0usize, right), (1usize, left)] {
+            let path = &mut paths[d];
+            path.run_until(now, &mut slab);
+            loop {
+                let (slot, due) = match retry[d].take() {
+                    Some(x) => x,
+                    None => match path.line.head_time() {
+                        Some(t) if t <= now => (path.line.pop_due(t).expect("the head is due"), t),
+                        _ => break,
+                    },
+                };
+                match sock.send(&slab.frames[slot as usize]) {
+                    Ok(sent) => {
+                        timing.sent(d, due, stats);
+                        stats.add(if sent { tx[d].0 } else { tx[d].1 }, 1);
+                        slab.release(slot);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        retry[d] = Some((slot, due));
+                        break;
+                    }
+                    Err(e) => {
+                        fatal = Some(format!("send: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        // 4. Counters.
+        slab_max = slab_max.max(slab.in_use());
+        for (block, path) in [MODEL_FWD, MODEL_REV].into_iter().zip(paths.iter_mut()) {
+            stats.write_path(block, path);
+        }
+        if let Some(st) = paths[0].router_stats() {
+            stats.set(Slot::FwdArrivalPkts, st.arrivals_pkts);
+            stats.set(Slot::FwdArrivalBytes, st.arrival_bytes);
+            stats.set(Slot::FwdLossPkts, st.drops[DropCause::Random]);
+        }
+        stats.add(Slot::SockDrops, left.drops() + right.drops());
+        stats.set(Slot::Queued, (paths[0].held() + paths[1].held()) as u64);
+        stats.set(Slot::UpdatedNs, mono() as u64);
+        // 5. Sleep until a frame may be due or one arrives.
+        let next = paths.iter().filter_map(|p| p.next_due_bound()).min();
+        sleep_until(next, retry.iter().any(Option::is_some), left, right);
+    }
+    let held: usize = paths.iter().map(|p| p.held()).sum::<usize>() + retry.iter().flatten().count();
+    let direction = |p: &Path| {
+        serde_json::json!({
+            "router": p.router_stats().map(|st| serde_json::json!({
+                "arrivals_pkts": st.arrivals_pkts,
+                "departures_pkts": st.departures_pkts,
+                "drops": DropCause::ALL.iter().map(|&c| (c.name().to_string(), st.drops[c].into())).collect::<serde_json::Map<_, _>>(),
+                "marks": MarkCause::ALL.iter().map(|&c| (c.name().to_string(), st.marks[c].into())).collect::<serde_json::Map<_, _>>(),
+            })),
+            "qdisc": p.bottleneck.as_ref().map(|b| b.qdisc_kind()),
+            "ce_written": p.counters.ce_written,
+            "bypassed": p.counters.bypassed,
+        })
+    };
+    let report = serde_json::json!({
+        "forward": direction(&paths[0]),
+        "reverse": direction(&paths[1]),
+        "port_base": a.port_base,
+        "frames_held_at_exit": held,
+        "frames_stored_at_exit": slab.in_use(),
+        "frames_stored_max": slab_max,
+    });
+    (fatal, report)
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let stats = Stats::new(a.stats.as_deref())?;
+    let left = PacketSocket::open(&a.left)?;
+    let right = PacketSocket::open(&a.right)?;
+    // Frames queued before bind may come from any interface: discard them.
+    let mut buf = vec![0u8; FRAME_MAX];
+    for s in [&left, &right] {
+        while let Ok(Some(_)) = s.recv(&mut buf) {}
+        s.drops();
+    }
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0; // no SA_RESTART: ppoll returns EINTR
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+    let rt = set_realtime(a.rt_priority);
+    if let Err(e) = &rt {
+        eprintln!("linkemu: running without real-time priority: {e}");
+    }
+    let mut timing = Timing { hist: [Hist::new(), Hist::new()], wake: Hist::new() };
+    stats.set(Slot::SerializationBps, a.serialization_bps);
+    stats.set(Slot::Magic, MAGIC);
+    stats.set(Slot::UpdatedNs, mono() as u64);
+    let started = mono();
+    let (fatal, model_report) = match a.model.as_ref() {
+        Some(cfg) => model_loop(&a, cfg, &stats, &left, &right, &mut timing),
+        None => (delay_loop(&a, &stats, &left, &right, &mut timing), serde_json::Value::Null),
+    };
+    let Timing { hist, wake } = timing;
 
     let names = [
         ("fwd_rx_pkts", Slot::FwdRxPkts),
@@ -677,6 +958,8 @@ fn run(a: Args) -> Result<(), String> {
         "timing_error_fwd": hist[0].json(),
         "timing_error_rev": hist[1].json(),
         "wakeup_latency": wake.json(),
+        "mode": if a.model.is_some() { "model" } else { "delay" },
+        "model": model_report,
         "error": fatal.clone(),
     });
     let text = serde_json::to_string_pretty(&report).unwrap();

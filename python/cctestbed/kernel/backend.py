@@ -107,18 +107,55 @@ def check_host() -> None:
         raise KernelUnavailable("this kernel has no network namespaces")
 
 
-def choose_link_emulator(requested: Optional[str]) -> str:
-    """``tc`` where the kernel has netem and ifb, else ``userspace``; ``requested`` overrides."""
-    if requested not in (None, "tc", "userspace"):
-        raise KernelUnavailable(f"--link-emulator {requested}: valid are tc, userspace")
+#: The link emulators: the kernel's netem (``tc``), the userspace delay lines in front of the
+#: kernel's htb + fifo bottleneck (``userspace``), and the userspace emulator running the whole
+#: link on the simulator's own bottleneck and queue disciplines (``full``).
+LINK_EMULATORS = ("tc", "userspace", "full")
+
+
+def full_link_needs(trial: Optional[Trial]) -> list[str]:
+    """What in the trial only the ``full`` link emulator reproduces (htb + a fifo cannot), one
+    item each; empty when any emulator will do."""
+    if trial is None:
+        return []
+    needs = []
+    if trial.link.aqm is not None:
+        needs.append(f"link.aqm ({trial.link.aqm.kind})")
+    needs += [f"link.{name}" for name in ("shaper", "policer") if getattr(trial.link, name) is not None]
+    rev = trial.link.reverse
+    if rev is not None and rev.aqm is not None:
+        needs.append(f"link.reverse.aqm ({rev.aqm.kind})")
+    if rev is not None and rev.loss.model != "none":
+        needs.append("link.reverse.loss")
+    if any(g.extra_delay for g in trial.flows):
+        needs.append("flows[].extra_delay")
+    return needs
+
+
+def choose_link_emulator(requested: Optional[str], trial: Optional[Trial] = None) -> str:
+    """``full`` where the trial needs it (:func:`full_link_needs`), else ``tc`` where the kernel
+    has netem and ifb, else ``userspace``; ``requested`` overrides."""
+    if requested not in (None, *LINK_EMULATORS):
+        raise KernelUnavailable(f"--link-emulator {requested}: valid are {', '.join(LINK_EMULATORS)}")
+    needs = full_link_needs(trial)
+    if requested in ("tc", "userspace") and needs:
+        raise KernelUnavailable(
+            f"--link-emulator {requested}: {', '.join(needs)} runs only on the simulator's link model: "
+            "use --link-emulator full (the default for this trial)"
+        )
     caps = topo.probe_qdiscs()
     if requested == "tc" and not (caps.get("netem") and caps.get("ifb")):
         lacking = [k for k in ("netem", "ifb") if not caps.get(k)]
         raise KernelUnavailable(
-            f"--link-emulator tc: this kernel lacks {' and '.join(lacking)}; use --link-emulator userspace"
+            f"--link-emulator tc: this kernel lacks {' and '.join(lacking)}; use --link-emulator userspace or full"
         )
-    mode = requested or ("tc" if caps.get("netem") and caps.get("ifb") else "userspace")
-    if mode == "userspace" and find_linkemu() is None:
+    if requested is not None:
+        mode = requested
+    elif needs:
+        mode = "full"
+    else:
+        mode = "tc" if caps.get("netem") and caps.get("ifb") else "userspace"
+    if mode in ("userspace", "full") and find_linkemu() is None:
         raise KernelUnavailable(
             "the userspace link emulator is not built: run `make build` "
             "(or cargo build --release -p cctestbed-linkemu), or set CCTESTBED_LINKEMU"
@@ -199,8 +236,6 @@ def trial_problems(trial: Trial) -> list[str]:
                 f"flows[{i}].params: the kernel's built-in {name} takes no per-flow parameters "
                 "(BBR with params runs as the BPF port of BBR; other algorithms only as bpf:OBJECT)"
             )
-        if g.extra_delay:
-            problems.append(f"flows[{i}].extra_delay: not supported by the kernel backend")
         if g.pacing is False and name.startswith("bbr"):
             problems.append(f"flows[{i}].pacing: false: the kernel's BBR always paces")
         d = g.delayed_ack
@@ -216,22 +251,15 @@ def trial_problems(trial: Trial) -> list[str]:
     if cap is not None and cap.format != "pcap":
         problems.append(f"capture.format: {cap.format!r}: the kernel backend's tcpdump writes pcap")
     link = trial.link
-    for name in ("shaper", "policer", "access_rate"):
-        if getattr(link, name) is not None:
-            problems.append(f"link.{name}: not supported by the kernel backend")
+    if link.access_rate is not None:
+        problems.append("link.access_rate: the kernel backend's hosts send at veth speed; the link emulator does "
+                        "not serialise each sender's access link yet")
     if link.trace is not None:
-        problems.append("link.trace: the kernel backend's bottleneck is htb at a fixed rate (or a scheduled "
-                        "one); trace-driven links run on the simulator")
+        problems.append("link.trace: the kernel backend's link emulator does not follow a trace yet (its bottleneck "
+                        "runs at a fixed or scheduled rate); trace-driven links run on the simulator")
     if link.ack_aggregation is not None:
-        problems.append("link.ack_aggregation: the kernel backend's ACK path is a plain delay; "
+        problems.append("link.ack_aggregation: the kernel backend's link emulator does not aggregate ACKs yet; "
                         "aggregated ACKs run on the simulator")
-    if link.reverse is not None:
-        if link.reverse.loss.model != "none":
-            problems.append("link.reverse.loss: the link emulator draws random loss on the forward path only; "
-                            "reverse-path loss runs on the simulator")
-        if link.reverse.aqm is not None:
-            problems.append(f"link.reverse.aqm: {link.reverse.aqm.kind!r}: the kernel backend's reverse bottleneck "
-                            "is htb with a fifo, as its forward one; AQMs run on the simulator")
     problems += aqm_problems(trial)
     n = len(trial.flow_list())
     if n > MAX_PORT - PORT_BASE:
@@ -247,7 +275,7 @@ MAX_DATAGRAMS_PER_S = 20_000
 
 def datagram_problems(i: int, g: Any, trial: Trial) -> list[str]:
     """Why a udp or ping group cannot run here: more datagrams per second than its one sender
-    process keeps on schedule, or per-flow extra delay (no per-host delay in the topology)."""
+    process keeps on schedule."""
     problems = []
     size = g.datagram_size(trial.mtu)
     per_s = g.count * (g.rate / (8 * size) if g.flow_kind == "udp" else 1e9 / (g.interval or 10_000_000))
@@ -256,34 +284,21 @@ def datagram_problems(i: int, g: Any, trial: Trial) -> list[str]:
             f"flows[{i}]: {per_s:,.0f} datagrams/s in the group: the kernel backend's sender keeps at most "
             f"{MAX_DATAGRAMS_PER_S:,} per group on schedule; use larger packets, fewer flows or a lower rate"
         )
-    if g.extra_delay:
-        problems.append(f"flows[{i}].extra_delay: not supported by the kernel backend")
     return problems
 
 
 def aqm_problems(trial: Trial) -> list[str]:
-    """Why the trial's AQM and ECN settings cannot run on this kernel (probed in a throw-away
-    namespace): a discipline the kernel lacks is refused with the list of those it has."""
+    """Why the trial's AQM and ECN settings cannot run on the kernel backend. Every AQM runs on
+    the ``full`` link emulator (the simulator's own queue disciplines) whether or not the kernel
+    has the qdisc, and ``ecn = true`` sets ``net.ipv4.tcp_ecn`` on the group's hosts; ``ecn =
+    "l4s"`` is refused: the kernel's TCP sends ECT(1) only with AccECN and an L4S congestion
+    control (TCP Prague), which the kernel backend does not set up."""
     problems = []
-    aqm = trial.link.aqm
-    if aqm is not None:
-        have = topo.available_qdiscs()
-        if aqm.kind not in have:
-            problems.append(
-                f"link.aqm.kind: {aqm.kind!r}: this kernel has no {aqm.kind} qdisc; it has {', '.join(have) or 'none'} "
-                f"(of the AQMs: {', '.join(q for q in topo.AQM_QDISCS if q in have) or 'none'}); "
-                "run the trial on the simulator, or on a kernel with sch_" + aqm.kind
-            )
-        else:
-            problems.append(
-                f"link.aqm.kind: {aqm.kind!r}: the kernel has it, but the kernel backend does not configure AQMs yet; "
-                "run the trial on the simulator"
-            )
-    ecn = [i for i, g in enumerate(trial.flows) if g.ecn]
-    if ecn:
+    l4s = [i for i, g in enumerate(trial.flows) if g.ecn == "l4s"]
+    if l4s:
         problems.append(
-            f"flows[{ecn[0]}].ecn: true: the kernel backend does not set net.ipv4.tcp_ecn per host yet; "
-            "run the trial on the simulator"
+            f"flows[{l4s[0]}].ecn: 'l4s': the kernel's TCP with net.ipv4.tcp_ecn = 1 sends ECT(0), not the L4S "
+            "identifier ECT(1) (that needs AccECN and TCP Prague); run it on the simulator"
         )
     return problems
 
@@ -395,7 +410,7 @@ def run_kernel_trial(
     problems = trial_problems(trial)
     if problems:
         raise TrialRefused(problems)
-    mode = choose_link_emulator(link_emulator)
+    mode = choose_link_emulator(link_emulator, trial)
     if mode == "tc" and trial.link.reverse is not None:
         raise TrialRefused(["link.reverse: the tc link emulator delays the reverse path with netem at left's root, "
                             "where the reverse bottleneck's htb would go; run it with --link-emulator userspace"])
@@ -420,7 +435,7 @@ def run_kernel_trial(
         trial.mtu,
         mode,
         [topo.HostSettings(initcwnd=g.initial_cwnd, quickack=not g.delayed_ack.enabled,
-                           reverse=g.flow_direction == "reverse") for g in trial.flows],
+                           reverse=g.flow_direction == "reverse", ecn=bool(g.ecn)) for g in trial.flows],
         tcp_mem_max=mem,
     )
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -434,15 +449,28 @@ def run_kernel_trial(
         say("building the namespaces")
         topology.build()
         run.info["host_stack"] = topology.host_stack()
-        run.info["bottleneck"] = topology.set_bottleneck(trial.link.capacity, limit_bytes, limit_pkts)
         rev_link = trial.link.reverse
-        if rev_link is not None:
-            rev_bytes, rev_pkts = trial.link.reverse_queue_limits()
-            run.info["reverse_bottleneck"] = topology.set_bottleneck(rev_link.capacity, rev_bytes, rev_pkts,
-                                                                     dev=names.left)
+        if mode == "full":
+            # the emulator is the bottleneck: no qdisc on the router's interfaces
+            run.info["bottleneck"] = {"emulated": True, "rate_tc_bps": None, "capacity_bps": trial.link.capacity,
+                                      "qdisc": trial.link.aqm.kind if trial.link.aqm is not None else "fifo",
+                                      "handle": None}
+        else:
+            run.info["bottleneck"] = topology.set_bottleneck(trial.link.capacity, limit_bytes, limit_pkts)
+            if rev_link is not None:
+                rev_bytes, rev_pkts = trial.link.reverse_queue_limits()
+                run.info["reverse_bottleneck"] = topology.set_bottleneck(rev_link.capacity, rev_bytes, rev_pkts,
+                                                                         dev=names.left)
         fwd, rev = trial.link.delays_ns
         emu_stats = None
-        if mode == "userspace":
+        if mode == "full":
+            emu_stats = str(workdir / "linkemu.stats")
+            emu = run.spawn("linkemu", names.rtr, [
+                find_linkemu() or "cctestbed-linkemu", "--left", names.left, "--right", names.right,
+                "--model", _write(workdir / "link.json", trial.to_core()), "--port-base", str(PORT_BASE),
+                "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
+            ])
+        elif mode == "userspace":
             emu_stats = str(workdir / "linkemu.stats")
             emu = run.spawn("linkemu", names.rtr, [
                 find_linkemu() or "cctestbed-linkemu", "--left", names.left, "--right", names.right,
@@ -452,6 +480,7 @@ def run_kernel_trial(
                 "--serialization-bps", str(trial.link.capacity),
                 *(["--serialization-rev-bps", str(rev_link.capacity)] if rev_link is not None else []),
             ])
+        if emu_stats is not None:
             from .routerstats import emu_ready
 
             deadline = time.monotonic() + 10
@@ -492,10 +521,11 @@ def run_kernel_trial(
             snd_spec = {**base, "src": send_ip, "dst": sink_ip, "port": PORT,
                         "port_base": PORT_BASE, "flows": flows, "out": str(workdir / f"send{k}.npz")}
             procs.append(run.py(f"send{k}", send_ns, "traffic", "send", _write(workdir / f"send{k}.json", snd_spec)))
-        rs_spec = {**base, "bottleneck_dev": names.right, "bottleneck_handle": run.info["bottleneck"]["handle"],
+        rs_spec = {**base, "bottleneck_dev": names.right if mode != "full" else None,
+                   "bottleneck_handle": run.info["bottleneck"]["handle"],
                    "emu_stats": emu_stats, "out": str(workdir / "router.npz"),
                    **({"rev_dev": names.left, "rev_handle": run.info["reverse_bottleneck"]["handle"]}
-                      if rev_link is not None else {}),
+                      if rev_link is not None and mode != "full" else {}),
                    **({"loss_dev": run.info["tc_link"]["loss_dev"], "loss_handle": run.info["tc_link"]["loss_handle"]}
                       if mode == "tc" else {})}
         procs.append(run.py("router", names.rtr, "routerstats", _write(workdir / "router.json", rs_spec)))
@@ -520,7 +550,7 @@ def run_kernel_trial(
             assert p.popen.stdin is not None
             p.popen.stdin.write(f"{t0}\n")
             p.popen.stdin.close()
-        sched = _CapacitySchedule(topology, trial, t0, emu_stats)
+        sched = _CapacitySchedule(topology, trial, t0, emu_stats, qdisc=mode != "full")
         sched.start()
         steal_at_start = host_cpu_steal_ms()
         say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
@@ -640,12 +670,13 @@ def _netem_loss(trial: Trial) -> Optional[str]:
 
 
 class _CapacitySchedule(threading.Thread):
-    """Changes the bottleneck rate at the trial's scheduled times, and with it the rate whose
-    transmission time the userspace link emulator shifts forward frames by (``emu_stats``)."""
+    """Changes the bottleneck rate at the trial's scheduled times: the htb class's (``qdisc``)
+    and the rate the userspace link emulator shifts forward frames by (``emu_stats``), or, with
+    the ``full`` emulator, its bottleneck's own rate."""
 
-    def __init__(self, topology: topo.Topology, trial: Trial, t0: int, emu_stats: Optional[str]):
+    def __init__(self, topology: topo.Topology, trial: Trial, t0: int, emu_stats: Optional[str], qdisc: bool = True):
         super().__init__(daemon=True)
-        self.topology, self.trial, self.t0, self.emu_stats = topology, trial, t0, emu_stats
+        self.topology, self.trial, self.t0, self.emu_stats, self.qdisc = topology, trial, t0, emu_stats, qdisc
         self.done = threading.Event()
         self.error: Optional[str] = None
 
@@ -658,7 +689,8 @@ class _CapacitySchedule(threading.Thread):
             if wait > 0 and self.done.wait(wait):
                 return
             try:
-                self.topology.set_bottleneck(c.capacity, None, None, change=True)
+                if self.qdisc:
+                    self.topology.set_bottleneck(c.capacity, None, None, change=True)
                 if self.emu_stats is not None:
                     emu = emu or EmuStats(self.emu_stats, writable=True)
                     emu.set_serialization(c.capacity)
@@ -929,6 +961,8 @@ def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict
     steps = trial.capacity_schedule()
     t_s = col["tick"] * dt / 1e9
     cap = np.array([[bps for start, bps in steps if start <= t + 1e-12][-1] for t in t_s], dtype=float)
+    if mode == "full":
+        return _model_router(trial, col, counter, cap, t_s, n, schema)
     if mode == "userspace":
         arrivals, arrival_bytes = counter("emu_fwd_arrival_pkts"), counter("emu_fwd_arrival_bytes")
         drops_random = counter("emu_fwd_loss_pkts")
@@ -951,6 +985,62 @@ def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict
         "drops_policer": np.zeros(n),
         **reverse_router_columns(trial, col, counter, n),
     }
+    series = []
+    for name, dtype in schema.items():
+        if name == "backend":
+            series.append(pl.Series(name, [BACKEND] * n, dtype=dtype))
+            continue
+        v = cols.get(name)
+        if v is None:
+            series.append(pl.Series(name, [None] * n, dtype=dtype))
+            continue
+        s = pl.Series(name, np.asarray(v, dtype=float))
+        series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
+    return pl.DataFrame(series)
+
+
+def _model_router(trial: Trial, col: dict[str, np.ndarray], counter: Callable[[str], np.ndarray], cap: np.ndarray,
+                  t_s: np.ndarray, n: int, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """router.parquet from the ``full`` link emulator's own bottlenecks (the simulator's code,
+    so every column has the simulator's meaning and units: IP bytes, drops and marks by cause,
+    sojourn from enqueue to the start of transmission); the reverse columns are zeros, as the
+    simulator writes them, without ``link.reverse``."""
+    def sojourn(d: str) -> tuple[np.ndarray, np.ndarray]:
+        dn = np.diff(col[f"emu_model_{d}_sojourn_count"], prepend=np.nan)
+        ds = np.diff(col[f"emu_model_{d}_sojourn_sum_ns"], prepend=np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(dn > 0, ds / np.maximum(dn, 1) / 1e6, np.nan)
+        return mean, np.where(dn > 0, col[f"emu_model_{d}_sojourn_max_ns"] / 1e6, np.nan)
+
+    cols: dict[str, Any] = {"time_s": t_s, "capacity_bps": cap}
+    for d, prefix in (("fwd", ""), ("rev", "rev_")):
+        if d == "rev" and trial.link.reverse is None:
+            zero = np.zeros(n)
+            cols.update({c: zero for c in ("rev_queue_bytes", "rev_queue_pkts", "rev_capacity_bps", "rev_arrivals_pkts",
+                                           "rev_departed_bytes", "rev_departed_payload_bytes", "rev_drops_overflow",
+                                           "rev_drops_random", "rev_drops_policer", "rev_drops_aqm")})
+            continue
+        m = f"emu_model_{d}_"
+        mean, mx = sojourn(d)
+        cols.update({
+            f"{prefix}queue_bytes": col[m + "queue_bytes"],
+            f"{prefix}queue_pkts": col[m + "queue_pkts"],
+            f"{prefix}arrivals_pkts": counter(m + "arrival_pkts"),
+            f"{prefix}departed_bytes": counter(m + "departed_bytes"),
+            f"{prefix}departed_payload_bytes": counter(m + "departed_payload_bytes"),
+            f"{prefix}drops_overflow": counter(m + "drops_overflow"),
+            f"{prefix}drops_random": counter(m + "drops_random"),
+            f"{prefix}drops_policer": counter(m + "drops_policer"),
+            f"{prefix}drops_aqm": counter(m + "drops_aqm"),
+            f"{prefix}sojourn_mean_ms": mean,
+            f"{prefix}sojourn_max_ms": mx,
+        })
+        if d == "fwd":
+            cols.update({"arrival_bytes": counter(m + "arrival_bytes"), "departures_pkts": counter(m + "departure_pkts"),
+                         "marks_aqm": counter(m + "marks_aqm"), "marks_threshold": counter(m + "marks_threshold")})
+        else:
+            assert trial.link.reverse is not None
+            cols["rev_capacity_bps"] = np.full(n, float(trial.link.reverse.capacity))
     series = []
     for name, dtype in schema.items():
         if name == "backend":

@@ -5,7 +5,9 @@ Run inside the router namespace (``python -m cctestbed.kernel.routerstats SPEC``
 netlink socket (no tool is spawned, so sampling costs well under a millisecond) and keeps
 the bottleneck queue's backlog, packets sent, and drops (and the reverse bottleneck's, ``rev_q_*``,
 when the trial has one: ``rev_dev`` and ``rev_handle`` in the spec); with the userspace emulator it also
-reads the emulator's counters from its memory-mapped stats file. Samples are written as
+reads the emulator's counters from its memory-mapped stats file. With the ``full`` emulator
+(no ``bottleneck_dev``) the bottleneck is the emulator's own, and its queue, drops, marks and
+sojourn come from that file alone. Samples are written as
 ``.npz`` arrays at the end, like the traffic programs.
 """
 
@@ -35,7 +37,7 @@ TCA_STATS_BASIC = 1
 TCA_STATS_QUEUE = 3
 
 #: Slots of the emulator's stats file (crates/cctestbed-linkemu, enum Slot).
-EMU_SLOTS = (
+EMU_BASE_SLOTS: tuple[str, ...] = (
     "magic",
     "fwd_rx_pkts",
     "fwd_rx_bytes",
@@ -56,6 +58,30 @@ EMU_SLOTS = (
     "late_over_1ms",
     "serialization_bps",
 )
+#: With the ``full`` emulator (``--model``), each direction's bottleneck: a block of slots after
+#: :data:`EMU_BASE_SLOTS`, forward (``model_fwd_``) then reverse (``model_rev_``) (enum ModelSlot).
+EMU_MODEL_SLOTS = (
+    "arrival_pkts",
+    "arrival_bytes",
+    "queue_pkts",
+    "queue_bytes",
+    "departure_pkts",
+    "departed_bytes",
+    "departed_payload_bytes",
+    "drops_overflow",
+    "drops_random",
+    "drops_policer",
+    "drops_aqm",
+    "marks_aqm",
+    "marks_threshold",
+    "sojourn_sum_ns",
+    "sojourn_count",
+    "sojourn_max_ns",
+    "ce_written",
+    "rate_bps",
+)
+EMU_SLOTS: tuple[str, ...] = (*EMU_BASE_SLOTS, *(f"model_fwd_{k}" for k in EMU_MODEL_SLOTS),
+             *(f"model_rev_{k}" for k in EMU_MODEL_SLOTS))
 EMU_MAGIC = 0x6363_7465_6D75_0001
 
 
@@ -134,6 +160,17 @@ class EmuStats:
         vals = struct.unpack_from(f"<{len(EMU_SLOTS)}Q", self.map, 0)
         return dict(zip(EMU_SLOTS, vals))
 
+    def take_sojourn_max(self) -> tuple[int, int]:
+        """The largest sojourn in each direction's bottleneck since the last call (ns), each
+        slot set back to 0 (``full`` emulator)."""
+        out = []
+        for d in ("fwd", "rev"):
+            off = 8 * EMU_SLOTS.index(f"model_{d}_sojourn_max_ns")
+            (v,) = struct.unpack_from("<Q", self.map, off)
+            struct.pack_into("<Q", self.map, off, 0)
+            out.append(v)
+        return out[0], out[1]
+
     def set_serialization(self, rate_bps: int) -> None:
         """The forward bottleneck's new rate: frames the emulator reads from now on are shifted
         by their transmission time at that rate."""
@@ -152,14 +189,16 @@ def emu_ready(path: str) -> bool:
 def run(spec: dict[str, Any]) -> int:
     interval: int = spec["interval_ns"]
     reader = QdiscReader()
-    key = (socket.if_nametoindex(spec["bottleneck_dev"]), int(spec["bottleneck_handle"]))
+    # with the full emulator there is no bottleneck qdisc: its queue is in the emulator's slots
+    key = (socket.if_nametoindex(spec["bottleneck_dev"]), int(spec["bottleneck_handle"])) \
+        if spec.get("bottleneck_dev") else None
     loss_key: Optional[tuple[int, int]] = None
     if spec.get("loss_dev"):
         loss_key = (socket.if_nametoindex(spec["loss_dev"]), int(spec["loss_handle"]))
     rev_key: Optional[tuple[int, int]] = None
     if spec.get("rev_dev"):
         rev_key = (socket.if_nametoindex(spec["rev_dev"]), int(spec["rev_handle"]))
-    emu = EmuStats(spec["emu_stats"]) if spec.get("emu_stats") else None
+    emu = EmuStats(spec["emu_stats"], writable=key is None) if spec.get("emu_stats") else None
     queue_fields = ("bytes", "packets", "drops", "qlen", "backlog")
     names = ["tick", "t_ns", *(f"q_{k}" for k in queue_fields), "loss_q_drops", "loss_q_packets",
              *(f"rev_q_{k}" for k in queue_fields)]
@@ -173,9 +212,12 @@ def run(spec: dict[str, Any]) -> int:
         now = mono_ns()
         qs = reader.dump()
         e = emu.read() if emu else None
-        if key not in qs:
+        if e is not None and key is None:
+            assert emu is not None
+            e["model_fwd_sojourn_max_ns"], e["model_rev_sojourn_max_ns"] = emu.take_sojourn_max()
+        if key is not None and key not in qs:
             raise RuntimeError(f"no qdisc {key[1] >> 16:x}: on {spec['bottleneck_dev']}: found {sorted(qs)}")
-        q = qs[key]
+        q = qs[key] if key is not None else {}
         lq = qs.get(loss_key, {}) if loss_key else {}
         cols["tick"].append(tick)
         cols["t_ns"].append(now - t0)

@@ -19,11 +19,14 @@ The router joins ``left`` and ``right`` in one of two ways:
 
 - ``userspace``: the project's link emulator (``cctestbed-linkemu``) bridges the two
   interfaces itself and applies delay and random loss (the kernel here has no netem);
+- ``full``: the same emulator is the whole link, bottleneck included: the simulator's own
+  bottleneck and queue disciplines decide when each frame leaves, drops and CE marks, so no
+  qdisc is put on the router's interfaces;
 - ``tc``: a Linux bridge joins them; ``netem`` on ``left``'s egress delays the ACK path, and
   ``left``'s ingress is redirected through an ``ifb`` device whose ``netem`` adds the forward
   delay and the random loss.
 
-Either way the bottleneck is ``right``'s egress: ``htb`` (one class) with a ``bfifo`` leaf. A
+With ``userspace`` and ``tc`` the bottleneck is ``right``'s egress: ``htb`` (one class) with a ``bfifo`` leaf. A
 trial with ``link.reverse`` (userspace mode) gets the same on ``left``'s egress, the reverse
 path's bottleneck: the emulator writes right-to-left frames to ``left`` after their delay, so
 they queue there as forward frames queue on ``right``. Reverse flow groups run their sender on
@@ -336,19 +339,22 @@ def wait_operational(devs: Sequence[tuple[str, str]], timeout_s: float = OPERATI
 
 @dataclass
 class HostSettings:
-    """Per flow group: the sender route's initial cwnd, the receiver's quick ACKs."""
+    """Per flow group: the sender route's initial cwnd, the receiver's quick ACKs, ECN."""
 
     initcwnd: int = 10
     quickack: bool = False
     #: The group sends right to left: its sender is the right-hand host.
     reverse: bool = False
+    #: ``net.ipv4.tcp_ecn = 1`` on both hosts: the sender asks for ECN (RFC 3168) and sends
+    #: ECT(0), the receiver echoes CE marks (a namespace starts with 2: accept, never ask).
+    ecn: bool = False
 
 
 @dataclass
 class Topology:
     names: Names
     mtu: int
-    link_emulator: str  # "userspace" or "tc"
+    link_emulator: str  # "userspace", "full" or "tc"
     hosts: list[HostSettings]
     tcp_mem_max: int = 6 << 20
     made: list[str] = field(default_factory=list)
@@ -401,6 +407,9 @@ class Topology:
             sh(["ip", "-n", r, "neigh", "replace", n.ip("snd", k), "lladdr", macs[("snd", k)], "dev",
                 n.host_if(k), "nud", "permanent"])
             h = self.hosts[k]
+            if h.ecn:
+                for ns in (s, r):
+                    sh(nsexec(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_ecn=1"))
             # the sending host's route carries the initial window, the receiving host's quick ACKs
             (src, src_role), (dst, dst_role) = ((r, "rcv"), (s, "snd")) if h.reverse else ((s, "snd"), (r, "rcv"))
             sh(["ip", "-n", src, "route", "add", f"{n.ip(dst_role, k)}/32", "dev", n.host_if(k), "initcwnd",

@@ -144,11 +144,19 @@ pub struct FlowRouterStats {
 pub struct Counters {
     pub stats: RouterStats,
     pub per_flow: Vec<FlowRouterStats>,
+    /// Every dropped packet, in drop order, when [`Counters::log_drops`] turned it on (the
+    /// userspace link emulator frees a dropped packet's frame from it); off in the simulator.
+    pub dropped: Option<Vec<DataPacket>>,
 }
 
 impl Counters {
     pub fn new(n_flows: usize) -> Self {
-        Counters { stats: RouterStats::default(), per_flow: vec![FlowRouterStats::default(); n_flows] }
+        Counters { stats: RouterStats::default(), per_flow: vec![FlowRouterStats::default(); n_flows], dropped: None }
+    }
+
+    /// Keeps every dropped packet in [`Counters::dropped`] from now on.
+    pub fn log_drops(&mut self) {
+        self.dropped.get_or_insert_with(Vec::new);
     }
 
     /// A packet that arrived and was not admitted (random loss, policer).
@@ -156,6 +164,9 @@ impl Counters {
         self.stats.drops.0[cause as usize] += 1;
         self.stats.dropped_bytes += p.size as u64;
         self.per_flow[p.flow as usize].drops += 1;
+        if let Some(log) = self.dropped.as_mut() {
+            log.push(*p);
+        }
     }
 
     /// A packet handed to the discipline (admitted or not) is dropped by it.
