@@ -33,12 +33,21 @@ forward direction's long-running tcp flows (a workload's flows are left out). De
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import polars as pl
 
-from .scores import bucket_edges, counters_at, long_flows, sample_interval, startup_exit
+from .scores import (
+    FlowArrays,
+    arrays_at,
+    as_arrays,
+    bucket_edges,
+    flow_arrays,
+    long_flows,
+    sample_interval,
+    startup_exit,
+)
 from .summary import EPS, TrialInfo, counter_deltas, drop_columns, jain, payload_capacity_bits
 
 STARVATION_FRACTION = 0.10
@@ -65,7 +74,10 @@ def _num(x: Any) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
-def flow_spans(lf: pl.DataFrame, dt: float, end_s: float,
+Flows = Union[pl.DataFrame, dict[int, FlowArrays]]
+
+
+def flow_spans(flows: Flows, dt: float, end_s: float,
                completions: Optional[pl.DataFrame] = None) -> dict[int, tuple[float, float]]:
     """Per flow, when it runs: from the interval of its first sample that sent anything to its
     completion (``fct.parquet``) or the trial's end."""
@@ -74,21 +86,26 @@ def flow_spans(lf: pl.DataFrame, dt: float, end_s: float,
         for r in completions.iter_rows(named=True):
             if r["fct_ms"] is not None and math.isfinite(r["fct_ms"]):
                 done[int(r["flow"])] = float(r["start_s"]) + float(r["fct_ms"]) / 1e3
-    sent = next((c for c in ("sent_bytes", "sent_segs", "delivered_bytes") if c in lf.columns), None)
-    if sent is None:
-        return {}
-    first = lf.filter(pl.col(sent) > 0).group_by("flow").agg(pl.col("time_s").min())
-    return {int(f): (round(max(0.0, float(t) - dt), 9), done.get(int(f), end_s)) for f, t in first.iter_rows()}
+    out = {}
+    for fid, a in as_arrays(flows).items():
+        sent = next((a.cols[c] for c in ("sent_bytes", "sent_segs", "delivered_bytes") if c in a.cols), None)
+        if sent is None:
+            continue
+        began = np.nonzero(np.nan_to_num(sent) > 0)[0]
+        if len(began):
+            out[fid] = (round(max(0.0, float(a.t[began[0]]) - dt), 9), done.get(fid, end_s))
+    return out
 
 
-def starvation(lf: pl.DataFrame, info: TrialInfo, spans: dict[int, tuple[float, float]]) -> dict[str, Any]:
+def starvation(flows: Flows, info: TrialInfo, spans: dict[int, tuple[float, float]]) -> dict[str, Any]:
     min_s = max(STARVATION_MIN_S, STARVATION_MIN_RTTS * info.rtprop_ms / 1e3)
     edges = bucket_edges(0.0, info.duration_s, STARVATION_BIN_S)
     events: list[dict[str, Any]] = []
     if len(edges) < 2 or not spans:
         return {"detected": False, "min_duration_s": min_s, "events": events}
-    got = counters_at(lf, "delivered_bytes", edges)
-    group_of = dict(lf.group_by("flow").agg(pl.col("group").first()).iter_rows())
+    arrays = as_arrays(flows)
+    got = arrays_at(arrays, "delivered_bytes", edges)
+    group_of = {f: a.group for f, a in arrays.items()}
     lo, hi = np.array(edges[:-1]), np.array(edges[1:])
     running = {f: (lo >= s - EPS) & (hi <= e + EPS) for f, (s, e) in spans.items()}
     n_running = np.sum(np.vstack([running[f] for f in spans]), axis=0)
@@ -156,15 +173,15 @@ def oscillation_period(x: np.ndarray, dt: float) -> Optional[tuple[float, float]
     return None if best is None else (best * dt, float(acf[best]))
 
 
-def share_oscillation(lf: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
+def share_oscillation(flows: Flows, info: TrialInfo) -> dict[str, Any]:
     t0, t1 = info.steady_s
     edges = bucket_edges(t0, t1, OSCILLATION_BIN_S)
-    groups = lf["group"].unique(maintain_order=True).to_list()
-    by = "group" if len(groups) >= 2 else "flow"
-    got = counters_at(lf, "delivered_bytes", edges) if len(edges) >= 2 else {}
+    arrays = as_arrays(flows)
+    group_of = {f: a.group for f, a in arrays.items()}
+    by = "group" if len(set(group_of.values())) >= 2 else "flow"
+    got = arrays_at(arrays, "delivered_bytes", edges) if len(edges) >= 2 else {}
     units: dict[Any, np.ndarray] = {}
     if got:
-        group_of = dict(lf.group_by("flow").agg(pl.col("group").first()).iter_rows())
         for f, v in got.items():
             key = group_of.get(f) if by == "group" else f
             units[key] = units.get(key, 0) + np.diff(v)
@@ -186,26 +203,26 @@ def share_oscillation(lf: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
     return {"detected": bool(events), "units": checked, "events": events}
 
 
-def slow_convergence(lf: pl.DataFrame, info: TrialInfo, spans: dict[int, tuple[float, float]]) -> dict[str, Any]:
+def slow_convergence(flows: Flows, info: TrialInfo, spans: dict[int, tuple[float, float]]) -> dict[str, Any]:
+    arrays = as_arrays(flows)
     joins = sorted({round(s, 6) for s, _ in spans.values()})
-    got_all = {}
     rows, events = [], []
     for i, j in enumerate(joins):
         until = joins[i + 1] if i + 1 < len(joins) else info.duration_s
-        flows = [f for f, (s, e) in spans.items() if s <= j + EPS and e > j + EPS]
-        if len(flows) < 2:
+        running = [f for f, (s, e) in spans.items() if s <= j + EPS and e > j + EPS]
+        if len(running) < 2:
             continue
         edges = bucket_edges(j, until, 1.0)
         after = None
         if len(edges) >= 2:
-            got_all = counters_at(lf.filter(pl.col("flow").is_in(flows)), "delivered_bytes", edges)
-            per = np.diff(np.vstack([got_all[f] for f in flows if f in got_all]), axis=1)
+            got_all = arrays_at({f: arrays[f] for f in running if f in arrays}, "delivered_bytes", edges)
+            per = np.diff(np.vstack(list(got_all.values())), axis=1)
             for k in range(per.shape[1]):
                 jk = jain(per[:, k])
                 if jk is not None and jk >= CONVERGED_JAIN:
                     after = float(k + 1)
                     break
-        row = {"time_s": j, "flows": len(flows), "converged_after_s": after,
+        row = {"time_s": j, "flows": len(running), "converged_after_s": after,
                "slow": after is None or after > SLOW_CONVERGENCE_S}
         rows.append(row)
         if row["slow"]:
@@ -213,18 +230,11 @@ def slow_convergence(lf: pl.DataFrame, info: TrialInfo, spans: dict[int, tuple[f
     return {"detected": bool(events), "joins": rows, "events": events}
 
 
-def probe_rtt_sync(lf: pl.DataFrame, dt: float) -> dict[str, Any]:
+def probe_rtt_sync(flows: Flows, dt: float) -> dict[str, Any]:
     episodes: list[tuple[float, float, int]] = []
-    if "state" in lf.columns:
-        marked = lf.select("flow", "time_s", (pl.col("state").fill_null("").str.to_lowercase() == "probe_rtt")
-                           .alias("probe_rtt"))
-        for (fid,), part in marked.filter(pl.col("flow").is_in(
-                marked.filter(pl.col("probe_rtt"))["flow"].unique().implode())).partition_by("flow", as_dict=True).items():
-            if not part["time_s"].is_sorted():
-                part = part.sort("time_s")
-            t = part["time_s"].to_numpy()
-            for a, b in _runs(part["probe_rtt"].to_numpy()):
-                episodes.append((round(float(t[a]) - dt, 9), float(t[b - 1]), int(fid)))
+    for fid, a in as_arrays(flows).items():
+        for i, j in _runs(a.cols["_probe_rtt"]):
+            episodes.append((round(float(a.t[i]) - dt, 9), float(a.t[j - 1]), fid))
     flows_with = {f for _, _, f in episodes}
     overlapping: list[bool] = []
     if episodes:
@@ -249,22 +259,21 @@ def probe_rtt_sync(lf: pl.DataFrame, dt: float) -> dict[str, Any]:
             "overlapping": sum(overlapping), "share": share, "events": events}
 
 
-def startup_overshoot(lf: pl.DataFrame, router: pl.DataFrame, info: TrialInfo,
+def startup_overshoot(flows: Flows, router: pl.DataFrame, info: TrialInfo,
                       spans: dict[int, tuple[float, float]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    if "state" not in lf.columns or "queue_bytes" not in router.columns:
+    arrays = as_arrays(flows)
+    if "queue_bytes" not in router.columns or not any(a.state is not None for a in arrays.values()):
         return {"detected": False, "flows": rows, "events": []}
     rt = router["time_s"].to_numpy()
     q = router["queue_bytes"].cast(pl.Float64).to_numpy()
     drops = drop_columns(router)
-    for (fid,), part in lf.select("flow", "time_s", "state").partition_by("flow", as_dict=True).items():
-        if not part["time_s"].is_sorted():
-            part = part.sort("time_s")
-        se = startup_exit(part["state"], STARTUP_STATES)
-        if se is None or int(fid) not in spans:
+    for fid, a in arrays.items():
+        se = startup_exit(a.cols["_startup"])
+        if se is None or fid not in spans:
             continue
-        start = spans[int(fid)][0]
-        exit_s = float(part["time_s"][se[1]])
+        start = spans[fid][0]
+        exit_s = float(a.t[se[1]])
         end = exit_s + info.rtprop_ms / 1e3
         inside = q[(rt > start + EPS) & (rt <= end + EPS)]
         peak = float(inside.max()) / info.bdp_bytes if len(inside) and info.bdp_bytes > 0 else None
@@ -272,7 +281,8 @@ def startup_overshoot(lf: pl.DataFrame, router: pl.DataFrame, info: TrialInfo,
         arrivals = float(d["arrivals_pkts"][0])
         lost = sum(float(d[c][0]) for c in drops)
         loss = 100.0 * lost / arrivals if arrivals > 0 else None
-        rows.append({"flow": int(fid), "state": str(part["state"][se[0]]), "start_s": start, "end_s": exit_s,
+        rows.append({"flow": fid, "state": str(a.state[se[0]]) if a.state is not None else None,
+                     "start_s": start, "end_s": exit_s,
                      "peak_queue_bdp": _num(peak), "loss_pct": _num(loss),
                      "overshoot": bool((loss or 0) > 0 or (peak or 0) > OVERSHOOT_BDP)})
     rows.sort(key=lambda r: r["flow"])
@@ -281,20 +291,21 @@ def startup_overshoot(lf: pl.DataFrame, router: pl.DataFrame, info: TrialInfo,
 
 
 def phenomena(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo,
-              completions: Optional[pl.DataFrame] = None) -> dict[str, Any]:
-    """The ``phenomena`` section (see the module docstring)."""
-    lf = long_flows(flows, info)
-    if "group" not in lf.columns:
-        lf = lf.with_columns(pl.lit(None, pl.String).alias("group"))
+              completions: Optional[pl.DataFrame] = None,
+              arrays: Optional[dict[int, FlowArrays]] = None) -> dict[str, Any]:
+    """The ``phenomena`` section (see the module docstring); ``arrays``: the long flows'
+    :func:`~cctestbed.scores.flow_arrays`, when the caller has them."""
+    if arrays is None:
+        arrays = flow_arrays(long_flows(flows, info))
     dt = sample_interval(router, flows)
-    spans = flow_spans(lf, dt, info.duration_s, completions) if len(lf) else {}
+    spans = flow_spans(arrays, dt, info.duration_s, completions)
     return {
-        "starvation": starvation(lf, info, spans),
+        "starvation": starvation(arrays, info, spans),
         "standing_queue": standing_queue(router, info),
-        "share_oscillation": share_oscillation(lf, info),
-        "slow_convergence": slow_convergence(lf, info, spans),
-        "probe_rtt_sync": probe_rtt_sync(lf, dt),
-        "startup_overshoot": startup_overshoot(lf, router, info, spans),
+        "share_oscillation": share_oscillation(arrays, info),
+        "slow_convergence": slow_convergence(arrays, info, spans),
+        "probe_rtt_sync": probe_rtt_sync(arrays, dt),
+        "startup_overshoot": startup_overshoot(arrays, router, info, spans),
     }
 
 

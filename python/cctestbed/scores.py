@@ -30,7 +30,8 @@ left out as ``total.jain`` leaves them out).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import polars as pl
@@ -66,6 +67,88 @@ def long_flows(flows: pl.DataFrame, info: TrialInfo) -> pl.DataFrame:
     return f
 
 
+@dataclass
+class FlowArrays:
+    """One flow's telemetry as NumPy arrays, in time order: ``t`` (``time_s``) and ``cols``, the
+    numeric columns as floats (NaN where null) and the masks ``_bbr_startup`` (BBR's STARTUP),
+    ``_startup`` (STARTUP or ``slow_start``) and ``_probe_rtt``; ``state`` the state column as
+    it is (None without one)."""
+
+    group: Optional[str]
+    t: np.ndarray
+    cols: dict[str, np.ndarray]
+    state: Optional[pl.Series] = None
+
+
+#: The numeric columns the scores and detectors read.
+NUMERIC = ("delivered_bytes", "sent_bytes", "sent_segs", "retrans_segs", "rtt_ms", "min_rtt_ms", "cc.btlbw_bps")
+#: The masks made from the ``state`` column: name -> the states (lower case) it marks.
+STATE_MASKS = {"_bbr_startup": ("startup",), "_startup": ("startup", "slow_start"), "_probe_rtt": ("probe_rtt",)}
+
+
+def flow_arrays(lf: pl.DataFrame) -> dict[int, FlowArrays]:
+    """Per flow of ``lf`` (rows shaped like ``flows.parquet``), its :class:`FlowArrays`, which
+    every score and detector then reads: the rows ordered by flow (then time) once and each
+    column converted once."""
+    masks = []
+    if "state" in lf.columns:
+        # the few distinct states, matched case-insensitively, rather than every row lower-cased
+        states = [x for x in lf["state"].unique().to_list() if x is not None]
+        for name, wanted in STATE_MASKS.items():
+            masks.append(pl.col("state").is_in([x for x in states if x.lower() in wanted]).fill_null(False).alias(name))
+    else:
+        masks = [pl.lit(False).alias(name) for name in STATE_MASKS]
+    numeric = [pl.col(c).cast(pl.Float64).fill_null(float("nan")) for c in NUMERIC if c in lf.columns]
+    sel = lf.select(
+        "flow", "time_s", pl.col("group") if "group" in lf.columns else pl.lit(None, pl.String).alias("group"),
+        *numeric, *([pl.col("state")] if "state" in lf.columns else []), *masks)
+    if len(sel) == 0:
+        return {}
+    ids = sel["flow"].to_numpy()
+    first = sel["flow"].unique(maintain_order=True).to_numpy()
+    n = len(first)
+    if sel["time_s"].is_sorted() and len(ids) % n == 0 and (ids.reshape(-1, n) == first).all():
+        # the simulator's telemetry: every flow at every sample, in time then flow order, so each
+        # flow's rows are every n-th one (no sort, no copy)
+        t_all = sel["time_s"].to_numpy()
+        cols_all = {c: sel[c].to_numpy() for c in sel.columns if c not in ("flow", "time_s", "group", "state")}
+        state_all = sel["state"] if "state" in sel.columns else None
+        return dict(sorted(
+            (int(fid), FlowArrays(sel["group"][j], t_all[j::n], {c: v[j::n] for c, v in cols_all.items()},
+                                  state_all.gather_every(n, offset=j) if state_all is not None else None))
+            for j, fid in enumerate(first)))
+    # otherwise a stable sort by flow keeps each flow's samples in time order
+    sel = sel.sort("flow", maintain_order=True) if sel["time_s"].is_sorted() else sel.sort(["flow", "time_s"])
+    ids = sel["flow"].to_numpy()
+    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
+    t = sel["time_s"].to_numpy()
+    arrays = {c: sel[c].to_numpy() for c in sel.columns if c not in ("flow", "time_s", "group", "state")}
+    groups = sel["group"]
+    state = sel["state"] if "state" in sel.columns else None
+    out = {}
+    for a, b in zip(cuts, cuts[1:]):
+        out[int(ids[a])] = FlowArrays(groups[a], t[a:b], {c: v[a:b] for c, v in arrays.items()},
+                                      state.slice(a, b - a) if state is not None else None)
+    return out
+
+
+def as_arrays(flows: Union[pl.DataFrame, dict[int, FlowArrays]]) -> dict[int, FlowArrays]:
+    """``flows`` as :func:`flow_arrays` gives them (a frame is split; arrays are kept)."""
+    return flow_arrays(flows) if isinstance(flows, pl.DataFrame) else flows
+
+
+def arrays_at(arrays: dict[int, FlowArrays], column: str, edges: Sequence[float]) -> dict[int, np.ndarray]:
+    """Per flow, cumulative ``column`` read at each of ``edges`` (the last sample at or before
+    it; zero before the first)."""
+    e = np.asarray(edges, dtype=float) + EPS
+    out = {}
+    for fid, a in arrays.items():
+        v = np.nan_to_num(a.cols[column], nan=0.0)
+        idx = np.searchsorted(a.t, e, side="right") - 1
+        out[fid] = np.where(idx >= 0, v[np.clip(idx, 0, None)], 0.0)
+    return out
+
+
 def counters_at(flows: pl.DataFrame, column: str, edges: Sequence[float]) -> dict[int, np.ndarray]:
     """Per flow, cumulative ``column`` read at each of ``edges`` (the last sample at or before
     it; zero before the first)."""
@@ -87,10 +170,14 @@ def bucket_edges(t0: float, t1: float, width: float) -> list[float]:
     return [t0 + k * width for k in range(n + 1)]
 
 
-def startup_exit(states: pl.Series, names: tuple[str, ...] = ("startup",)) -> Optional[tuple[int, int]]:
+def startup_exit(states: Union[pl.Series, np.ndarray], names: tuple[str, ...] = ("startup",)) -> Optional[tuple[int, int]]:
     """Indices (first sample in start-up, first sample after it) of a flow's first start-up
-    (a ``state`` in ``names``, case-insensitive), or None if it never left it or never had one."""
-    mask = states.fill_null("").str.to_lowercase().is_in(list(names)).to_numpy()
+    (a ``state`` in ``names``, case-insensitive; or a boolean mask of the start-up samples), or
+    None if it never left it or never had one."""
+    if isinstance(states, pl.Series):
+        mask = states.fill_null("").str.to_lowercase().is_in(list(names)).to_numpy()
+    else:
+        mask = np.asarray(states, dtype=bool)
     if not mask.any():
         return None
     first = int(np.argmax(mask))
@@ -100,14 +187,13 @@ def startup_exit(states: pl.Series, names: tuple[str, ...] = ("startup",)) -> Op
     return first, first + int(np.argmax(rest))
 
 
-def per_second_jain(flows: pl.DataFrame, t0: float, t1: float) -> list[float]:
+def per_second_jain(flows: Union[pl.DataFrame, dict[int, FlowArrays]], t0: float, t1: float) -> list[float]:
     """Jain's index of the flows' goodputs in each whole second of ``(t0, t1]``."""
     edges = bucket_edges(t0, t1, BUCKET_S)
-    if len(edges) < 2:
+    arrays = as_arrays(flows)
+    if len(edges) < 2 or len(arrays) < 2:
         return []
-    got = counters_at(flows, "delivered_bytes", edges)
-    if len(got) < 2:
-        return []
+    got = arrays_at(arrays, "delivered_bytes", edges)
     per = np.diff(np.vstack(list(got.values())), axis=1)  # flows x buckets
     out = []
     for k in range(per.shape[1]):
@@ -116,21 +202,27 @@ def per_second_jain(flows: pl.DataFrame, t0: float, t1: float) -> list[float]:
     return out
 
 
-def scores(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo) -> dict[str, Any]:
-    """The ``scores`` section (see the module docstring)."""
+def scores(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo,
+           arrays: Optional[dict[int, FlowArrays]] = None) -> dict[str, Any]:
+    """The ``scores`` section (see the module docstring); ``arrays``: the long flows'
+    :func:`flow_arrays`, when the caller has them."""
     t0, t1 = info.steady_s
+    if arrays is None:
+        arrays = flow_arrays(long_flows(flows, info))
     fwd = flows.filter(pl.col("direction") == "forward") if "direction" in flows.columns else flows
     edges = bucket_edges(t0, t1, BUCKET_S)
     tput = None
     if len(edges) >= 2 and len(fwd):
-        got = counters_at(fwd, "delivered_bytes", edges)
+        # every forward flow counts (datagrams and workloads too); the long flows' arrays serve
+        # when they are all there is
+        all_long = fwd["flow"].n_unique() == len(arrays)
+        got = arrays_at(arrays, "delivered_bytes", edges) if all_long else counters_at(fwd, "delivered_bytes", edges)
         delivered = np.diff(np.sum(np.vstack(list(got.values())), axis=0)) * 8
         caps = [payload_capacity_bits(info.capacity_steps(), a, b, info.mss, info.mtu)
                 for a, b in zip(edges, edges[1:])]
         tput = 100.0 * float(np.mean([d / c for d, c in zip(delivered, caps) if c > 0]))
-    lf = long_flows(flows, info)
-    js = per_second_jain(lf, t0, t1) if lf["flow"].n_unique() >= 2 else []
-    per_flow = flow_scores(lf, info)
+    js = per_second_jain(arrays, t0, t1)
+    per_flow = flow_scores(arrays, info)
     groups: dict[str, Any] = {}
     for label in dict.fromkeys(r["group"] for r in per_flow):
         mine = [r for r in per_flow if r["group"] == label]
@@ -152,47 +244,44 @@ def _lowest(values: Any) -> Optional[float]:
     return min(vs) if vs else None
 
 
-def flow_scores(lf: pl.DataFrame, info: TrialInfo) -> list[dict[str, Any]]:
+def flow_scores(flows: Union[pl.DataFrame, dict[int, FlowArrays]], info: TrialInfo) -> list[dict[str, Any]]:
     """Per flow: ``flow``, ``group``, ``rtt_med``, ``loss_avoid``, ``lock_on_bw``."""
-    if len(lf) == 0:
-        return []
+    arrays = as_arrays(flows)
     t0, t1 = info.steady_s
-    n = lf["flow"].n_unique()
-    wanted = ["flow", "time_s", "group", "rtt_ms", "min_rtt_ms", "sent_segs", "retrans_segs", "state", "cc.btlbw_bps"]
-    lf = lf.select([c for c in wanted if c in lf.columns])
-    inside = window(lf, t0, t1)
+    n = len(arrays)
     out = []
-    for (fid,), part in lf.partition_by("flow", as_dict=True, maintain_order=True).items():
-        if not part["time_s"].is_sorted():
-            part = part.sort("time_s")
-        mine = inside.filter(pl.col("flow") == fid)
-        rtts = mine["rtt_ms"].cast(pl.Float64).fill_nan(None).drop_nulls()
-        med = _num(rtts.quantile(0.5, interpolation="linear")) if len(rtts) else None
-        lo_col = part["min_rtt_ms"] if "min_rtt_ms" in part.columns else part["rtt_ms"]
-        lo_all = lo_col.cast(pl.Float64).fill_nan(None).drop_nulls()
-        lo = _num(lo_all.min()) if len(lo_all) else None
-        rtt_med = 100.0 * lo / med if lo is not None and med else None
-        sent = _delta(part, "sent_segs", t0, t1) if "sent_segs" in part.columns else 0.0
-        retx = _delta(part, "retrans_segs", t0, t1) if "retrans_segs" in part.columns else 0.0
+    for fid, a in arrays.items():
+        c = a.cols
+        inside = (a.t > t0 + EPS) & (a.t <= t1 + EPS)
+        rtt_med = None
+        if "rtt_ms" in c:
+            rtts = c["rtt_ms"][inside]
+            rtts = rtts[np.isfinite(rtts)]
+            med = float(np.median(rtts)) if len(rtts) else None
+            lows = c["min_rtt_ms"] if "min_rtt_ms" in c else c["rtt_ms"]
+            lows = lows[np.isfinite(lows)]
+            lo = float(lows.min()) if len(lows) else None
+            rtt_med = 100.0 * lo / med if lo is not None and med else None
+        sent = _delta(a, "sent_segs", t0, t1)
+        retx = _delta(a, "retrans_segs", t0, t1)
         loss_avoid = 100.0 * (1.0 - retx / sent) if sent > 0 else None
         lock = None
-        if "state" in part.columns and "cc.btlbw_bps" in part.columns:
-            se = startup_exit(part["state"])
+        if "cc.btlbw_bps" in c:
+            se = startup_exit(c["_bbr_startup"])
             if se is not None:
-                bw = _num(part["cc.btlbw_bps"][se[1]])
-                at = float(part["time_s"][se[1]])
-                cap = _capacity_at(info, at) * info.mss / info.mtu
+                bw = _num(c["cc.btlbw_bps"][se[1]])
+                cap = _capacity_at(info, float(a.t[se[1]])) * info.mss / info.mtu
                 lock = 100.0 * bw / (cap / n) if bw is not None and cap > 0 else None
-        out.append({"flow": int(fid), "group": part["group"][0] if "group" in part.columns else None,
-                    "rtt_med": rtt_med, "loss_avoid": loss_avoid, "lock_on_bw": lock})
+        out.append({"flow": fid, "group": a.group, "rtt_med": rtt_med, "loss_avoid": loss_avoid, "lock_on_bw": lock})
     return out
 
 
-def _delta(part: pl.DataFrame, column: str, t0: float, t1: float) -> float:
-    t = part["time_s"].to_numpy()
-    v = part[column].cast(pl.Float64).fill_null(0.0).to_numpy()
-    i1 = np.searchsorted(t, t1 + EPS, side="right") - 1
-    i0 = np.searchsorted(t, t0 + EPS, side="right") - 1
+def _delta(a: FlowArrays, column: str, t0: float, t1: float) -> float:
+    if column not in a.cols:
+        return 0.0
+    v = np.nan_to_num(a.cols[column], nan=0.0)
+    i1 = np.searchsorted(a.t, t1 + EPS, side="right") - 1
+    i0 = np.searchsorted(a.t, t0 + EPS, side="right") - 1
     return float((v[i1] if i1 >= 0 else 0.0) - (v[i0] if i0 >= 0 else 0.0))
 
 

@@ -495,10 +495,11 @@ def summarize(
     }
     # transperf's scores and the detected phenomena (cctestbed.scores, cctestbed.phenomena)
     from .phenomena import phenomena
-    from .scores import scores
+    from .scores import flow_arrays, long_flows, scores
 
-    out["scores"] = scores(flows, router, info)
-    out["phenomena"] = phenomena(flows, router, info, completions)
+    arrays = flow_arrays(long_flows(flows, info))  # the long flows split once, for both
+    out["scores"] = scores(flows, router, info, arrays)
+    out["phenomena"] = phenomena(flows, router, info, completions, arrays)
     return out
 
 
