@@ -134,3 +134,12 @@ def test_loss_avoid_and_tput_fall_under_random_loss_for_reno():
 def test_lock_on_bw_of_bbr_alone_is_its_whole_link_and_none_without_bbr():
     assert run("bbr-8bdp")["scores"]["lock_on_bw"] == pytest.approx(100, abs=10)
     assert run("cubic-8bdp")["scores"]["lock_on_bw"] is None
+
+
+def test_scores_the_same_whatever_the_row_order():
+    # the simulator's rows (time, then flow) are read as strided arrays; any other order is sorted
+    flows, router = worked_frames()
+    shuffled = flows.sample(fraction=1.0, shuffle=True, seed=3)
+    assert scores(shuffled, router, _info()) == scores(flows, router, _info())
+    gappy = flows.filter(~((pl.col("flow") == 1) & (pl.col("time_s") < 1.0)))  # flow 1's first rows missing
+    assert scores(gappy, router, _info())["fairness"] == pytest.approx(scores(flows, router, _info())["fairness"])
