@@ -61,6 +61,42 @@ kernel-deps:
 	  else echo "kernel backend tools missing:$$missing (install them as root; kernel tests will be skipped)"; fi; \
 	fi
 
+# The kernel's own BPF congestion-control selftests (tools/testing/selftests/bpf/progs/
+# bpf_cubic.c, bpf_dctcp.c) for tests/test_bpf_selftests.py, taken at build time from Debian's
+# kernel source package linux-source-6.12 (installed with apt-get when missing, as root; never
+# copied into the repository). Only the two programs and the one header of the selftests they
+# include (progs/bpf_tracing_net.h) are extracted, into target/selftests/progs/, and each is
+# compiled unchanged with clang -g -O2 -target bpf against target/bpf/vmlinux.h (make bpf) and
+# libbpf-dev's headers (/usr/include/bpf: bpf_helpers.h, bpf_tracing.h, bpf_core_read.h).
+# Without the package, clang, libbpf-dev or vmlinux.h nothing is built and those tests skip,
+# saying why.
+SELFTESTS     := target/selftests
+SELFTEST_TAR  := /usr/src/linux-source-6.12.tar.xz
+SELFTEST_DIR  := linux-source-6.12/tools/testing/selftests/bpf/progs
+SELFTEST_SRCS := bpf_cubic.c bpf_dctcp.c bpf_tracing_net.h
+.PHONY: kernel-selftests
+kernel-selftests:
+	@if [ ! -e $(SELFTEST_TAR) ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.12 >/dev/null; \
+	  fi; \
+	fi; \
+	if [ ! -e $(SELFTEST_TAR) ]; then \
+	  echo "kernel BPF selftests not built: linux-source-6.12 is not installed (install it as root; their tests will be skipped)"; \
+	elif ! command -v clang >/dev/null 2>&1 || [ ! -e /usr/include/bpf/bpf_helpers.h ] || [ ! -e $(BPF_OUT)/vmlinux.h ]; then \
+	  echo "kernel BPF selftests not built: they need clang, libbpf-dev and $(BPF_OUT)/vmlinux.h (make kernel-deps bpf)"; \
+	else $(MAKE) --no-print-directory $(SELFTESTS)/bpf_cubic.o $(SELFTESTS)/bpf_dctcp.o; fi
+
+# One pass over the 150 MB archive for the three files.
+$(SELFTESTS)/progs/.extracted: $(SELFTEST_TAR)
+	@mkdir -p $(SELFTESTS)/progs
+	tar -xJf $< -C $(SELFTESTS)/progs --strip-components=6 $(addprefix $(SELFTEST_DIR)/,$(SELFTEST_SRCS))
+	dpkg-query -W -f='$${Package} $${Version}\n' linux-source-6.12 > $(SELFTESTS)/SOURCE 2>/dev/null || echo "$<" > $(SELFTESTS)/SOURCE
+	touch $@
+
+$(SELFTESTS)/%.o: $(SELFTESTS)/progs/.extracted $(BPF_OUT)/vmlinux.h
+	clang -g -O2 -target bpf -I $(BPF_OUT) -I $(SELFTESTS)/progs -c $(SELFTESTS)/progs/$*.c -o $@
+
 demo: build
 	$(VENV)/bin/cctestbed run examples/default.toml -o results/default --force --plot
 
@@ -83,7 +119,7 @@ tshark:
 # Every suite always runs; the target fails if any does: the Rust tests, the type check of the
 # Python package (mypy, settings in pyproject.toml), pytest, and last the simulator side of the
 # fidelity suite against the checked-in kernel reference (docs/fidelity.md).
-test: build browser tshark
+test: build browser tshark kernel-selftests
 	@status=0; \
 	cargo test --profile test-release --workspace --no-fail-fast || status=1; \
 	$(PY) -m mypy || status=1; \

@@ -10,12 +10,22 @@ const EINVAL: i64 = 22;
 const ENOENT: i64 = 2;
 const EEXIST: i64 = 17;
 const E2BIG: i64 = 7;
+/// The kernel-internal `ENOTSUPP` (include/linux/errno.h), which `bpf_setsockopt` returns for "cdg".
+const ENOTSUPP: i64 = 524;
+
+/// `SOL_TCP` and `TCP_CONGESTION`: the one socket option implemented.
+pub const SOL_TCP: u64 = 6;
+pub const TCP_CONGESTION: u64 = 13;
+/// `TCP_CA_NAME_MAX`.
+const TCP_CA_NAME_MAX: usize = 16;
 
 pub const HELPER_MAP_LOOKUP_ELEM: u32 = 1;
 pub const HELPER_MAP_UPDATE_ELEM: u32 = 2;
 pub const HELPER_MAP_DELETE_ELEM: u32 = 3;
 pub const HELPER_KTIME_GET_NS: u32 = 5;
 pub const HELPER_GET_PRANDOM_U32: u32 = 7;
+pub const HELPER_SETSOCKOPT: u32 = 49;
+pub const HELPER_GETSOCKOPT: u32 = 57;
 pub const HELPER_SK_STORAGE_GET: u32 = 107;
 pub const HELPER_SK_STORAGE_DELETE: u32 = 108;
 pub const HELPER_TCP_SEND_ACK: u32 = 116;
@@ -23,12 +33,14 @@ pub const HELPER_JIFFIES64: u32 = 118;
 pub const HELPER_KTIME_GET_COARSE_NS: u32 = 160;
 
 /// The helpers implemented, by id.
-pub const HELPERS: [(u32, &str); 10] = [
+pub const HELPERS: [(u32, &str); 12] = [
     (HELPER_MAP_LOOKUP_ELEM, "bpf_map_lookup_elem"),
     (HELPER_MAP_UPDATE_ELEM, "bpf_map_update_elem"),
     (HELPER_MAP_DELETE_ELEM, "bpf_map_delete_elem"),
     (HELPER_KTIME_GET_NS, "bpf_ktime_get_ns"),
     (HELPER_GET_PRANDOM_U32, "bpf_get_prandom_u32"),
+    (HELPER_SETSOCKOPT, "bpf_setsockopt"),
+    (HELPER_GETSOCKOPT, "bpf_getsockopt"),
     (HELPER_SK_STORAGE_GET, "bpf_sk_storage_get"),
     (HELPER_SK_STORAGE_DELETE, "bpf_sk_storage_delete"),
     (HELPER_TCP_SEND_ACK, "bpf_tcp_send_ack"),
@@ -158,6 +170,8 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
                 MapStore::SkStorage => Err(format!("bpf_map_delete_elem on socket storage map {}", def.name)),
             }
         }
+        HELPER_SETSOCKOPT => sockopt(m, a, false),
+        HELPER_GETSOCKOPT => sockopt(m, a, true),
         HELPER_SK_STORAGE_GET => {
             let map = map_arg(m, a[0], "bpf_sk_storage_get")?;
             let def = m.object.maps[map].clone();
@@ -187,6 +201,123 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
             Ok(if m.sk_storage[map].take().is_some() { 0 } else { errno(ENOENT) })
         }
         _ => Err(format!("unknown helper {id}")),
+    }
+}
+
+/// `bpf_setsockopt` / `bpf_getsockopt(sk, level, optname, optval, optlen)` as
+/// `net/core/filter.c` runs them for a congestion control (`_bpf_setsockopt`,
+/// `sol_tcp_sockopt_congestion`, `do_tcp_getsockopt`), for the one option implemented,
+/// `SOL_TCP` / `TCP_CONGESTION`:
+/// - get: `optlen` < 2 is -EINVAL; else the current congestion control's name (this object's
+///   `.name`) in `optlen - 1` bytes at most 16, NUL-terminated, the rest of `optval` zeroed; 0.
+/// - set: `optlen` < 2 is -EINVAL; "cdg" is -ENOTSUPP (as the kernel refuses it to BPF);
+///   the name of the running congestion control is 0 and changes nothing
+///   (`tcp_set_congestion_control`: "no change asking for existing value"); any other name
+///   would switch the socket to another algorithm, which the simulator cannot do: a run-time
+///   error naming it.
+///
+/// Every other level or option is a run-time error naming it (the arguments are values the
+/// loader cannot see). A failed get zeroes `optval`, as `__bpf_getsockopt` does. Not callable
+/// from `release` (refused at load, as `bpf_tcp_ca_get_func_proto` does).
+fn sockopt(m: &mut Machine, a: [u64; 5], get: bool) -> Result<u64, String> {
+    let helper = if get { "bpf_getsockopt" } else { "bpf_setsockopt" };
+    if a[0] != sock_addr() {
+        return Err(format!("{helper}: first argument is not the socket"));
+    }
+    let (level, optname, optval, optlen) = (a[1] as u32 as i32, a[2] as u32 as i32, a[3], a[4] as u32 as i32);
+    if optlen <= 0 {
+        return Err(format!("{helper}: optlen {optlen} (the verifier requires a positive constant size)"));
+    }
+    let len = optlen as usize;
+    // The buffer must be readable (set) or writable (get) over its whole length.
+    if get {
+        m.slice_mut(optval, len).map_err(|e| format!("{helper}: optval: {e}"))?;
+    } else {
+        m.slice(optval, len).map_err(|e| format!("{helper}: optval: {e}"))?;
+    }
+    if level as u64 != SOL_TCP || optname as u64 != TCP_CONGESTION {
+        return Err(format!(
+            "{helper}: level {level} ({}) option {optname} ({}) is not supported here (only SOL_TCP TCP_CONGESTION is)",
+            level_name(level),
+            option_name(level, optname)
+        ));
+    }
+    if len < 2 {
+        if get {
+            m.slice_mut(optval, len)?.fill(0);
+        }
+        return Ok(errno(EINVAL));
+    }
+    let own = m.object.name().as_bytes().to_vec();
+    if get {
+        // optval[--optlen] = 0; len = min(optlen, TCP_CA_NAME_MAX); copy name[..len]; zero the rest.
+        let n = (len - 1).min(TCP_CA_NAME_MAX);
+        let buf = m.slice_mut(optval, len)?;
+        buf.fill(0);
+        for (i, b) in buf.iter_mut().take(n).enumerate() {
+            *b = own.get(i).copied().unwrap_or(0);
+        }
+        return Ok(0);
+    }
+    let raw = m.slice(optval, len)?;
+    // "cdg" compared over optlen bytes (strncmp), then the name as do_tcp_setsockopt copies it.
+    // strncmp("cdg", optval, optlen) == 0: "cdg" followed by the end of the buffer or a NUL.
+    if len >= 3 && raw[..3] == *b"cdg" && raw.get(3).is_none_or(|&c| c == 0) {
+        return Ok(errno(ENOTSUPP));
+    }
+    let copied = &raw[..len.min(TCP_CA_NAME_MAX - 1)];
+    let name = &copied[..copied.iter().position(|&c| c == 0).unwrap_or(copied.len())];
+    if name == own.as_slice() {
+        return Ok(0);
+    }
+    Err(format!(
+        "{helper}: SOL_TCP TCP_CONGESTION {:?}: switching the socket to another congestion control is not supported in the simulator (only its own name, {:?}, which changes nothing)",
+        String::from_utf8_lossy(name),
+        m.object.name()
+    ))
+}
+
+fn level_name(level: i32) -> &'static str {
+    match level {
+        1 => "SOL_SOCKET",
+        0 => "SOL_IP",
+        41 => "SOL_IPV6",
+        6 => "SOL_TCP",
+        _ => "unknown level",
+    }
+}
+
+fn option_name(level: i32, optname: i32) -> &'static str {
+    match (level, optname) {
+        (6, 1) => "TCP_NODELAY",
+        (6, 2) => "TCP_MAXSEG",
+        (6, 4) => "TCP_KEEPIDLE",
+        (6, 5) => "TCP_KEEPINTVL",
+        (6, 6) => "TCP_KEEPCNT",
+        (6, 7) => "TCP_SYNCNT",
+        (6, 10) => "TCP_WINDOW_CLAMP",
+        (6, 13) => "TCP_CONGESTION",
+        (6, 16) => "TCP_THIN_LINEAR_TIMEOUTS",
+        (6, 18) => "TCP_USER_TIMEOUT",
+        (6, 25) => "TCP_NOTSENT_LOWAT",
+        (6, 27) => "TCP_SAVE_SYN",
+        (6, 28) => "TCP_SAVED_SYN",
+        (6, 1001) => "TCP_BPF_IW",
+        (6, 1002) => "TCP_BPF_SNDCWND_CLAMP",
+        (6, 1003) => "TCP_BPF_DELACK_MAX",
+        (6, 1004) => "TCP_BPF_RTO_MIN",
+        (6, 1005) => "TCP_BPF_SYN",
+        (6, 1006) => "TCP_BPF_SYN_IP",
+        (6, 1007) => "TCP_BPF_SYN_MAC",
+        (6, 1008) => "TCP_BPF_SOCK_OPS_CB_FLAGS",
+        (1, 7) => "SO_SNDBUF",
+        (1, 8) => "SO_RCVBUF",
+        (1, 47) => "SO_MAX_PACING_RATE",
+        (1, 36) => "SO_MARK",
+        (1, 12) => "SO_PRIORITY",
+        (0, 1) => "IP_TOS",
+        (41, 67) => "IPV6_TCLASS",
+        _ => "unknown option",
     }
 }
 

@@ -19,9 +19,20 @@
 //!   relocation against it; the kernel would use the BTF id, which names the same function).
 //! - **Helpers** (by id): `bpf_map_lookup_elem` (1), `bpf_map_update_elem` (2),
 //!   `bpf_map_delete_elem` (3) on array and hash maps, `bpf_ktime_get_ns` (5),
-//!   `bpf_get_prandom_u32` (7), `bpf_sk_storage_get` (107), `bpf_sk_storage_delete` (108),
-//!   `bpf_tcp_send_ack` (116), `bpf_jiffies64` (118), `bpf_ktime_get_coarse_ns` (160). Any
-//!   other id is refused at load.
+//!   `bpf_get_prandom_u32` (7), `bpf_setsockopt` (49), `bpf_getsockopt` (57),
+//!   `bpf_sk_storage_get` (107), `bpf_sk_storage_delete` (108), `bpf_tcp_send_ack` (116),
+//!   `bpf_jiffies64` (118), `bpf_ktime_get_coarse_ns` (160). Any other id is refused at load.
+//! - **Socket options** follow `net/core/filter.c` (`sol_tcp_sockopt_congestion`) for
+//!   `SOL_TCP` `TCP_CONGESTION` only: get gives the object's `.name` (NUL-terminated in
+//!   `optlen - 1` bytes, the rest zeroed); set to its own name is 0 and changes nothing, `"cdg"`
+//!   is `-ENOTSUPP`, `optlen` < 2 is `-EINVAL`. Switching to another algorithm, and every other
+//!   level or option, is a [`RunError`] naming it (the option is a run-time value). As
+//!   `bpf_tcp_ca_get_func_proto`, a `release` program that can reach either helper is refused
+//!   at load.
+//! - **Objects**: several programs may share one section (`SEC("struct_ops")`, as the kernel's
+//!   selftests do; each is named `section:function`); of several `tcp_congestion_ops` in one
+//!   object, [`Object::load_selected`] takes one by name, and [`Object::load`] the only one
+//!   with a non-empty `.name` (the kernel refuses to register a nameless one).
 //! - **Division** follows the kernel (which wins over any other reading of the ISA): division
 //!   by zero yields 0, modulo by zero leaves the destination unchanged (the 32-bit forms then
 //!   zero-extend the 32-bit destination, as the verifier's rewrite does); signed division of
@@ -51,9 +62,9 @@
 //!   reads of unwritten slots).
 //! - `__kconfig` externs are `CONFIG_*` and `LINUX_KERNEL_VERSION` only, with values the caller
 //!   gives ([`Object::load_with_kconfig`]; [`DEFAULT_KCONFIG`] otherwise).
-//! - `bpf_setsockopt`/`bpf_getsockopt`, ring buffers, other externs and the built-in
-//!   controls' own kfuncs (`cubictcp_*`, `bbr_*`, `dctcp_*`) are not implemented: objects using
-//!   them are refused at load, naming the helper or symbol.
+//! - Ring buffers, other externs and the built-in controls' own kfuncs (`cubictcp_*`,
+//!   `bbr_*`, `dctcp_*`) are not implemented: objects using them are refused at load, naming
+//!   the helper or symbol. Socket options other than `TCP_CONGESTION` fail when called (above).
 //! - Maps are per [`Object`] (shared by its instances behind a mutex, held for a whole call);
 //!   socket-local storage is per [`Instance`]. Hash maps keep at most 2^20 entries.
 //! - `bpf_get_prandom_u32` is deterministic: [`Env::prandom`] is the generator's state, advanced

@@ -6,11 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use crate::btf::{self, Btf, KIND_ARRAY, KIND_PTR};
 use crate::core_relo::{self, FIELD_BYTE_OFFSET};
-use crate::elf::{Elf, Rel, SHN_UNDEF, STB_WEAK, STT_SECTION};
+use crate::elf::{Elf, Rel, Symbol, SHN_UNDEF, STB_WEAK, STT_SECTION};
 use crate::kernel::{Kfunc, HELPERS};
 use crate::view::{offsets, TargetBtf};
 use crate::vm::{self, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
 use crate::{LoadError, Op};
+
+/// `STT_FUNC`: a symbol naming a function.
+const STT_FUNC: u8 = 2;
 
 pub const MAP_TYPE_HASH: u32 = 1;
 pub const MAP_TYPE_ARRAY: u32 = 2;
@@ -25,10 +28,14 @@ pub const MAX_REGION_BYTES: u64 = 1 << 24;
 /// Licenses the kernel's `license_is_gpl_compatible` accepts.
 const GPL_COMPATIBLE: [&str; 6] = ["GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"];
 
-/// One program: a `struct_ops/...` section's instructions, followed by `.text`'s subprograms.
+/// One program: a `struct_ops/...` section's instructions, followed by `.text`'s subprograms,
+/// entered at `entry` (a section may hold several programs, as `SEC("struct_ops")` does).
 #[derive(Debug)]
 pub(crate) struct Program {
+    /// The section's name, or `section:function` when the section holds several programs.
     pub section: String,
+    /// The section's index in the object.
+    pub sec_index: usize,
     pub insns: Vec<Insn>,
     pub entry: usize,
 }
@@ -99,6 +106,14 @@ impl Object {
     /// the values of `kconfig` (pass the `CONFIG_HZ` that [`crate::Env::jiffies`] counts in). As
     /// libbpf does, a `__weak` option missing from `kconfig` reads 0 and a strong one is refused.
     pub fn load_with_kconfig(elf_bytes: &[u8], kconfig: &[(&str, u64)]) -> Result<Object, LoadError> {
+        Object::load_selected(elf_bytes, kconfig, None)
+    }
+
+    /// Loads the `tcp_congestion_ops` called `ops` (its `.name`, or its variable's name) of an
+    /// object that defines several, as the kernel's `bpf_dctcp.c` does; `None` takes the only
+    /// one, or the only one with a non-empty `.name`.
+    pub fn load_selected(elf_bytes: &[u8], kconfig: &[(&str, u64)], ops: Option<&str>) -> Result<Object, LoadError> {
+        let ops_select = ops;
         let elf = Elf::parse(elf_bytes)?;
 
         let license = elf
@@ -178,20 +193,18 @@ impl Object {
         let ops_t = btf.get(ops_type).ok_or_else(|| err("bad BTF"))?;
         let ops_size = ops_t.size_or_type as u64;
         let vars: Vec<_> = elf.symbols.iter().filter(|s| s.section as usize == so_idx && s.kind == 1).collect();
-        let var = match vars.as_slice() {
-            [v] => *v,
-            [] => return Err(err("the .struct_ops section defines no variable")),
-            _ => return Err(err("the .struct_ops section defines more than one struct_ops variable; one tcp_congestion_ops per object")),
+        let member_at = |name: &str| ops_t.members.iter().find(|m| m.name == name).map(|m| (m.bit_offset / 8) as usize);
+        let ops_name = |base: usize| {
+            member_at("name")
+                .and_then(|o| so_sec.data.get(base.checked_add(o)?..))
+                .map(|b| String::from_utf8_lossy(&b[..b.iter().position(|&c| c == 0).unwrap_or(b.len()).min(16)]).into_owned())
         };
+        let var = select_struct_ops(&vars, ops_select, |v| ops_name(v.value as usize).unwrap_or_default())?;
         if var.size != ops_size {
             return Err(err(format!("struct_ops variable {} is {} bytes, struct tcp_congestion_ops is {ops_size}: not a tcp_congestion_ops", var.name, var.size)));
         }
-        let member_at = |name: &str| ops_t.members.iter().find(|m| m.name == name).map(|m| (m.bit_offset / 8) as usize);
         let base = var.value as usize;
-        let name = member_at("name")
-            .and_then(|o| so_sec.data.get(base + o..))
-            .map(|b| String::from_utf8_lossy(&b[..b.iter().position(|&c| c == 0).unwrap_or(b.len()).min(16)]).into_owned())
-            .ok_or_else(|| err("tcp_congestion_ops has no name"))?;
+        let name = ops_name(base).ok_or_else(|| err("tcp_congestion_ops has no name"))?;
         let flags = member_at("flags").and_then(|o| crate::elf::u32_at(so_sec.data, base + o)).unwrap_or(0);
 
         let writable = offsets::writable();
@@ -201,6 +214,9 @@ impl Object {
         for rel in elf.relocations_for(so_idx)? {
             let sym = &elf.symbols[rel.symbol];
             let off = rel.offset.wrapping_sub(var.value);
+            if off >= var.size {
+                continue; // another struct_ops variable's member
+            }
             let member = ops_t
                 .members
                 .iter()
@@ -210,7 +226,8 @@ impl Object {
                 .ok_or_else(|| err(format!("op {} (program {}) is not supported for BPF congestion controls", member.name, sym.name)))?;
             let sec = sym.section as usize;
             let psec = elf.sections.get(sec).ok_or_else(|| err(format!("op {op} names symbol {}, which is in no section", sym.name)))?;
-            let existing = programs.iter().position(|p| p.section == psec.name);
+            // Several programs may share one section (SEC("struct_ops")): one per entry point.
+            let existing = programs.iter().position(|p| p.sec_index == sec && p.entry as u64 * 8 == sym.value);
             let idx = match existing {
                 Some(i) => i,
                 None => {
@@ -227,10 +244,20 @@ impl Object {
                     if sym.value % 8 != 0 || (sym.value / 8) as usize >= insns.len() {
                         return Err(err(format!("op {op}: program {} does not start at an instruction of {}", sym.name, psec.name)));
                     }
-                    programs.push(Program { section: psec.name.clone(), insns, entry: (sym.value / 8) as usize });
+                    let section = program_display_name(&elf, sec, &psec.name, &sym.name);
+                    programs.push(Program { section, sec_index: sec, insns, entry: (sym.value / 8) as usize });
                     programs.len() - 1
                 }
             };
+            if op == Op::Release {
+                // bpf_tcp_ca_get_func_proto: release() may not call bpf_setsockopt/getsockopt.
+                let p = &programs[idx];
+                for id in reachable_helpers(&p.insns, p.entry) {
+                    if let Some((_, helper)) = HELPERS.iter().find(|(h, _)| *h as i64 == id).filter(|(h, _)| SOCKOPT_HELPERS.contains(h)) {
+                        return Err(err(format!("op release: program {} calls {helper}, which the kernel does not allow in release", p.section)));
+                    }
+                }
+            }
             ops[op.index()] = Some(idx);
         }
         if ops.iter().all(|o| o.is_none()) {
@@ -289,6 +316,46 @@ impl Object {
     /// A new flow (socket) running this object.
     pub fn instance(self: &Arc<Self>) -> Instance {
         Instance::new(Arc::clone(self))
+    }
+}
+
+/// The name a program is known by: its section's, followed by `:function` when the section
+/// holds more than one function (as the kernel's selftests put every op in `SEC("struct_ops")`).
+fn program_display_name(elf: &Elf, sec: usize, section: &str, function: &str) -> String {
+    let functions = elf.symbols.iter().filter(|s| s.section as usize == sec && s.kind == STT_FUNC).count();
+    if functions > 1 {
+        format!("{section}:{function}")
+    } else {
+        section.to_string()
+    }
+}
+
+/// The `tcp_congestion_ops` variable to load among those of `.struct_ops`: the one `select`
+/// names (by its `.name` or its variable name); else the only one; else the only one with a
+/// non-empty `.name` (the kernel refuses to register a nameless one, `bpf_obj_name_cpy`).
+fn select_struct_ops<'s>(vars: &[&'s Symbol], select: Option<&str>, name_of: impl Fn(&Symbol) -> String) -> Result<&'s Symbol, LoadError> {
+    let listed = || vars.iter().map(|v| format!("{} (variable {})", name_of(v), v.name)).collect::<Vec<_>>().join(", ");
+    if let Some(want) = select {
+        return vars
+            .iter()
+            .copied()
+            .find(|v| name_of(v) == want || v.name == want)
+            .ok_or_else(|| err(format!("the object has no tcp_congestion_ops named {want:?} (it has: {})", listed())));
+    }
+    match vars {
+        [] => Err(err("the .struct_ops section defines no variable")),
+        [v] => Ok(*v),
+        _ => {
+            let named: Vec<_> = vars.iter().copied().filter(|v| !name_of(v).is_empty()).collect();
+            match named.as_slice() {
+                [v] => Ok(*v),
+                _ => Err(err(format!(
+                    "the object defines {} tcp_congestion_ops: {}; choose one by name (bpf:PATH#NAME in a trial, Object::load_selected)",
+                    vars.len(),
+                    listed()
+                ))),
+            }
+        }
     }
 }
 
@@ -573,6 +640,47 @@ fn check_store(ctx: &Ctx, sname: &str, idx: usize, insn: &Insn, kind: u32, r: &c
         "ack_sample" | "rate_sample" => Err(err(format!("{sname}: instruction {idx} writes {}.{}, which is read-only", r.root, r.path))),
         _ => Ok(()),
     }
+}
+
+/// Helpers `release` may not call (`net/ipv4/bpf_tcp_ca.c`).
+const SOCKOPT_HELPERS: [u32; 2] = [crate::kernel::HELPER_SETSOCKOPT, crate::kernel::HELPER_GETSOCKOPT];
+
+/// The helper ids a program can reach from `entry` (following jumps and bpf-to-bpf calls), so
+/// that of several programs sharing a section each is judged by its own code.
+fn reachable_helpers(insns: &[Insn], entry: usize) -> Vec<i64> {
+    let mut seen = vec![false; insns.len()];
+    let mut todo = vec![entry];
+    let mut helpers = Vec::new();
+    while let Some(pc) = todo.pop() {
+        if pc >= insns.len() || seen[pc] {
+            continue;
+        }
+        seen[pc] = true;
+        let x = &insns[pc];
+        let class = x.code & 7;
+        match x.code {
+            0x95 => continue,
+            0x85 => {
+                match x.src {
+                    CALL_HELPER => helpers.push(x.imm),
+                    CALL_LOCAL if x.imm >= 0 => todo.push(x.imm as usize),
+                    _ => {}
+                }
+                todo.push(pc + 1);
+            }
+            0x05 => todo.push((pc as i64 + 1 + x.off as i64).max(0) as usize),
+            0x06 => todo.push((pc as i64 + 1 + x.imm).max(0) as usize),
+            0x18 => todo.push(pc + 2),
+            _ if class == 5 || class == 6 => {
+                todo.push((pc as i64 + 1 + x.off as i64).max(0) as usize);
+                todo.push(pc + 1);
+            }
+            _ => todo.push(pc + 1),
+        }
+    }
+    helpers.sort_unstable();
+    helpers.dedup();
+    helpers
 }
 
 fn helper_known(id: i64) -> bool {

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-#: How a trial names a BPF object as its cc: ``bpf:path/to/object.bpf.o``.
+#: How a trial names a BPF object as its cc: ``bpf:path/to/object.bpf.o``; of an object that
+#: defines several tcp_congestion_ops, ``bpf:path/to/object.bpf.o#NAME`` chooses one by its name.
 BPF_PREFIX = "bpf:"
 #: Prefix of every name the testbed registers (cleanup removes unclaimed ones).
 NAME_PREFIX = "cct"
@@ -123,6 +124,10 @@ class BpfObject:
     ops: list[tuple[int, str]] = field(default_factory=list)
     #: file offset of the section name ".struct_ops.link" in the section name table, if any
     link_names: list[int] = field(default_factory=list)
+    #: file offsets of the names of the tcp_congestion_ops a trial did not choose (``bpf:PATH#NAME``
+    #: of an object that defines several): :func:`build` empties them, and a nameless
+    #: tcp_congestion_ops is one the simulator's loader skips (the kernel refuses to register it)
+    unchosen: list[int] = field(default_factory=list)
 
 
 def _sections(data: bytes) -> list[Section]:
@@ -259,13 +264,23 @@ def user_object(cc: str, params: Mapping[str, float], index: int) -> tuple[Optio
     ``bpf:bbr-shallow``, ``bpf:bbr-adaptive`` and ``bpf:bbr-stable-rtprop`` name the project's
     BBR port with that variant's parameters, given by the simulator's names and units (the
     ``params`` of the Rust variant), as the kernel backend runs the variants themselves."""
-    spec = cc[len(BPF_PREFIX):]
+    spec, _, chosen = cc[len(BPF_PREFIX):].partition("#")
     variant = spec in BBR_VARIANTS
     path = resolve_object(BBR_OBJECT if variant else spec)
     try:
         obj = inspect(path)
     except BpfError as e:
         return None, [f"flows[{index}].cc: {cc!r}: {e}"]
+    names = ", ".join(n for _, n in obj.ops)
+    if chosen:
+        keep = [o for o in obj.ops if o[1] == chosen]
+        if not keep:
+            return None, [f"flows[{index}].cc: {cc!r}: {path.name} has no tcp_congestion_ops named {chosen!r}; it has {names}"]
+        obj.unchosen = [at for at, n in obj.ops if n != chosen]
+        obj.ops = keep[:1]
+    elif len(obj.ops) > 1:
+        return None, [f"flows[{index}].cc: {cc!r}: {path.name} defines {len(obj.ops)} tcp_congestion_ops ({names}); "
+                      f"choose one as bpf:{spec}#NAME"]
     if variant:
         values, bad = bbr_values(spec, params, f"flows[{index}].params")
     else:
@@ -296,6 +311,8 @@ def build(obj: BpfObject, name: str, values: Mapping[str, int]) -> bytes:
     for k, v in values.items():
         var = obj.rodata[k]
         data[var.offset:var.offset + var.size] = v.to_bytes(var.size, "little")
+    for at in obj.unchosen:
+        data[at:at + TCP_CA_NAME_MAX] = bytes(TCP_CA_NAME_MAX)
     for off in obj.link_names:  # ".struct_ops.link" -> ".struct_ops": registered without a link
         data[off + len(".struct_ops")] = 0
     return bytes(data)

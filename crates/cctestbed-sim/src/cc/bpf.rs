@@ -7,7 +7,7 @@
 //! and the fields `net/ipv4/bpf_tcp_ca.c` lets a program write read back after it:
 //! - before: `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`, `sk_pacing_rate` (the algorithm's
 //!   own, or the one `tcp_update_pacing_rate` keeps for it), `sk_pacing_status`,
-//!   `icsk_ca_state`, the counters (`delivered`, `lost`, `packets_out`, `sacked_out`, ...), the
+//!   `icsk_ca_state`, `ecn_flags`' `TCP_ECN_OK` (the flow negotiated ECN), the counters (`delivered`, `lost`, `packets_out`, `sacked_out`, ...), the
 //!   clocks (`tcp_mstamp` and `delivered_mstamp` in µs, `tcp_clock_cache` and `tcp_wstamp_ns`
 //!   in ns, `lsndtime` in jiffies), `srtt_us` (<< 3 as Linux keeps it) and `rtt_min`;
 //! - after: `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`, `sk_pacing_rate` when the program
@@ -40,6 +40,8 @@ use std::sync::{Arc, Mutex};
 const SK_PACING_NONE: u32 = 0;
 /// `enum tcp_ca_ack_event_flags`: the ACK carried ECE.
 const CA_ACK_ECE: u64 = 1 << 2;
+/// `tp->ecn_flags`: ECN was negotiated.
+const TCP_ECN_OK: u8 = 0x1;
 /// `tcp_congestion_ops.flags`: the algorithm needs ECN (DCTCP).
 const TCP_CONG_NEEDS_ECN: u32 = 0x2;
 
@@ -147,6 +149,8 @@ impl BpfCc {
         s.snd_una = (info.snd_una * mss) as u32;
         s.lsndtime = jiffies(info.last_send_ns, CONFIG_HZ) as u32;
         s.inet_conn.icsk_ca_state = ca_state(info.ca_state);
+        // TCP_ECN_OK when the connection negotiated ECN; the other bits are the program's.
+        s.ecn_flags = (s.ecn_flags & !TCP_ECN_OK) | if info.ecn { TCP_ECN_OK } else { 0 };
         let sk = &mut s.inet_conn.icsk_inet.sk;
         sk.sk_max_pacing_rate = info.max_pacing_rate;
         sk.sk_pacing_shift = tso::SK_PACING_SHIFT as u8;
