@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             with err.status(f"judging [bold]{escape(trial.name)}[/]: {len(runs)} runs ...", spinner="dots"):
-                done = run_baselines(runs, cache_dir, progress=None)
+                done = run_baselines(runs, cache_dir, keep=output is not None)
         except _core.TrialFailed as e:
             fail(f"{trial_file}: {e}; nothing was written", code=1)
         doc = judgement(trial, done)

@@ -35,7 +35,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from .config import ConfigError, Trial, load_trial, parse_trial
+from .config import Trial, load_trial, parse_trial
 
 #: (name, figure, more is better) for every metric judged.
 METRICS: tuple[tuple[str, str, bool], ...] = (
@@ -186,9 +186,11 @@ def _store(cache: Path, key: str, result: Any, figs: dict[str, Any]) -> None:
 
 
 def run_baselines(runs: dict[str, Trial], cache: Optional[Path],
-                  progress: Optional[Callable[[str], None]] = None) -> dict[str, dict[str, Any]]:
+                  progress: Optional[Callable[[str], None]] = None, keep: bool = False) -> dict[str, dict[str, Any]]:
     """Every run's figures (``figures``), ``key`` and whether it came from the ``cache``; the
-    runs not cached simulate at once, each core in a thread of its own."""
+    runs not cached simulate as many at once as there are cores, each core in a thread of its
+    own. ``keep``: also return each simulated run's :class:`~cctestbed.results.TrialResult`
+    (``result``) when there is no cache to copy it from."""
     from .runner import Simulation
 
     keys = {name: trial_key(t) for name, t in runs.items()}
@@ -202,18 +204,28 @@ def run_baselines(runs: dict[str, Trial], cache: Optional[Path],
             todo[key] = name
     if progress is not None:
         progress(f"{len(runs)} runs, {len(runs) - len(todo)} cached, simulating {len(todo)}")
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    figs: dict[str, Any] = {}
     results: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:  # leaving it (Ctrl-C) stops every core still running
-        sims = {key: stack.enter_context(Simulation(runs[name])) for key, name in todo.items()}
-        for key, sim in sims.items():
-            results[key] = sim.result()
-    figs = {key: figures(result) for key, result in results.items()}
-    for key, result in results.items():
-        if cache is not None:
-            _store(cache, key, result, figs[key])
+    pending = list(todo.items())
+    while pending:
+        batch, pending = pending[:cores], pending[cores:]
+        with contextlib.ExitStack() as stack:  # leaving it (Ctrl-C) stops every core still running
+            sims = {key: stack.enter_context(Simulation(runs[name])) for key, name in batch}
+            done = {key: sim.result() for key, sim in sims.items()}
+        for key, result in done.items():
+            figs[key] = figures(result)
+            if cache is not None:
+                _store(cache, key, result, figs[key])
+            elif keep:
+                results[key] = result
     for name, key in keys.items():
         if name not in out:
-            out[name] = {"key": key, "cached": False, "figures": figs[key], "result": results[key]}
+            out[name] = {"key": key, "cached": False, "figures": figs[key],
+                         **({"result": results[key]} if key in results else {})}
     return out
 
 
@@ -269,7 +281,7 @@ def judge(trial: Union[str, Path, dict[str, Any], Trial], output: Optional[Union
     t = load_trial(trial)
     runs = baselines(t)
     cache_dir = default_cache() if cache is True else (Path(cache) if cache else None)
-    done = run_baselines(runs, cache_dir, progress)
+    done = run_baselines(runs, cache_dir, progress, keep=output is not None)
     doc = judgement(t, done)
     if output is not None:
         write_output(Path(output), doc, done, cache_dir, force=force)
@@ -302,11 +314,3 @@ def write_output(dest: Path, doc: dict[str, Any], runs: dict[str, dict[str, Any]
             raise ReplaceRefused(f"{p} is not a judge directory (no {JUDGE_FILE} and trials/); not replaced")
 
     return write_dir(dest, write, force=force, replaceable=replaceable)
-
-
-def check_judgeable(trial: Trial) -> None:
-    """:class:`JudgeError` unless :func:`baselines` can build the trial's runs."""
-    try:
-        baselines(trial)
-    except ConfigError as e:  # a baseline the trial's own checks let through (should not happen)
-        raise JudgeError("; ".join(e.problems)) from None
