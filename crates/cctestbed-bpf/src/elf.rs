@@ -1,17 +1,18 @@
-//! A minimal, bounds-checked reader of 64-bit little-endian ELF relocatable objects: sections,
-//! symbols and `SHT_REL` relocations, which is all a BPF object needs. Written here rather than
-//! taken from a crate because it is small and every read of untrusted input must fail with an
-//! error instead of panicking.
+//! The sections, symbols and `SHT_REL` relocations of a 64-bit little-endian ELF relocatable
+//! object, read with the `object` crate (its low-level ELF reader, which checks every offset and
+//! size against the file and returns an error rather than panicking), into the plain tables the
+//! loader works on. The byte readers below serve the hand-written BTF parser.
+
+use object::elf::{FileHeader64, Rel64, SHT_NOBITS, SHT_NULL, SHT_REL, SHT_SYMTAB};
+use object::read::elf::{FileHeader, Rel as _, SectionHeader as _, SectionTable, Sym as _};
+use object::LittleEndian;
 
 use crate::LoadError;
 
-pub const EM_BPF: u16 = 247;
-const SHT_SYMTAB: u32 = 2;
-const SHT_REL: u32 = 9;
-const SHT_NOBITS: u32 = 8;
-pub const STT_SECTION: u8 = 3;
-pub const SHN_UNDEF: u16 = 0;
-pub const STB_WEAK: u8 = 2;
+pub const EM_BPF: u16 = object::elf::EM_BPF;
+pub const STT_SECTION: u8 = object::elf::STT_SECTION;
+pub const SHN_UNDEF: u16 = object::elf::SHN_UNDEF;
+pub const STB_WEAK: u8 = object::elf::STB_WEAK;
 
 pub struct Section<'a> {
     pub name: String,
@@ -21,8 +22,6 @@ pub struct Section<'a> {
     /// Where `data` starts in the file.
     pub file_offset: u64,
     pub size: u64,
-    pub info: u32,
-    pub link: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -44,6 +43,10 @@ pub struct Rel {
 pub struct Elf<'a> {
     pub sections: Vec<Section<'a>>,
     pub symbols: Vec<Symbol>,
+    /// The section headers, for the relocations.
+    rels: SectionTable<'a, FileHeader64<LittleEndian>, &'a [u8]>,
+    endian: LittleEndian,
+    bytes: &'a [u8],
 }
 
 fn err(msg: impl Into<String>) -> LoadError {
@@ -56,9 +59,6 @@ pub(crate) fn u16_at(b: &[u8], off: usize) -> Option<u16> {
 pub(crate) fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(off..off.checked_add(4)?)?.try_into().ok()?))
 }
-pub(crate) fn u64_at(b: &[u8], off: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(off..off.checked_add(8)?)?.try_into().ok()?))
-}
 
 /// The NUL-terminated string at `off` of a string table.
 pub(crate) fn cstr_at(b: &[u8], off: usize) -> Option<String> {
@@ -67,10 +67,12 @@ pub(crate) fn cstr_at(b: &[u8], off: usize) -> Option<String> {
     Some(String::from_utf8_lossy(&rest[..end]).into_owned())
 }
 
-fn slice(b: &[u8], off: u64, len: u64) -> Option<&[u8]> {
-    let off = usize::try_from(off).ok()?;
-    let len = usize::try_from(len).ok()?;
-    b.get(off..off.checked_add(len)?)
+fn bad(e: object::read::Error) -> LoadError {
+    err(format!("malformed ELF file: {e}"))
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 impl<'a> Elf<'a> {
@@ -81,62 +83,44 @@ impl<'a> Elf<'a> {
         if b[4] != 2 || b[5] != 1 {
             return Err(err("not a 64-bit little-endian ELF file (BPF objects are ELF64 LE)"));
         }
-        let machine = u16_at(b, 18).unwrap_or(0);
+        let header = FileHeader64::<LittleEndian>::parse(b).map_err(bad)?;
+        let e = header.endian().map_err(bad)?;
+        let machine = header.e_machine(e);
         if machine != EM_BPF {
             return Err(err(format!("ELF machine is {machine}, not EM_BPF ({EM_BPF})")));
         }
-        let shoff = u64_at(b, 40).unwrap_or(0);
-        let shentsize = u16_at(b, 58).unwrap_or(0) as u64;
-        let shnum = u16_at(b, 60).unwrap_or(0) as u64;
-        let shstrndx = u16_at(b, 62).unwrap_or(0) as usize;
-        if shentsize < 64 {
-            return Err(err("ELF section header size is too small"));
-        }
-        let mut raw = Vec::new();
-        for i in 0..shnum {
-            let h = slice(b, shoff.saturating_add(i * shentsize), 64).ok_or_else(|| err("ELF section header out of file"))?;
-            let name = u32_at(h, 0).unwrap_or(0);
-            let kind = u32_at(h, 4).unwrap_or(0);
-            let offset = u64_at(h, 24).unwrap_or(0);
-            let size = u64_at(h, 32).unwrap_or(0);
-            let link = u32_at(h, 40).unwrap_or(0);
-            let info = u32_at(h, 44).unwrap_or(0);
-            let data = if kind == SHT_NOBITS || kind == 0 {
+        let table = header.sections(e, b).map_err(bad)?;
+        let mut sections = Vec::with_capacity(table.len());
+        for (i, h) in table.iter().enumerate() {
+            let kind = h.sh_type(e);
+            let data = if kind == SHT_NOBITS || kind == SHT_NULL {
                 &b[0..0]
             } else {
-                slice(b, offset, size).ok_or_else(|| err(format!("ELF section {i} out of file")))?
+                h.data(e, b).map_err(|_| err(format!("ELF section {i} out of file")))?
             };
-            raw.push((name, kind, data, offset, size, info, link));
-        }
-        let shstr = raw.get(shstrndx).map(|r| r.2).ok_or_else(|| err("ELF has no section name table"))?;
-        let sections: Vec<Section> = raw
-            .into_iter()
-            .map(|(name, kind, data, file_offset, size, info, link)| Section {
-                name: cstr_at(shstr, name as usize).unwrap_or_default(),
+            sections.push(Section {
+                name: table.section_name(e, h).map(lossy).unwrap_or_default(),
                 kind,
                 data,
-                file_offset,
-                size,
-                info,
-                link,
-            })
-            .collect();
+                file_offset: h.sh_offset(e),
+                size: h.sh_size(e),
+            });
+        }
         let mut symbols = Vec::new();
-        if let Some(symtab) = sections.iter().find(|s| s.kind == SHT_SYMTAB) {
-            let strtab = sections.get(symtab.link as usize).map(|s| s.data).unwrap_or(&[]);
-            for e in symtab.data.chunks_exact(24) {
-                let info = e[4];
+        if sections.iter().any(|s| s.kind == SHT_SYMTAB) {
+            let symtab = table.symbols(e, b, SHT_SYMTAB).map_err(bad)?;
+            for sym in symtab.iter() {
                 symbols.push(Symbol {
-                    name: cstr_at(strtab, u32_at(e, 0).unwrap_or(0) as usize).unwrap_or_default(),
-                    kind: info & 0xf,
-                    bind: info >> 4,
-                    section: u16_at(e, 6).unwrap_or(0),
-                    value: u64_at(e, 8).unwrap_or(0),
-                    size: u64_at(e, 16).unwrap_or(0),
+                    name: symtab.symbol_name(e, sym).map(lossy).unwrap_or_default(),
+                    kind: sym.st_type(),
+                    bind: sym.st_bind(),
+                    section: sym.st_shndx(e),
+                    value: sym.st_value(e),
+                    size: sym.st_size(e),
                 });
             }
         }
-        Ok(Elf { sections, symbols })
+        Ok(Elf { sections, symbols, rels: table, endian: e, bytes: b })
     }
 
     pub fn section_by_name(&self, name: &str) -> Option<(usize, &Section<'a>)> {
@@ -146,18 +130,18 @@ impl<'a> Elf<'a> {
     /// The relocations that apply to section `target`.
     pub fn relocations_for(&self, target: usize) -> Result<Vec<Rel>, LoadError> {
         let mut out = Vec::new();
-        for s in &self.sections {
-            if s.kind != SHT_REL || s.info as usize != target {
+        for (i, h) in self.rels.iter().enumerate() {
+            if h.sh_type(self.endian) != SHT_REL || h.sh_info(self.endian) as usize != target {
                 continue;
             }
-            for e in s.data.chunks_exact(16) {
-                let offset = u64_at(e, 0).unwrap_or(0);
-                let info = u64_at(e, 8).unwrap_or(0);
-                let symbol = (info >> 32) as usize;
+            let name = self.sections.get(i).map_or("", |s| s.name.as_str());
+            let rels: &[Rel64<LittleEndian>] = h.data_as_array(self.endian, self.bytes).map_err(|_| err(format!("relocation section {name} out of file")))?;
+            for r in rels {
+                let symbol = r.r_sym(self.endian) as usize;
                 if symbol >= self.symbols.len() {
-                    return Err(err(format!("relocation in {} names symbol {symbol}, which does not exist", s.name)));
+                    return Err(err(format!("relocation in {name} names symbol {symbol}, which does not exist")));
                 }
-                out.push(Rel { offset, symbol });
+                out.push(Rel { offset: r.r_offset(self.endian), symbol });
             }
         }
         Ok(out)
