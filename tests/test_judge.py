@@ -138,6 +138,10 @@ def test_judge_command(cli, write_trial, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "exists" in r.output
     r = cli("judge", path, "-o", tmp_path / "out", "--force")
     assert r.exit_code == 0 and "runs: 5 (5 from the cache" in r.output
+    moved = tmp_path / "out" / "trial.toml"  # a judge directory holding the trial: never replaced
+    moved.write_text(path.read_text())
+    r = cli("judge", moved, "-o", tmp_path / "out", "--force")
+    assert r.exit_code == 2 and "which judge reads" in r.output and moved.is_file()
     (tmp_path / "mine").mkdir()
     r = cli("judge", path, "-o", tmp_path / "mine", "--force")  # not a judgement: never replaced
     assert r.exit_code == 2 and "not a judge directory" in r.output and not any((tmp_path / "mine").iterdir())

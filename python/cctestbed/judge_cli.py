@@ -89,6 +89,10 @@ def register(app: typer.Typer) -> None:
                 fail(f"{output} exists; pass --force to replace it")
             if output.exists() and not ((output / JUDGE_FILE).is_file() and (output / "trials").is_dir()):
                 fail(f"{output} is not a judge directory (no {JUDGE_FILE} and trials/); not replaced")
+            inside = [p for p in (trial_file, *trial.input_files(), *([] if no_cache else [cache or default_cache()]))
+                      if Path(p).absolute().resolve().is_relative_to(output.absolute().resolve())]
+            if output.exists() and inside:
+                fail(f"{output} holds {inside[0]}, which judge reads; not replaced")
             try:
                 check_destination(output)
             except DestinationError as e:
