@@ -802,6 +802,12 @@ pub(crate) enum K {
     MovSext,
     /// `rd = &rodata + c; rd = *(rd + off)` of a read-only section: the loaded value is `imm`.
     LdConst,
+    /// `rd = imm; if rs > rd goto off` (and the signed form).
+    MovIJgt,
+    MovIJsgt,
+    /// `rd = *(u32 *)(rs + off); if rd == / != c goto t`, with `imm` = `t << 32 | c as u32`.
+    Ldx4Jeq,
+    Ldx4Jne,
 }
 
 /// One pre-decoded instruction (16 bytes). For jumps `off` is the absolute target.
@@ -846,6 +852,23 @@ pub(crate) fn compile(insns: &[Insn], data: &[DataSection]) -> Vec<Fast> {
             }
             if is(1, 0xc7, x.dst, 32) {
                 out[i] = fast(K::Sext, 2, 0);
+                continue;
+            }
+        }
+        // rd = imm; if rX > rd goto (jump targets of the pair are the jump's own)
+        if x.code == 0xb7 && x.off == 0 {
+            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x2d | 0x6d) && y.src == x.dst && y.dst <= 10) {
+                let k = if y.code == 0x2d { K::MovIJgt } else { K::MovIJsgt };
+                out[i] = Fast { k, d: x.dst, s: y.dst, off: (i as i64 + 2 + y.off as i64) as i32, imm: x.imm as u64 };
+                continue;
+            }
+        }
+        // rd = *(u32 *)(rs + off); if rd ==/!= c goto
+        if x.code == 0x61 && x.src != 10 {
+            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x15 | 0x55) && y.dst == x.dst) {
+                let k = if y.code == 0x15 { K::Ldx4Jeq } else { K::Ldx4Jne };
+                let target = (i as i64 + 2 + y.off as i64) as u32 as u64;
+                out[i] = Fast { k, d: x.dst, s: x.src, off: x.off as i32, imm: target << 32 | y.imm as u32 as u64 };
                 continue;
             }
         }
@@ -1194,6 +1217,23 @@ fn run_fast(m: &mut Machine, insns: &[Insn], code: &[Fast], cpu: &mut Cpu) -> Re
                 pc += 3;
                 budget -= 2;
             }
+            K::MovIJgt | K::MovIJsgt => {
+                r[d] = imm;
+                budget -= 2;
+                let taken = if x.k == K::MovIJgt { r[s] > imm } else { r[s] as i64 > imm as i64 };
+                pc = if taken { x.off as usize } else { pc + 2 };
+            }
+            K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, r[s].wrapping_add(x.off as i64 as u64)) {
+                Some(b) => {
+                    let v = u32::from_le_bytes(b) as u64;
+                    r[d] = v;
+                    budget -= 2;
+                    let c = imm as u32 as i32 as i64 as u64;
+                    let taken = (v == c) == (x.k == K::Ldx4Jeq);
+                    pc = if taken { (imm >> 32) as usize } else { pc + 2 };
+                }
+                None => step!(),
+            },
         }
     }
 }
