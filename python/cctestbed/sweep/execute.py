@@ -8,6 +8,7 @@ produce the same directory, and killing the sweep loses at most the trials still
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -251,10 +252,131 @@ def check_cluster_address(address: str) -> None:
         )
 
 
+#: Most bytes a Dask scheduler's handshake takes (it is a few hundred): a larger length read from
+#: the peer says it speaks another protocol ("HTTP/1.1" read as a length is 3.07 EiB).
+MAX_HANDSHAKE_BYTES = 1 << 20
+
+
+def _unreachable(address: str, timeout: float, why: str) -> RuntimeError:
+    return RuntimeError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s: {why}")
+
+
+def probe_scheduler(address: str, timeout: float = DASK_CONNECT_TIMEOUT_S) -> None:
+    """Raise RuntimeError (one line, saying why) unless a Dask scheduler answers at ``address``
+    within ``timeout`` seconds, before Dask's client is started: a scheduler sends its handshake
+    as soon as a connection opens, so this connects (tcp, tls, ws, wss), and for tcp and tls reads
+    the handshake's length and frames, bounded in size and time. Something else listening (an HTTP
+    server or proxy, a silent service) is refused by what it sends or by its silence, where Dask's
+    client would wait without end or try to allocate exabytes; tls/wss without Dask's TLS
+    settings and ucx without its package are refused at once."""
+    import socket
+    import ssl
+    import struct
+
+    scheme = address.split("://", 1)[0]
+    m = CLUSTER_ADDRESS.match(address)
+    if m is None:  # inproc://, checked elsewhere
+        return
+    host, port = m.group(2).strip("[]"), int(m.group(3))
+    if scheme == "ucx":
+        import importlib.util
+
+        if not any(importlib.util.find_spec(x) for x in ("distributed_ucxx", "ucp")):
+            raise RuntimeError(f"--cluster {address}: ucx:// needs the distributed-ucxx package, which is not "
+                               "installed here; use tcp://")
+        return
+    ctx: Optional[ssl.SSLContext] = None
+    if scheme in ("tls", "wss"):
+        from distributed.security import Security
+
+        ctx = Security().get_connection_args("client").get("ssl_context")
+        if ctx is None:
+            raise RuntimeError(
+                f"--cluster {address}: {scheme}:// needs Dask's TLS settings (distributed.comm.tls.ca-file, "
+                "distributed.comm.tls.client.cert and .key in the Dask configuration) and none are set; "
+                "set them or use tcp://"
+            )
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        r = deadline - time.monotonic()
+        if r <= 0:
+            raise socket.timeout()
+        return r
+
+    try:
+        sock = socket.create_connection((host, port), timeout=left())
+    except socket.timeout:
+        raise _unreachable(address, timeout, "no answer") from None
+    except OSError as e:
+        raise _unreachable(address, timeout, e.strerror or _error_text(e)) from None
+    try:
+        if ctx is not None:
+            sock.settimeout(left())
+            sock = ctx.wrap_socket(sock, server_hostname=host if ctx.check_hostname else None)
+        if scheme in ("ws", "wss"):  # a WebSocket's handshake is Dask's client's to make
+            return
+
+        def read(n: int) -> bytes:
+            buf = b""
+            while len(buf) < n:
+                sock.settimeout(left())
+                chunk = sock.recv(n - len(buf))
+                if not chunk:
+                    raise ConnectionError("the connection was closed")
+                buf += chunk
+            return buf
+
+        head = read(8)
+        (size,) = struct.unpack("<Q", head)
+        if head[:4] in (b"HTTP", b"<!DO", b"<htm", b"<HTM"):
+            raise _unreachable(address, timeout, "an HTTP server answers there, not a Dask scheduler")
+        if not 0 < size <= MAX_HANDSHAKE_BYTES:
+            raise _unreachable(address, timeout, "what answers there does not speak Dask's protocol")
+        from distributed.protocol import loads
+        from distributed.protocol.utils import unpack_frames
+
+        frames, more = unpack_frames(read(size), partial=True)
+        if more or not isinstance(loads(frames), dict):
+            raise ValueError("not a handshake")
+    except RuntimeError:
+        raise
+    except socket.timeout:
+        raise _unreachable(address, timeout, "something listens there but sent no Dask handshake") from None
+    except ssl.SSLError as e:
+        raise _unreachable(address, timeout, f"TLS failed: {e.reason or e}") from None
+    except OSError as e:
+        raise _unreachable(address, timeout, e.strerror or _error_text(e)) from None
+    except Exception:  # a length that is not followed by Dask's frames
+        raise _unreachable(address, timeout, "what answers there does not speak Dask's protocol") from None
+    finally:
+        sock.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _client_class() -> Any:
+    """Dask's ``Client``, whose failed start leaves nothing to close: Dask's own ``__del__`` would
+    otherwise wait 10 s on the stopped event loop and print a traceback."""
+    from distributed import Client
+
+    class _Client(Client):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                self.status = "closed"
+                try:
+                    self._loop_runner.stop()
+                except Exception:
+                    pass
+                raise
+
+    return _Client
+
+
 def connect(cluster: Any, timeout: Optional[float] = None) -> Any:
     """A Dask ``Client`` of ``cluster`` (an address like ``tcp://host:8786``, or a cluster object
     such as ``LocalCluster``) whose workers run this cctestbed; RuntimeError saying why not."""
-    from distributed import Client
 
     timeout = DASK_CONNECT_TIMEOUT_S if timeout is None else timeout
     if isinstance(cluster, str):
@@ -262,8 +384,10 @@ def connect(cluster: Any, timeout: Optional[float] = None) -> Any:
             check_cluster_address(cluster)
         except ValueError as e:
             raise RuntimeError(str(e)) from None
+    if isinstance(cluster, str):
+        probe_scheduler(cluster, timeout)
     try:
-        client = Client(cluster, set_as_default=False, timeout=timeout)
+        client = _client_class()(cluster, set_as_default=False, timeout=timeout)
     except Exception as e:  # OSError, TimeoutError, a refused handshake, ...
         raise RuntimeError(f"cannot reach the Dask scheduler at {cluster} within {timeout:g} s: {_error_text(e)}") from None
     try:
