@@ -86,6 +86,13 @@ def sweep_command(
     allow_large: bool = typer.Option(
         False, "--allow-large", help="Run trials past the resource limits, and sweeps of more than 100,000 trials."
     ),
+    until: Optional[str] = typer.Option(
+        None, "--until", help="Add seeds per point until e.g. 'ci95(groups.bbr.share) <= 0.02' (Student-t 95 % "
+        "half-width, in the metric's units, or '5%' of the point's mean)."
+    ),
+    max_seeds: Optional[int] = typer.Option(
+        None, "--max-seeds", min=2, help="With --until: seeds per point at most (default 30)."
+    ),
 ) -> None:
     """Run every trial of a sweep (axes x seeds) and collect trials.parquet; finished trials are kept."""
     from .store import Store, StoreBusy, StoreMismatch
@@ -121,6 +128,7 @@ def sweep_command(
             _refuse(str(sweep_file), e.problems)
     if cluster is not None and workers is not None:
         fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
+    rule, max_seeds = _until_rule(sweep, until, max_seeds, output if sweep_file is None else None)
     dest = output if output is not None else Path("results") / sweep.name
     store = Store(dest)
     try:
@@ -185,6 +193,10 @@ def sweep_command(
             out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
         if n_trials > MAX_SWEEP_TRIALS and not allow_large:
             out.print(f"note: {too_many}")
+        if rule is not None:
+            out.print(f"--until {rule.text!r}: this is the first round ({max(2, len(sweep.seeds))} seed(s) a point); "
+                      f"points not yet within it then get one seed more a round, up to {max_seeds} a point "
+                      f"({max_seeds / max(2, len(sweep.seeds)):.3g} times this at most)")
         return
 
     if n_trials > MAX_SWEEP_TRIALS and not allow_large:
@@ -249,6 +261,10 @@ def sweep_command(
         progress.advance(task)
 
     t0 = time.perf_counter()
+    if rule is not None:
+        _run_adaptive(sweep, dest, rule, max_seeds, n_workers, client, resume, trial_plots, progress, task, head,
+                      cluster)
+        return
     try:
         run = run_sweep(sweep, dest, workers=n_workers, cluster=client, resume=resume,
                         trial_plots=trial_plots, report=report)
@@ -275,6 +291,116 @@ def sweep_command(
         out.print(f"failed trials are recorded in {dest / 'failed'} and run again on the next sweep into {dest}")
     if run.failed or run.interrupted:
         raise typer.Exit(1 if not run.interrupted else 130)
+
+
+def _until_rule(sweep: Any, until: Optional[str], max_seeds: Optional[int],
+                resume_dir: Optional[Path]) -> tuple[Any, int]:
+    """The --until rule (parsed, checked against the sweep's groups) and --max-seeds; with
+    ``--resume -o DIR`` and no --until, the rule DIR's adaptive sweep ran with. Exits 2 on a bad one."""
+    from .adaptive import DEFAULT_MAX_SEEDS, UntilError, group_labels, parse_until, read_adaptive
+
+    if until is None and resume_dir is not None:
+        stored = read_adaptive(resume_dir)
+        if stored and isinstance(stored.get("until"), dict):
+            until = str(stored["until"].get("text"))
+            if max_seeds is None and isinstance(stored.get("max_seeds"), int):
+                max_seeds = stored["max_seeds"]
+    if until is None:
+        if max_seeds is not None:
+            fail("--max-seeds goes with --until (the stopping rule it bounds)")
+        return None, 0
+    n = DEFAULT_MAX_SEEDS if max_seeds is None else max_seeds
+    try:
+        rule = parse_until(until, sorted(group_labels(sweep)))
+    except UntilError as e:
+        fail(f"{e}; nothing was written")
+    start = max(2, len(sweep.seeds))
+    if n < start:
+        fail(f"--max-seeds {n}: below the {start} seed(s) every point starts with (the sweep's seeds, at least 2 "
+             "for an interval); nothing was written")
+    return rule, n
+
+
+def _run_adaptive(sweep: Any, dest: Path, rule: Any, max_seeds: int, n_workers: int, client: Any, resume: bool,
+                  trial_plots: bool, progress: Any, task: Any, head: str, cluster: Optional[str]) -> None:
+    """`sweep --until`: rounds of trials until every point's interval is tight or at --max-seeds."""
+    from .adaptive import UntilError, run_adaptive
+    from .store import StoreBusy, StoreMismatch
+
+    state = {"base": 0}
+
+    def on_round(n: int, open_points: int, todo: int) -> None:
+        if n == 1:
+            err.print(head, markup=True)
+            err.print(f"until {escape(rule.text)} (95 % Student-t interval over each point's seeds), "
+                      f"at most {max_seeds} seeds a point")
+        else:
+            err.print(f"round {n}: {open_points} point(s) not yet within the bound get one more seed: {todo} trial(s)")
+        state["base"] = int(progress.tasks[0].completed)
+        progress.update(task, total=state["base"] + todo)
+        progress.start()
+
+    def report(event: str, spec: Any, res: dict[str, Any]) -> None:
+        if event == "start":
+            return
+        if event == "failed":
+            progress.update(task, failed=progress.tasks[0].fields["failed"] + 1)
+            vals = ", ".join(f"{k}={v}" for k, v in spec.values.items())
+            err.tagged("failed", "red", f"{vals} seed {spec.seed}: {res['error']}")
+        progress.advance(task)
+
+    t0 = time.perf_counter()
+    try:
+        run = run_adaptive(sweep, dest, rule, max_seeds, workers=n_workers, cluster=client, resume=resume,
+                           trial_plots=trial_plots, report=report, on_round=on_round)
+    except UntilError as e:
+        progress.stop()
+        fail(str(e))
+    except (StoreBusy, StoreMismatch) as e:
+        progress.stop()
+        fail(str(e))
+    except (OSError, RuntimeError) as e:
+        progress.stop()
+        fail(f"the sweep could not run: {e}", 1)
+    finally:
+        progress.stop()
+        if client is not None:
+            client.close()
+    wall = time.perf_counter() - t0
+    seeds = [len(p.seeds) for p in run.points]
+    out.print(escape(
+        f"{sweep.name}: {run.done} trial(s) run, {run.skipped} already finished, {run.failed} point(s) with failed "
+        f"trials, in {run.rounds} round(s), {_duration(wall)}") + (" [yellow](interrupted)[/]" if run.interrupted else ""),
+        markup=True)
+    conv = len(run.points) - len(run.not_converged)
+    out.print(f"until {rule.text}: {conv} of {len(run.points)} point(s) converged; seeds per point "
+              f"{min(seeds, default=0)}-{max(seeds, default=0)}, {sum(seeds)} in all (at most {max_seeds} a point)")
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for c in sweep.columns:
+        t.add_column(c)
+    for c in ("seeds", "mean", "ci95 +-", "bound", "state"):
+        t.add_column(c, justify="right" if c != "state" else "left")
+    for p in run.points:
+        lim = None if p.mean is None else rule.limit(p.mean)
+        style = "green" if p.status == "converged" else "red"
+        t.add_row(*(str(p.values[c]) for c in sweep.columns), str(len(p.seeds)), _num(p.mean), _num(p.half_width),
+                  _num(lim), Text(p.status, style=style))
+    out.print(t)
+    if run.not_converged:
+        out.print(f"not converged: {len(run.not_converged)} point(s) (listed above; sweep.json 'adaptive')")
+    out.print(f"table:   {dest / 'trials.parquet'}    per point: {dest / 'sweep.json'} ('adaptive')")
+    out.print(f"plots:   cctestbed plot {dest}    report: cctestbed report {dest}")
+    if run.interrupted:
+        raise typer.Exit(130)
+    if run.failed:
+        raise typer.Exit(1)
+
+
+def _num(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.4g}"
 
 
 def plot_command(

@@ -211,6 +211,10 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
             f'<figure id="fig-{_esc(stem)}"><img src="{_esc(rel)}" alt="{_esc(stem)} vs {_esc(x)}">'
             f"<figcaption>{_esc(caption)}</figcaption></figure>"
         )
+    if isinstance(meta.get("adaptive"), dict):
+        from .adaptive import adaptive_html
+
+        parts.append(adaptive_html(meta["adaptive"], list(data.columns)))
     parts.append("<h2>Per point (mean over seeds)</h2>")
     parts.append(point_table(data, all_rows))
     if len(failed):
