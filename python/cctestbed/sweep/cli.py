@@ -8,6 +8,7 @@ written.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
@@ -525,6 +526,83 @@ def report_command(
     out.print(f"report: {path}")
 
 
+def bisect_command(
+    file: Path = typer.Argument(..., help="A trial file, or a sweep file without axes (its base, seeds, steady window)."),
+    field_path: str = typer.Option(..., "--field", help="The trial field to vary, as a sweep axis: link.queue, link.capacity, flows.1.count."),
+    range_text: str = typer.Option(..., "--range", help="LO:HI, the same unit at both ends: 0.25bdp:16bdp, 10Mbit:100Mbit, 1:16."),
+    metric: str = typer.Option(..., "--metric", help="A numeric trials.parquet column, e.g. groups.bbr.share."),
+    threshold: float = typer.Option(..., "--threshold", help="The value it crosses, in the metric's units (a share: 0.5)."),
+    steps: int = typer.Option(8, "--steps", min=1, max=60, help="Midpoints to run at most, after the two ends."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Seeds per probe (default: the file's)."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="log, linear or integer (default: log for values with a unit, integer for counts, else linear)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Directory (default: results/bisect-<name>-<field>)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, help="Local worker processes (default: all cores)."),
+) -> None:
+    """Find the value of one field at which a metric crosses a threshold, by bisection (with its bracket)."""
+    from ..config import ConfigError, read_trial_file
+    from .bisect import BisectError, check_bisect_dir, parse_range, run_bisect
+    from .spec import SweepError
+
+    try:
+        doc = read_trial_file(file, "trial or sweep file")
+    except ConfigError as e:
+        _refuse(str(file), e.problems, "trial or sweep file")
+    if not isinstance(doc, dict):
+        fail(f"{file}: expected a table of settings")
+    try:
+        rng = parse_range(range_text, field_path, scale)
+    except BisectError as e:
+        fail(f"{e}; nothing was written")
+    stem = re.sub(r"[^A-Za-z0-9._+-]", "_", str(doc.get("name") or file.stem)) or "trial"
+    name = f"bisect-{stem}-{re.sub(r'[^A-Za-z0-9]', '_', field_path)}"[:200]
+    dest = output if output is not None else Path("results") / name
+    try:
+        check_bisect_dir(dest)
+    except BisectError as e:
+        fail(str(e))
+    err.print(f"bisecting {escape(field_path)} over {escape(range_text)} ({rng.scale} scale) for {escape(metric)} "
+              f"= {threshold:g}, at most {steps} step(s)")
+
+    def on_probe(values: list[Any]) -> None:
+        err.print(f"  running {escape(field_path)} = {escape(', '.join(map(str, values)))}")
+
+    try:
+        res = run_bisect(doc, dest, field_path, rng, metric, threshold, steps=steps, seeds=seeds,
+                         workers=workers or os.cpu_count() or 1, name=name, source=str(file), on_probe=on_probe)
+    except SweepError as e:
+        _refuse(str(file), e.problems, "bisection")
+    except BisectError as e:
+        out.print(f"[red]refused:[/] {escape(str(e))}", markup=True)
+        if e.partial is not None and e.partial.probes:
+            out.print(_probes_table(e.partial, field_path, metric))
+        if (dest / "bisect.json").is_file():
+            out.print(f"probes: {dest / 'bisect.json'}")
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        out.print("interrupted; run the same command again to go on (finished trials are reused)")
+        raise typer.Exit(130)
+    assert res.lo is not None and res.hi is not None
+    out.print(_probes_table(res, field_path, metric))
+    lo, hi = sorted((res.lo, res.hi), key=lambda p: p.x)
+    out.print(escape(
+        f"{metric} {res.direction} through {threshold:g} between {field_path} = {lo.value} ({lo.mean:.4g}) and "
+        f"{hi.value} ({hi.mean:.4g}); estimate {rng.value(res.crossing) if res.crossing is not None else '-'} "
+        f"({rng.scale} interpolation); {res.steps} step(s) on a {rng.scale} scale"
+        + (" (stopped: the bracket cannot be split further)" if res.stopped == "resolution" else "")))
+    out.print(f"result:  {dest / 'bisect.json'}    trials: {dest / 'trials.parquet'}")
+
+
+def _probes_table(res: Any, field_path: str, metric: str) -> Any:
+    from rich.table import Table
+
+    t = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for c in ("#", field_path, metric, "ci95 +-", "seeds"):
+        t.add_column(c, justify="right")
+    for i, p in enumerate(res.probes):
+        t.add_row(str(i), str(p.value), _num(p.mean), _num(p.half_width), str(len(p.values)))
+    return t
+
+
 def _uses_kernel(sweep: Any) -> bool:
     """Whether any trial of the sweep runs on the kernel backend (read from its base and axes)."""
     if sweep.base.get("backend") == "kernel":
@@ -537,3 +615,4 @@ def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep_command)
     app.command("plot")(plot_command)
     app.command("report")(report_command)
+    app.command("bisect")(bisect_command)
