@@ -88,6 +88,8 @@ class TrialInfo:
     workload_groups: tuple[str, ...] = field(default=())
     #: The labels of the groups that send in the reverse direction.
     reverse_groups: tuple[str, ...] = field(default=())
+    #: The trial's normalised configuration (``Trial.to_core()``), for the models; None when unknown.
+    core: Optional[dict[str, Any]] = field(default=None, compare=False, hash=False, repr=False)
 
     @classmethod
     def from_trial(cls, trial: Any, backend: str = "sim") -> "TrialInfo":
@@ -109,6 +111,7 @@ class TrialInfo:
             reverse_capacity_bps=None if trial.link.reverse is None else trial.link.reverse.capacity,
             workload_groups=tuple(dict.fromkeys(g.label for g in trial.flows if g.arrivals is not None)),
             reverse_groups=tuple(dict.fromkeys(g.label for g in trial.flows if g.flow_direction == "reverse")),
+            core=trial.to_core(),
         )
 
     def capacity_steps(self) -> list[tuple[float, int]]:
@@ -500,6 +503,9 @@ def summarize(
     arrays = flow_arrays(long_flows(flows, info))  # the long flows split once, for both
     out["scores"] = scores(flows, router, info, arrays)
     out["phenomena"] = phenomena(flows, router, info, completions, arrays)
+    from .models import models  # model predictions beside the measurements (cctestbed.models)
+
+    out["models"] = models(flows, out, info)
     return out
 
 

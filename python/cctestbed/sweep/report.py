@@ -217,6 +217,9 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
         parts.append(adaptive_html(meta["adaptive"], list(data.columns)))
     parts.append("<h2>Per point (mean over seeds)</h2>")
     parts.append(point_table(data, all_rows))
+    from .modelreport import models_html
+
+    parts.append(models_html(all_rows, data.axes))
     if len(failed):
         parts.append(f"<h2>Failed trials ({len(failed)})</h2><table id=\"failed\"><thead><tr>")
         parts.append("".join(f'<th class="k">{_esc(a)}</th>' for a in data.axes) + '<th>seed</th><th class="k">error</th>')
