@@ -132,7 +132,8 @@ def test_cli_refusals(tmp_path):
     f.write_text(TRIAL)
     base = ["bisect", str(f), "--field", "link.capacity", "--metric", "groups.cubic.share", "-o", str(tmp_path / "o")]
     r = CliRunner().invoke(app, [*base, "--range", "1Mbit:4Mbit", "--threshold", "50"])
-    assert r.exit_code == 1 and "fraction of 1" in r.output and "0.5" in r.output
+    assert r.exit_code == 2 and "fraction of 1" in r.output and "0.5" in r.output
+    assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(app, [*base, "--range", "1Mbit:4bdp", "--threshold", "0.5"])
     assert r.exit_code == 2 and "different units" in r.output
     r = CliRunner().invoke(app, ["bisect", str(f), "--field", "link.nosuch", "--range", "1:4", "--metric",

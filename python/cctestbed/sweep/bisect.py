@@ -254,9 +254,7 @@ def run_bisect(
     from .spec import parse_sweep
     from .store import Store, atomic_write_bytes, trial_metrics
 
-    if metric.split(".")[-1] in FRACTION_SUFFIXES and threshold >= 1:
-        raise BisectError(f"--threshold {threshold:g}: {metric} is a fraction of 1 (0.55 is 55 %), so it never "
-                          f"reaches {threshold:g}; write {threshold / 100:g} for {threshold:g} %")
+    check_threshold(metric, threshold)
     run_values: list[Any] = []
     store = Store(Path(out))
     # a first parse checks the field and both ends before anything runs
@@ -304,6 +302,13 @@ def run_bisect(
         raise error
     assert result is not None
     return result
+
+
+def check_threshold(metric: str, threshold: float) -> None:
+    """Refuse a threshold a fraction-of-1 metric (a share, Jain's index, utilization) never reaches."""
+    if metric.split(".")[-1] in FRACTION_SUFFIXES and threshold >= 1:
+        raise BisectError(f"--threshold {threshold:g}: {metric} is a fraction of 1 (0.55 is 55 %), so it never "
+                          f"reaches {threshold:g}; write {threshold / 100:g} for {threshold:g} %")
 
 
 def check_bisect_dir(out: Path) -> None:

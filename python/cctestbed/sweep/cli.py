@@ -540,7 +540,7 @@ def bisect_command(
 ) -> None:
     """Find the value of one field at which a metric crosses a threshold, by bisection (with its bracket)."""
     from ..config import ConfigError, read_trial_file
-    from .bisect import BisectError, check_bisect_dir, parse_range, run_bisect
+    from .bisect import BisectError, check_bisect_dir, check_threshold, parse_range, run_bisect
     from .spec import SweepError
 
     try:
@@ -551,6 +551,7 @@ def bisect_command(
         fail(f"{file}: expected a table of settings")
     try:
         rng = parse_range(range_text, field_path, scale)
+        check_threshold(metric, threshold)
     except BisectError as e:
         fail(f"{e}; nothing was written")
     stem = re.sub(r"[^A-Za-z0-9._+-]", "_", str(doc.get("name") or file.stem)) or "trial"
