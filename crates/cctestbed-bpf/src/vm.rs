@@ -117,7 +117,9 @@ pub(crate) fn validate(insns: &[Insn], name: &str) -> Result<(), LoadError> {
                 0xd0 => matches!(x.imm, 16 | 32 | 64) && (class == 4 || x.code & 0x08 == 0),
                 0x80 => x.code & 0x08 == 0,
                 0x30 | 0x90 => matches!(x.off, 0 | 1),
-                0xb0 => matches!(x.off, 0 | 8 | 16 | 32) && !(class == 4 && x.off == 32),
+                // sign-extending moves (off 8/16/32) take a register; the kernel refuses an
+                // immediate move with a non-zero offset ("BPF_MOV uses reserved fields")
+                0xb0 => matches!(x.off, 0 | 8 | 16 | 32) && !(class == 4 && x.off == 32) && (x.code & 0x08 != 0 || x.off == 0),
                 0xe0 | 0xf0 => false,
                 _ => true,
             },
@@ -136,6 +138,11 @@ pub(crate) fn validate(insns: &[Insn], name: &str) -> Result<(), LoadError> {
         let writes_dst = matches!(class, 0 | 1 | 4 | 7);
         if writes_dst && x.dst == 10 {
             return Err(bad(i, "write to r10 (the frame pointer)"));
+        }
+        // an atomic fetch loads the old value into its source register (cmpxchg into r0); the
+        // kernel's verifier refuses r10 there too ("frame pointer is read only")
+        if class == 3 && x.code & 0xe0 == 0xc0 && x.imm & 1 != 0 && x.imm != 0xf1 && x.src == 10 {
+            return Err(bad(i, "atomic fetch into r10 (the frame pointer)"));
         }
         if class == 5 || class == 6 {
             let target = match x.code {
@@ -1013,6 +1020,24 @@ pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize) 
     }
 }
 
+/// Runs a program from `entry` with `budget` instructions, through the fast loop over `code`
+/// or, when `code` is None, through the reference interpreter [`step`] alone (for the
+/// differential tests, which hold the fast loop to the reference).
+#[cfg(test)]
+pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
+    let mut cpu = Cpu::new(entry);
+    cpu.budget = budget;
+    loop {
+        let done = match code {
+            Some(code) => run_fast(m, insns, code, &mut cpu)?,
+            None => step(m, insns, &mut cpu)?,
+        };
+        if let Some(r0) = done {
+            return Ok(r0);
+        }
+    }
+}
+
 /// The fast loop; returns to [`run`] after each [`step`].
 fn run_fast(m: &mut Machine, insns: &[Insn], code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>, (usize, String)> {
     let mut pc = cpu.pc;
@@ -1365,6 +1390,9 @@ fn alu32(code: u8, off: i16, imm: i64, dst: u64, src: u64) -> u64 {
     };
     v as u64
 }
+
+#[cfg(test)]
+mod difftest;
 
 /// Instruction semantics the project's objects (built for ISA v1) do not reach: ISA v4's
 /// signed division, sign-extending moves and loads, byte swaps, long jumps, and the atomics.
