@@ -263,6 +263,14 @@ impl Object {
         if ops.iter().all(|o| o.is_none()) {
             return Err(err("tcp_congestion_ops names no program"));
         }
+        let missing = missing_required_ops(&ops);
+        if !missing.is_empty() {
+            return Err(err(format!(
+                "tcp_congestion_ops {} ({name}) lacks {}: the kernel refuses to register it (tcp_validate_congestion_control needs ssthresh, undo_cwnd, and cong_avoid or cong_control)",
+                var.name,
+                missing.join(" and ")
+            )));
+        }
 
         let shared = Shared {
             data: data.iter().map(|d| if d.writable { d.initial.clone() } else { Vec::new() }).collect(),
@@ -328,6 +336,23 @@ fn program_display_name(elf: &Elf, sec: usize, section: &str, function: &str) ->
     } else {
         section.to_string()
     }
+}
+
+/// The ops `tcp_validate_congestion_control` (net/ipv4/tcp_cong.c) requires and `ops` lacks:
+/// `ssthresh`, `undo_cwnd`, and one of `cong_avoid` or `cong_control`.
+fn missing_required_ops(ops: &[Option<usize>; 12]) -> Vec<&'static str> {
+    let has = |op: Op| ops[op.index()].is_some();
+    let mut missing = Vec::new();
+    if !has(Op::Ssthresh) {
+        missing.push("ssthresh");
+    }
+    if !has(Op::UndoCwnd) {
+        missing.push("undo_cwnd");
+    }
+    if !has(Op::CongAvoid) && !has(Op::CongControl) {
+        missing.push("cong_avoid or cong_control");
+    }
+    missing
 }
 
 /// The `tcp_congestion_ops` variable to load among those of `.struct_ops`: the one `select`

@@ -19,7 +19,7 @@ fn name_flags_and_ops() {
     let Some(obj) = features() else { return };
     assert_eq!(obj.name(), "bpf_ft");
     assert_eq!(obj.flags(), 2);
-    for op in [Op::Ssthresh, Op::UndoCwnd, Op::Init, Op::CwndEvent, Op::PktsAcked, Op::InAckEvent, Op::Release, Op::SetState] {
+    for op in [Op::Ssthresh, Op::UndoCwnd, Op::CongAvoid, Op::Init, Op::CwndEvent, Op::PktsAcked, Op::InAckEvent, Op::Release, Op::SetState] {
         assert!(obj.has_op(op), "{op}");
     }
     assert!(!obj.has_op(Op::CongControl));

@@ -66,6 +66,23 @@ fn refuses_a_field_the_view_lacks() {
     assert!(e.contains("rcv_ssthresh") && e.contains("tcp_sock"), "{e}");
 }
 
+/// `tcp_validate_congestion_control` (net/ipv4/tcp_cong.c): ssthresh, undo_cwnd, and cong_avoid
+/// or cong_control; only the selected tcp_congestion_ops is checked.
+#[test]
+fn refuses_ops_the_kernel_would_not_register() {
+    let Some(b) = compile("no_undo_cwnd") else { return };
+    let load = |name: &str| Object::load_selected(&b, &ccbpf::DEFAULT_KCONFIG, Some(name));
+    let e = load("bpf_nu").unwrap_err().to_string();
+    eprintln!("{e}");
+    assert!(e.contains("bpf_nu") && e.contains("lacks undo_cwnd:") && e.contains("tcp_validate_congestion_control"), "{e}");
+    let e = load("bpf_nca").unwrap_err().to_string();
+    assert!(e.contains("lacks undo_cwnd and cong_avoid or cong_control:"), "{e}");
+    let obj = load("bpf_cc").unwrap_or_else(|e| panic!("{e}"));
+    assert!(obj.has_op(Op::CongControl) && !obj.has_op(Op::CongAvoid));
+    // with three named ops and none chosen, the choice is asked for before any check
+    assert!(refusal(&b).contains("choose one"));
+}
+
 #[test]
 fn refuses_an_object_without_struct_ops() {
     let Some(b) = compile("no_struct_ops") else { return };

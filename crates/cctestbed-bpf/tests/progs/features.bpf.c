@@ -59,6 +59,11 @@ __u32 BPF_PROG(ft_undo_cwnd, struct sock *sk)
 	       BPF_CORE_READ_BITFIELD((struct inet_connection_sock *)sk, icsk_ca_state);
 }
 
+SEC("struct_ops/ft_cong_avoid")
+void BPF_PROG(ft_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+}
+
 SEC("struct_ops/ft_init")
 void BPF_PROG(ft_init, struct sock *sk)
 {
@@ -128,6 +133,7 @@ SEC(".struct_ops")
 struct tcp_congestion_ops ft = {
 	.ssthresh = (void *)ft_ssthresh,
 	.undo_cwnd = (void *)ft_undo_cwnd,
+	.cong_avoid = (void *)ft_cong_avoid,
 	.init = (void *)ft_init,
 	.cwnd_event = (void *)ft_cwnd_event,
 	.pkts_acked = (void *)ft_pkts_acked,

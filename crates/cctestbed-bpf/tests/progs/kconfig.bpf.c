@@ -23,6 +23,11 @@ __u32 BPF_PROG(kc_undo_cwnd, struct sock *sk)
 	return CONFIG_NOT_AN_OPTION + 7;
 }
 
+SEC("struct_ops/kc_cong_avoid")
+void BPF_PROG(kc_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+}
+
 SEC("struct_ops/kc_min_tso_segs")
 __u32 BPF_PROG(kc_min_tso_segs, struct sock *sk)
 {
@@ -34,5 +39,6 @@ struct tcp_congestion_ops kc = {
 	.ssthresh = (void *)kc_ssthresh,
 	.undo_cwnd = (void *)kc_undo_cwnd,
 	.min_tso_segs = (void *)kc_min_tso_segs,
+	.cong_avoid = (void *)kc_cong_avoid,
 	.name = "bpf_kc",
 };

@@ -29,6 +29,11 @@ __u32 BPF_PROG(so_undo, struct sock *sk)
 }
 
 SEC("struct_ops")
+void BPF_PROG(so_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+}
+
+SEC("struct_ops")
 void BPF_PROG(so_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
@@ -74,6 +79,7 @@ SEC(".struct_ops")
 struct tcp_congestion_ops so_first = {
 	.ssthresh = (void *)so_ssthresh,
 	.undo_cwnd = (void *)so_undo,
+	.cong_avoid = (void *)so_cong_avoid,
 	.name = "bpf_so_first",
 };
 
@@ -82,5 +88,6 @@ struct tcp_congestion_ops so = {
 	.ssthresh = (void *)so_undo,
 	.undo_cwnd = (void *)so_ssthresh,
 	.cwnd_event = (void *)so_cwnd_event,
+	.cong_avoid = (void *)so_cong_avoid,
 	.name = "bpf_so",
 };
