@@ -94,6 +94,14 @@ def sweep_command(
     max_seeds: Optional[int] = typer.Option(
         None, "--max-seeds", min=2, help="With --until: seeds per point at most (default 30)."
     ),
+    judge: bool = typer.Option(
+        False, "--judge", help="Also judge every trial by Ware et al.'s harm (as cctestbed judge): run each flow "
+        "group's baselines (alone, beside a copy of itself) once, and add judge.<group>.* columns."
+    ),
+    judge_cache: Optional[Path] = typer.Option(
+        None, "--judge-cache", help="With --judge: directory of cached baseline runs.",
+        show_default="$CCTESTBED_CACHE/judge, else ~/.cache/cctestbed/judge",
+    ),
 ) -> None:
     """Run every trial of a sweep (axes x seeds) and collect trials.parquet; finished trials are kept."""
     from .store import Store, StoreBusy, StoreMismatch
@@ -130,6 +138,10 @@ def sweep_command(
     if cluster is not None and workers is not None:
         fail("--workers sets local processes; with --cluster the cluster's workers run the trials")
     rule, max_seeds = _until_rule(sweep, until, max_seeds, output if sweep_file is None else None)
+    if judge_cache is not None and not judge:
+        fail("--judge-cache goes with --judge")
+    if judge and rule is not None:
+        fail("--judge does not go with --until (an adaptive sweep's seeds are not known ahead); nothing was written")
     dest = output if output is not None else Path("results") / sweep.name
     store = Store(dest)
     try:
@@ -150,6 +162,9 @@ def sweep_command(
         f"{n_trials:,} trials; a sweep of more than {MAX_SWEEP_TRIALS:,} is refused as too large: "
         "see its cost with --dry-run, or pass --allow-large to run it"
     )
+
+    if judge:
+        _check_judge(sweep, str(sweep_file or output))
 
     if dry_run:
         from .execute import estimate
@@ -266,9 +281,12 @@ def sweep_command(
         _run_adaptive(sweep, dest, rule, max_seeds, n_workers, client, resume, trial_plots, progress, task, head,
                       cluster)
         return
+    jrun = None
     try:
         run = run_sweep(sweep, dest, workers=n_workers, cluster=client, resume=resume,
                         trial_plots=trial_plots, report=report)
+        if judge and not run.interrupted:
+            jrun = _run_judge(sweep, dest, judge_cache, n_workers, client, progress)
     except StoreBusy as e:
         fail(str(e))
     except StoreMismatch as e:
@@ -286,12 +304,64 @@ def sweep_command(
                f" in {_duration(wall)}") + (" [yellow](interrupted)[/]" if run.interrupted else ""),
         markup=True,
     )
+    if jrun is not None:
+        _judge_summary(jrun, dest)
     out.print(f"table:   {dest / 'trials.parquet'}")
     out.print(f"plots:   cctestbed plot {dest}    report: cctestbed report {dest}")
     if run.failed:
         out.print(f"failed trials are recorded in {dest / 'failed'} and run again on the next sweep into {dest}")
-    if run.failed or run.interrupted:
-        raise typer.Exit(1 if not run.interrupted else 130)
+    if run.interrupted or (jrun is not None and jrun.interrupted):
+        raise typer.Exit(130)
+    if run.failed or (jrun is not None and jrun.failed):
+        raise typer.Exit(1)
+
+
+def _check_judge(sweep: Any, source: str) -> None:
+    """Exit 2, naming the reason, unless every trial of the sweep can be judged."""
+    from .judge import problems
+
+    with err.status(f"checking that the {sweep.n_points:,} point(s) can be judged ...", spinner="dots"):
+        why = problems(sweep)
+    if why:
+        fail(f"--judge: {source} cannot be judged: " + "; ".join(why) + "; nothing was written")
+
+
+def _run_judge(sweep: Any, dest: Path, cache: Optional[Path], n_workers: int, client: Any, progress: Any) -> Any:
+    """sweep --judge's baselines, after the sweep's trials (cctestbed.sweep.judge)."""
+    from ..judging import default_cache
+    from .judge import run_judgements
+
+    state: dict[str, Any] = {}
+
+    def report(event: str, res: dict[str, Any]) -> None:
+        if event == "start":
+            if res["todo"] or res["cached"]:
+                err.print(f"judge: {res['todo'] + res['cached']} baseline run(s): {res['cached']} in the cache, "
+                          f"running {res['todo']}")
+            if res["todo"]:
+                state["task"] = progress.add_task("judge baselines", total=res["todo"], failed=0)
+            return
+        task = state["task"]
+        if event == "failed":
+            progress.update(task, failed=progress.tasks[-1].fields["failed"] + 1)
+            err.tagged("failed", "red", f"judge baseline: {res['error']}")
+        progress.advance(task)
+
+    return run_judgements(sweep, dest, cache if cache is not None else default_cache(), workers=n_workers,
+                          cluster=client, report=report)
+
+
+def _judge_summary(jrun: Any, dest: Path) -> None:
+    out.print(f"judge: {jrun.judged} trial(s) judged, {jrun.already} judged before, of {jrun.trials} finished; "
+              f"{jrun.baselines} distinct baseline run(s): {jrun.cached} from the cache, {jrun.simulated} run"
+              + (f", {jrun.failed} failed" if jrun.failed else ""))
+    for label, v in jrun.verdicts.items():
+        n = sum(v.values())
+        out.print(f"  others beside {label}: deployable in {v.get('deployable', 0)} of {n} trial(s)"
+                  + (f", not judged in {v['None']}" if v.get("None") else ""))
+    for e in jrun.errors[:5]:
+        err.tagged("judge", "red", e)
+    out.print(f"harm:    judge.<group>.* columns of {dest / 'trials.parquet'}; judgements in {dest / 'judge'}")
 
 
 def _until_rule(sweep: Any, until: Optional[str], max_seeds: Optional[int],

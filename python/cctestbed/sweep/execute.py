@@ -53,8 +53,13 @@ def _versions() -> dict[str, str]:
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one trial and return its files as bytes, or its error; never raises for a failing trial.
 
-    ``job``: ``key``, ``trial`` (a trial dict as in a trial file), ``trial_plot`` (draw trial.png).
+    ``job``: ``key``, ``trial`` (a trial dict as in a trial file), ``trial_plot`` (draw trial.png);
+    ``kind = "baseline"``: a baseline of ``sweep --judge`` (:func:`cctestbed.sweep.judge.run_baseline_job`).
     """
+    if job.get("kind") == "baseline":
+        from .judge import run_baseline_job
+
+        return run_baseline_job(job)
     started = time.time()
     t0 = time.perf_counter()
     out: dict[str, Any] = {"key": job["key"], "host": platform.node(), "pid": os.getpid()}

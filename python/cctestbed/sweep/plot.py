@@ -547,6 +547,13 @@ def summary_plots(
             out.append((stem, None, str(e)))
             continue
         out.append((stem, path, ""))
+    if any(c.startswith("judge.") and c.endswith(".harm.throughput") for c in data.table.columns):
+        from .judge import plot_harm  # a sweep run with --judge
+
+        try:
+            out.append(("harm", plot_harm(data, Path(dest_dir) / f"harm_vs_{x_col}.png", x=x, by=by, facet=facet), ""))
+        except PlotError as e:
+            out.append(("harm", None, str(e)))
     return out
 
 

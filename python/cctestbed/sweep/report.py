@@ -60,6 +60,8 @@ CAPTIONS = {
     "queue_occupancy": "Mean queue length at the bottleneck, in BDP.",
     "retrans": "Retransmitted segments over segments sent.",
     "jain": "Jain's fairness index over every flow's goodput.",
+    "harm": "Throughput harm per flow group A (sweep --judge): beside the others (solid) and beside a copy of "
+            "itself (dashed, harm(A->A)); the others are deployable beside A where solid <= dashed.",
 }
 
 
@@ -220,6 +222,9 @@ def write_report(root: Path, output: Optional[Path] = None) -> Path:
     from .modelreport import models_html
 
     parts.append(models_html(all_rows, data.axes))
+    from .judge import judge_html
+
+    parts.append(judge_html(all_rows, data.axes))
     if len(failed):
         parts.append(f"<h2>Failed trials ({len(failed)})</h2><table id=\"failed\"><thead><tr>")
         parts.append("".join(f'<th class="k">{_esc(a)}</th>' for a in data.axes) + '<th>seed</th><th class="k">error</th>')

@@ -7,6 +7,7 @@ Layout of a sweep directory::
     trials/<key>/         one finished trial: trial.toml, flows.parquet, router.parquet,
                           summary.json, metrics.json, run.json (+ trial.png with --trial-plots)
     failed/<key>.json     a trial that failed: its error and traceback (removed once it succeeds)
+    judge/<key>.json      with ``sweep --judge``: the trial's judgement (cctestbed.sweep.judge)
     .lock                 held while a sweep runs in the directory
 
 ``<key>`` is :func:`cctestbed.sweep.spec.trial_key`: a hash of the trial's normalised core config
@@ -234,7 +235,10 @@ class Store:
         if self.is_done(key):
             try:
                 metrics = trial_metrics(self.trial_dir(key))
-                return {"status": "done", "error": None, "dir": f"{TRIALS_DIR}/{key}", **metrics}
+                from .judge import table_cells  # sweep --judge's harm columns, when judged
+
+                return {"status": "done", "error": None, "dir": f"{TRIALS_DIR}/{key}", **metrics,
+                        **table_cells(self.root, key)}
             except DamagedFile as e:
                 damaged = f"stored results damaged: {e}; delete {self.trial_dir(key)} to run it again"
                 return {"status": "failed", "error": damaged, "dir": None}
