@@ -68,4 +68,7 @@ def test_the_router_sampler_reads_the_link_emulators_stats_slots_in_their_order(
     rename = {"late_over1ms": "late_over_1ms"}
     assert [rename.get(n, n) for n in variants("Slot")] == list(EMU_BASE_SLOTS)
     assert variants("ModelSlot") == list(EMU_MODEL_SLOTS)
-    assert len(EMU_SLOTS) == len(EMU_BASE_SLOTS) + 2 * len(EMU_MODEL_SLOTS)
+    assert len(EMU_SLOTS) == len(EMU_BASE_SLOTS) + 2 * len(EMU_MODEL_SLOTS) + 1
+    # the trial's time 0 comes last, after the model blocks (EPOCH_SLOT)
+    assert EMU_SLOTS[-1] == "epoch_ns"
+    assert re.search(r"const EPOCH_SLOT: usize = MODEL_REV \+ ModelSlot::Count as usize;", src)

@@ -65,6 +65,7 @@
 
 mod frame;
 mod model;
+mod ring;
 
 use ccsim::config::{LossConfig, SimConfig};
 use ccsim::link::{DelayLine, DropCause, LossModel, MarkCause};
@@ -155,7 +156,12 @@ enum ModelSlot {
 
 const MODEL_FWD: usize = Slot::Count as usize;
 const MODEL_REV: usize = MODEL_FWD + ModelSlot::Count as usize;
-const SLOTS: usize = MODEL_REV + ModelSlot::Count as usize;
+/// With `--model`, the trial's time 0 (CLOCK_MONOTONIC ns), written once by the backend when it
+/// fixes the start (0 until then): the model runs on trial time, as the simulator does, so a
+/// delay schedule, a trace and the queue disciplines' timers line up with the simulator's.
+/// After the model blocks, so the slots before it keep their places.
+const EPOCH_SLOT: usize = MODEL_REV + ModelSlot::Count as usize;
+const SLOTS: usize = EPOCH_SLOT + 1;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -230,6 +236,11 @@ struct Args {
     model: Option<SimConfig>,
     /// The port of flow 0's own end (`--model`): flow i binds `port_base + i`.
     port_base: u16,
+    /// `--tx-slack-us`: the full emulator's batching slack ([`batching`]); None: by rate.
+    tx_slack_ns: Option<Nanos>,
+    /// `--cpu N`: run on that CPU only (the backend steers the switches' receive processing to
+    /// the others, so the frames the emulator sends are carried on by them).
+    cpu: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -247,6 +258,8 @@ fn parse_args() -> Result<Args, String> {
         serialization_rev_bps: 0,
         model: None,
         port_base: 20000,
+        tx_slack_ns: None,
+        cpu: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -258,7 +271,7 @@ fn parse_args() -> Result<Args, String> {
                  [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)] \
                  [--serialization-bps RATE] [--serialization-rev-bps RATE]\n       \
                  cctestbed-linkemu --left IF --right IF --model TRIAL.json [--port-base P] [--seed S] [--stats FILE] \
-                 [--report FILE] [--rt-priority P] [--serialization-bps RATE]"
+                 [--report FILE] [--rt-priority P] [--serialization-bps RATE] [--tx-slack-us US] [--cpu N]"
             );
             std::process::exit(0);
         }
@@ -284,6 +297,8 @@ fn parse_args() -> Result<Args, String> {
                 a.model = Some(cfg);
             }
             "--port-base" => a.port_base = val.parse().map_err(|e| format!("--port-base: {e}"))?,
+            "--tx-slack-us" => a.tx_slack_ns = Some(num(&val)?.max(0) * 1000),
+            "--cpu" => a.cpu = Some(val.parse().map_err(|e| format!("--cpu: {e}"))?),
             _ => return Err(format!("unknown option {key}")),
         }
         i += 2;
@@ -301,8 +316,8 @@ fn parse_args() -> Result<Args, String> {
         a.delay_rev = cfg.link.delay_rev_ns;
         a.serialization_bps = cfg.link.capacity_bps;
         a.serialization_rev_bps = cfg.link.reverse.as_ref().map_or(0, |r| r.capacity_bps);
-        if cfg.link.trace.is_some() || cfg.link.ack_aggregation.is_some() || cfg.link.access_rate_bps.is_some() {
-            return Err("--model: link.trace, link.ack_aggregation and link.access_rate are not emulated yet".into());
+        if cfg.link.ack_aggregation.is_some() || cfg.link.access_rate_bps.is_some() {
+            return Err("--model: link.ack_aggregation and link.access_rate are not emulated yet".into());
         }
     }
     Ok(a)
@@ -311,6 +326,9 @@ fn parse_args() -> Result<Args, String> {
 /// A raw packet socket bound to one interface.
 struct PacketSocket {
     fd: libc::c_int,
+    /// The receive ring ([`ring`]), where the kernel allows one; else frames are read with
+    /// `recvmsg`.
+    rx: Option<ring::RxRing>,
 }
 
 impl PacketSocket {
@@ -320,7 +338,7 @@ impl PacketSocket {
         if fd < 0 {
             return err("socket(AF_PACKET)");
         }
-        let s = PacketSocket { fd };
+        let mut s = PacketSocket { fd, rx: None };
         let name = CString::new(ifname).map_err(|e| e.to_string())?;
         let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if ifindex == 0 {
@@ -335,6 +353,12 @@ impl PacketSocket {
             if s.setopt(libc::SOL_SOCKET, force, 64 << 20, name).is_err() {
                 s.setopt(libc::SOL_SOCKET, opt, 64 << 20, name)?;
             }
+        }
+        // 2 KiB slots hold an MTU-sized frame with the ring's headers; 16,384 of them are 0.2 s
+        // of 1 Gbit/s.
+        match ring::RxRing::new(fd, 2048, 16_384) {
+            Ok(r) => s.rx = Some(r),
+            Err(e) => eprintln!("linkemu: {ifname}: no receive ring, reading frames one by one: {e}"),
         }
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -362,6 +386,13 @@ impl PacketSocket {
     /// Reads one frame into `buf`: Ok(Some((len, kernel realtime ns or 0, outgoing))) or
     /// Ok(None) when nothing is waiting.
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, i64, bool)>> {
+        if let Some(r) = self.rx.as_ref() {
+            return Ok(r.next(|f| {
+                let n = f.data.len().min(buf.len());
+                buf[..n].copy_from_slice(&f.data[..n]);
+                (n, f.ts_realtime_ns, f.pkttype == PACKET_OUTGOING)
+            }));
+        }
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
         let mut cbuf = [0u64; 16];
@@ -462,6 +493,10 @@ impl Stats {
         Ok(Stats { ptr: p as *mut u64, _keep: None })
     }
 
+    fn epoch(&self) -> u64 {
+        unsafe { std::ptr::read_volatile(self.ptr.add(EPOCH_SLOT)) }
+    }
+
     fn get(&self, s: Slot) -> u64 {
         unsafe { std::ptr::read_volatile(self.ptr.add(s as usize)) }
     }
@@ -487,7 +522,9 @@ impl Stats {
     }
 
     /// Writes a model path's bottleneck into its block.
-    fn write_path(&self, block: usize, path: &mut Path) {
+    /// `now` is the model's time and `window` the sample interval: a trace link's rate is its
+    /// mean over the window ending now, as the simulator's router samples give it.
+    fn write_path(&self, block: usize, path: &mut Path, now: Nanos, window: Nanos) {
         use ModelSlot as M;
         self.set_model(block, M::CeWritten, path.counters.ce_written);
         let Some(b) = path.bottleneck.as_mut() else { return };
@@ -509,7 +546,7 @@ impl Stats {
             (M::MarksThreshold, st.marks[MarkCause::Threshold]),
             (M::SojournSumNs, b.sojourn.sum_ns.max(0) as u64),
             (M::SojournCount, b.sojourn.count),
-            (M::RateBps, b.rate_bps()),
+            (M::RateBps, b.capacity_bps(now, window)),
         ] {
             self.set_model(block, slot, v);
         }
@@ -652,6 +689,12 @@ impl Timing {
 /// Sleeps until `deadline` (or 20 us while a send is to be retried, or 100 ms with nothing
 /// due) or until a frame arrives on either socket.
 fn sleep_until(deadline: Option<Nanos>, retrying: bool, left: &PacketSocket, right: &PacketSocket) {
+    sleep_batched(deadline, retrying, left, right, true)
+}
+
+/// As [`sleep_until`]; with `wake_on_frames` false, arriving frames do not end the sleep (they
+/// wait in the receive ring with their kernel timestamps, read at the deadline).
+fn sleep_batched(deadline: Option<Nanos>, retrying: bool, left: &PacketSocket, right: &PacketSocket, wake_on_frames: bool) {
     let timeout_ns = if retrying {
         20_000
     } else {
@@ -666,8 +709,25 @@ fn sleep_until(deadline: Option<Nanos>, retrying: bool, left: &PacketSocket, rig
         libc::pollfd { fd: right.fd, events: libc::POLLIN, revents: 0 },
     ];
     if timeout_ns > 0 {
-        unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        let n = if wake_on_frames { 2 } else { 0 };
+        unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
     }
+}
+
+/// How the full emulator batches its frame I/O at a forward rate of `rate_bps` with the
+/// shortest one-way delay `delay_min` a frame can see after it is read: `(slack, read_every)`.
+/// Below 250 Mbit/s none (0, 0): the loop wakes when a frame arrives and when the next is due,
+/// as before batching. From 250 Mbit/s it wakes `slack` (40 us) after the next frame is due,
+/// so the frames due by then leave in one `sendmmsg` (each up to the slack late), and reads the
+/// receive ring at least every `read_every` (200 us, or a quarter of the shortest delay if
+/// that is less) rather than on every arrival: a frame read late still enters the model at its
+/// kernel timestamp, and none can be due before its arrival plus the delay.
+fn batching(rate_bps: u64, delay_min: Nanos, slack_override_ns: Option<Nanos>) -> (Nanos, Nanos) {
+    let slack = slack_override_ns.unwrap_or(if rate_bps >= 250_000_000 { 40_000 } else { 0 });
+    if slack == 0 {
+        return (0, 0);
+    }
+    (slack, (delay_min / 4).clamp(10_000, 200_000))
 }
 
 /// The delay-line emulator (no `--model`): delays, random loss and the serialisation shift,
@@ -694,7 +754,7 @@ fn delay_loop(a: &Args, stats: &Stats, left: &PacketSocket, right: &PacketSocket
                     Ok(Some((_, _, true))) => continue,
                     Ok(Some((len, ts, false))) => {
                         let now = mono();
-                        let at = if ts > 0 { (ts + offset).min(now) } else { now };
+                        let at = if ts > 0 && now - (ts + offset) < 1_000_000_000 { (ts + offset).min(now) } else { now };
                         timing.wake.add(now - at);
                         let frame = &buf[..len];
                         let (rx_p, rx_b) = if d == 0 { (Slot::FwdRxPkts, Slot::FwdRxBytes) } else { (Slot::RevRxPkts, Slot::RevRxBytes) };
@@ -789,16 +849,26 @@ fn model_loop(
     let mut paths = [Path::new(cfg, &flows, true), Path::new(cfg, &flows, false)];
     let mut slab = Slab { frames: Vec::new(), free: Vec::new() };
     let mut buf = vec![0u8; FRAME_MAX];
-    let mut retry: [Option<(u32, Nanos)>; 2] = [None, None];
+    // Frames due and not yet sent (the socket would have blocked), per direction, in order.
+    let mut pending: [std::collections::VecDeque<(u32, Nanos)>; 2] = Default::default();
     let mut rate = a.serialization_bps;
+    let delay_min = paths.iter().map(Path::min_delay).min().unwrap_or(0);
+    // Trial time 0 (EPOCH_SLOT); until the backend writes it, frames pass straight through.
+    let mut epoch: Option<Nanos> = None;
+    let mut before_epoch = 0u64;
+    let (slack, read_every) = batching(rate, delay_min, a.tx_slack_ns);
+    let mut drops_read = 0;
     let mut fatal: Option<String> = None;
     let mut slab_max = 0;
     let (rx, tx) = ([(Slot::FwdRxPkts, Slot::FwdRxBytes), (Slot::RevRxPkts, Slot::RevRxBytes)], [(Slot::FwdTxPkts, Slot::FwdTxRefused), (Slot::RevTxPkts, Slot::RevTxRefused)]);
     while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
+        if epoch.is_none() {
+            epoch = Some(stats.epoch() as Nanos).filter(|&e| e != 0);
+        }
         // 1. A capacity schedule's new rate, from the backend.
         let r = stats.get(Slot::SerializationBps);
-        if r != 0 && r != rate {
-            paths[0].set_rate(mono(), r, &mut slab);
+        if let (Some(e), true) = (epoch, r != 0 && r != rate) {
+            paths[0].set_rate((mono() - e).max(0), r, &mut slab);
             rate = r;
         }
         // 2. Every waiting frame enters its path at its kernel receive time.
@@ -810,12 +880,19 @@ fn model_loop(
                     Ok(Some((_, _, true))) => continue,
                     Ok(Some((len, ts, false))) => {
                         let now = mono();
-                        let at = if ts > 0 { (ts + offset).min(now) } else { now };
+                        let at = if ts > 0 && now - (ts + offset) < 1_000_000_000 { (ts + offset).min(now) } else { now };
                         timing.wake.add(now - at);
                         stats.add(rx[d].0, 1);
                         stats.add(rx[d].1, len as u64);
                         let slot = slab.put(&buf[..len]);
-                        paths[d].receive(at, slot, &flows, &mut slab);
+                        match epoch {
+                            Some(e) => paths[d].receive((at - e).max(0), slot, &flows, &mut slab),
+                            None => {
+                                // Before the trial's start: no trial traffic yet; passed on.
+                                before_epoch += 1;
+                                pending[d].push_back((slot, at));
+                            }
+                        }
                     }
                     Err(e) => {
                         fatal = Some(format!("recv: {e}"));
@@ -824,54 +901,67 @@ fn model_loop(
                 }
             }
         }
-        // 3. Run the model to now and send what is due.
+        // 3. Run the model to now and send what is due, one sendmmsg per interface.
         let now = mono();
         for (d, sock) in [(0usize, right), (1usize, left)] {
-            let path = &mut paths[d];
-            path.run_until(now, &mut slab);
-            loop {
-                let (slot, due) = match retry[d].take() {
-                    Some(x) => x,
-                    None => match path.line.head_time() {
-                        Some(t) if t <= now => (path.line.pop_due(t).expect("the head is due"), t),
-                        _ => break,
-                    },
-                };
-                match sock.send(&slab.frames[slot as usize]) {
-                    Ok(sent) => {
+            if let Some(e) = epoch {
+                let path = &mut paths[d];
+                let now_m = now - e;
+                path.run_until(now_m, &mut slab);
+                while let Some(t) = path.line.head_time() {
+                    if t > now_m {
+                        break;
+                    }
+                    pending[d].push_back((path.line.pop_due(t).expect("the head is due"), t + e));
+                }
+            }
+            if pending[d].is_empty() {
+                continue;
+            }
+            let batch: Vec<&[u8]> = pending[d].iter().map(|&(slot, _)| slab.frames[slot as usize].as_slice()).collect();
+            match ring::send_batch(sock.fd, &batch) {
+                Ok(outcomes) => {
+                    for sent in outcomes {
+                        let (slot, due) = pending[d].pop_front().expect("one outcome per frame");
                         timing.sent(d, due, stats);
                         stats.add(if sent { tx[d].0 } else { tx[d].1 }, 1);
                         slab.release(slot);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        retry[d] = Some((slot, due));
-                        break;
-                    }
-                    Err(e) => {
-                        fatal = Some(format!("send: {e}"));
-                        break;
-                    }
                 }
+                Err(e) => fatal = Some(format!("send: {e}")),
             }
         }
         // 4. Counters.
         slab_max = slab_max.max(slab.in_use());
+        let now_m = epoch.map_or(0, |e| (mono() - e).max(0));
         for (block, path) in [MODEL_FWD, MODEL_REV].into_iter().zip(paths.iter_mut()) {
-            stats.write_path(block, path);
+            stats.write_path(block, path, now_m, cfg.sample_interval_ns);
         }
         if let Some(st) = paths[0].router_stats() {
             stats.set(Slot::FwdArrivalPkts, st.arrivals_pkts);
             stats.set(Slot::FwdArrivalBytes, st.arrival_bytes);
             stats.set(Slot::FwdLossPkts, st.drops[DropCause::Random]);
         }
-        stats.add(Slot::SockDrops, left.drops() + right.drops());
+        let now = mono();
+        if now - drops_read >= 10_000_000 {
+            // PACKET_STATISTICS is a system call: every 10 ms, not every pass.
+            stats.add(Slot::SockDrops, left.drops() + right.drops());
+            drops_read = now;
+        }
         stats.set(Slot::Queued, (paths[0].held() + paths[1].held()) as u64);
-        stats.set(Slot::UpdatedNs, mono() as u64);
-        // 5. Sleep until a frame may be due or one arrives.
-        let next = paths.iter().filter_map(|p| p.next_due_bound()).min();
-        sleep_until(next, retry.iter().any(Option::is_some), left, right);
+        stats.set(Slot::UpdatedNs, now as u64);
+        // 5. Sleep until a frame may be due (plus the batching slack) or, without batching,
+        // one arrives; with batching, read the ring again after `read_every` at the latest.
+        let next = epoch.and_then(|e| paths.iter().filter_map(|p| p.next_due_bound()).min().map(|t| t + e + slack));
+        let retrying = pending.iter().any(|q| !q.is_empty());
+        if slack == 0 {
+            sleep_until(next, retrying, left, right);
+        } else {
+            let read_by = now + read_every;
+            sleep_batched(Some(next.map_or(read_by, |t| t.min(read_by))), retrying, left, right, false);
+        }
     }
-    let held: usize = paths.iter().map(|p| p.held()).sum::<usize>() + retry.iter().flatten().count();
+    let held: usize = paths.iter().map(|p| p.held()).sum::<usize>() + pending.iter().map(|q| q.len()).sum::<usize>();
     let direction = |p: &Path| {
         serde_json::json!({
             "router": p.router_stats().map(|st| serde_json::json!({
@@ -892,6 +982,14 @@ fn model_loop(
         "frames_held_at_exit": held,
         "frames_stored_at_exit": slab.in_use(),
         "frames_stored_max": slab_max,
+        "frames_before_epoch": before_epoch,
+        "epoch_ns": epoch,
+        "io": {
+            "rx_ring": [left.rx.is_some(), right.rx.is_some()],
+            "tx": "sendmmsg",
+            "tx_slack_us": slack as f64 / 1e3,
+            "read_every_us": read_every as f64 / 1e3,
+        },
     });
     (fatal, report)
 }
@@ -913,6 +1011,13 @@ fn run(a: Args) -> Result<(), String> {
         sa.sa_flags = 0; // no SA_RESTART: ppoll returns EINTR
         libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
         libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+    if let Some(cpu) = a.cpu {
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } < 0 {
+            eprintln!("linkemu: --cpu {cpu}: {}", io::Error::last_os_error());
+        }
     }
     let rt = set_realtime(a.rt_priority);
     if let Err(e) = &rt {
@@ -959,6 +1064,7 @@ fn run(a: Args) -> Result<(), String> {
         "timing_error_rev": hist[1].json(),
         "wakeup_latency": wake.json(),
         "mode": if a.model.is_some() { "model" } else { "delay" },
+        "cpu": a.cpu,
         "model": model_report,
         "error": fatal.clone(),
     });

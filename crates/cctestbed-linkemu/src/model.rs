@@ -99,6 +99,12 @@ pub struct Path {
     /// The propagation delay after the bottleneck; items are frame slots.
     pub line: DelayLine<u32>,
     delay: Nanos,
+    /// The link's `delay_schedule` for this direction: (time, new delay), in time order; the
+    /// next to apply is `delay_changes[next_delay_change]`. As in the simulator, a change
+    /// applies to the propagation line (frames entering it from then on), not to the flows'
+    /// extra delays.
+    delay_changes: Vec<(Nanos, Nanos)>,
+    next_delay_change: usize,
     /// The model's time: never goes backwards.
     clock: Nanos,
     unclassified_flow: u32,
@@ -143,7 +149,16 @@ impl Path {
             b.counters.log_drops();
         }
         let delay = if forward { cfg.link.delay_fwd_ns } else { cfg.link.delay_rev_ns };
+        let mut delay_changes: Vec<(Nanos, Nanos)> = cfg
+            .link
+            .delay_schedule
+            .iter()
+            .map(|c| (c.at_ns, if forward { c.delay_fwd_ns } else { c.delay_rev_ns }))
+            .collect();
+        delay_changes.sort_by_key(|&(at, _)| at);
         Path {
+            delay_changes,
+            next_delay_change: 0,
             extra,
             extra_of,
             bottleneck,
@@ -154,6 +169,11 @@ impl Path {
             unclassified_flow: n as u32,
             counters: PathCounters::default(),
         }
+    }
+
+    /// The shortest propagation delay this path has or will have (its delay schedule's too).
+    pub fn min_delay(&self) -> Nanos {
+        self.delay_changes.iter().map(|&(_, d)| d).chain([self.delay]).min().unwrap_or(0)
     }
 
     /// A frame (already in `store` at `slot`) was received at `at`.
@@ -188,6 +208,17 @@ impl Path {
     /// and including `t`, in time order.
     pub fn run_until(&mut self, t: Nanos, store: &mut impl FrameStore) {
         loop {
+            // A scheduled delay change at or before the next event applies first (the
+            // simulator's DelayChange events sit in the same queue as the link's).
+            if let Some(&(at, d)) = self.delay_changes.get(self.next_delay_change) {
+                let next_event = [self.wake, self.extra_head().map(|(e, _)| e)].into_iter().flatten().min();
+                if at <= t && next_event.is_none_or(|e| at <= e) {
+                    self.line.set_delay(d);
+                    self.delay = d;
+                    self.next_delay_change += 1;
+                    continue;
+                }
+            }
             let extra = self.extra_head();
             let wake = self.wake;
             let next = match (wake, extra) {
@@ -421,6 +452,25 @@ mod tests {
             assert!(s.0.iter().all(Option::is_none));
             assert_eq!(p.held(), 0);
         }
+    }
+
+    #[test]
+    fn a_delay_schedule_changes_the_line_for_frames_entering_after_it() {
+        // 12 Mbit/s (1 ms per packet), 10 ms forward; from 20 ms on, 30 ms forward.
+        let mut cfg = config(12_000_000, &[0], 1_000_000);
+        cfg.link.delay_schedule =
+            vec![ccsim::config::DelayChange { at_ns: 20_000_000, delay_fwd_ns: 30_000_000, delay_rev_ns: 5_000_000 }];
+        let flows = Flows::from_config(&cfg, 20_000);
+        let mut p = Path::new(&cfg, &flows, true);
+        assert_eq!(p.min_delay(), 10_000_000);
+        let mut s = Store(vec![]);
+        for at in [0, 18_500_000, 25_000_000] {
+            let slot = s.put(tcp(20_000, 5201, 1460, 0));
+            p.receive(at, slot, &flows, &mut s);
+        }
+        let due: Vec<Nanos> = drain(&mut p, &mut s).into_iter().map(|(t, _)| t).collect();
+        // The second leaves the bottleneck at 19.5 ms, before the change: 10 ms still.
+        assert_eq!(due, vec![11_000_000, 29_500_000, 56_000_000]);
     }
 
     #[test]

@@ -129,6 +129,10 @@ def full_link_needs(trial: Optional[Trial]) -> list[str]:
         needs.append("link.reverse.loss")
     if any(g.extra_delay for g in trial.flows):
         needs.append("flows[].extra_delay")
+    if trial.link.trace is not None:
+        needs.append("link.trace")
+    if trial.link.delay_schedule:
+        needs.append("link.delay_schedule")
     return needs
 
 
@@ -212,6 +216,23 @@ def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
     return plans, problems
 
 
+#: From this forward rate the ``full`` link emulator is pinned to one CPU and the switches'
+#: receive processing is steered to the others (:func:`_steering`). Set by CCTESTBED_RX_STEERING_BPS
+#: (0: always; a huge value: never).
+RX_STEERING_BPS = int(os.environ.get("CCTESTBED_RX_STEERING_BPS", 250_000_000))
+
+
+def _steering(trial: Trial) -> Optional[tuple[int, list[int]]]:
+    """(the emulator's CPU, the CPUs that process what it sends) at high rates on a host with more
+    than one CPU, else None. Without it, every frame the emulator writes is carried through the
+    bridge and the receiving host's TCP (and the ACK or data that TCP sends back) inside the
+    emulator's own send call, on its CPU: at 1 Gbit/s that CPU runs the stacks of both ends."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or trial.link.capacity < RX_STEERING_BPS:
+        return None
+    return cpus[0], cpus[1:]
+
+
 def trial_problems(trial: Trial) -> list[str]:
     """What in the trial the kernel backend cannot reproduce, one reason each."""
     problems = []
@@ -254,9 +275,6 @@ def trial_problems(trial: Trial) -> list[str]:
     if link.access_rate is not None:
         problems.append("link.access_rate: the kernel backend's hosts send at veth speed; the link emulator does "
                         "not serialise each sender's access link yet")
-    if link.trace is not None:
-        problems.append("link.trace: the kernel backend's link emulator does not follow a trace yet (its bottleneck "
-                        "runs at a fixed or scheduled rate); trace-driven links run on the simulator")
     if link.ack_aggregation is not None:
         problems.append("link.ack_aggregation: the kernel backend's link emulator does not aggregate ACKs yet; "
                         "aggregated ACKs run on the simulator")
@@ -324,9 +342,16 @@ class Run:
     procs: list[Proc] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
-    def spawn(self, name: str, ns: str, argv: list[str], stdin: bool = False) -> Proc:
+    #: With receive steering (:func:`_steering`), the CPUs the traffic and sampling processes run
+    #: on: not the link emulator's, whose frames would otherwise wait behind their system calls
+    #: (a sender's write carries its segments through the bridges with bottom halves off).
+    app_cpus: Optional[list[int]] = None
+
+    def spawn(self, name: str, ns: str, argv: list[str], stdin: bool = False,
+              cpus: Optional[list[int]] = None) -> Proc:
         log = self.workdir / f"{name}.log"
         fh = open(log, "w")
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         p = subprocess.Popen(
             topo.nsexec(ns, *argv),
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -334,6 +359,7 @@ class Run:
             stderr=fh,
             text=True,
             start_new_session=True,
+            preexec_fn=pin,
         )
         fh.close()
         proc = Proc(name, p, log)
@@ -341,7 +367,8 @@ class Run:
         return proc
 
     def py(self, name: str, ns: str, module: str, *args: str) -> Proc:
-        return self.spawn(name, ns, [sys.executable, "-m", f"cctestbed.kernel.{module}", *args], stdin=True)
+        return self.spawn(name, ns, [sys.executable, "-m", f"cctestbed.kernel.{module}", *args], stdin=True,
+                          cpus=self.app_cpus)
 
     def wait_ready(self, procs: list[Proc], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -465,10 +492,17 @@ def run_kernel_trial(
         emu_stats = None
         if mode == "full":
             emu_stats = str(workdir / "linkemu.stats")
+            steer = _steering(trial)
+            if steer:
+                run.info["rx_steering"] = topology.steer_switch_receive(steer[1])
+                if run.info["rx_steering"]:
+                    run.app_cpus = steer[1]
+                    run.info["rx_steering"]["app_cpus"] = steer[1]
             emu = run.spawn("linkemu", names.rtr, [
                 find_linkemu() or "cctestbed-linkemu", "--left", names.left, "--right", names.right,
                 "--model", _write(workdir / "link.json", trial.to_core()), "--port-base", str(PORT_BASE),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
+                *(["--cpu", str(steer[0])] if steer and run.info.get("rx_steering") else []),
             ])
         elif mode == "userspace":
             emu_stats = str(workdir / "linkemu.stats")
@@ -546,6 +580,12 @@ def run_kernel_trial(
         if capture:
             time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface
         t0 = time.monotonic_ns() + 200_000_000
+        if mode == "full" and emu_stats is not None:
+            from .routerstats import EmuStats
+
+            # the model runs on trial time: a delay schedule, a trace and the disciplines'
+            # timers line up with the simulator's
+            EmuStats(emu_stats, writable=True).set_epoch(t0)
         for p in procs:
             assert p.popen.stdin is not None
             p.popen.stdin.write(f"{t0}\n")
@@ -1105,6 +1145,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
         "host_cpu_steal_ms": run.info.get("host_cpu_steal_ms"),
         "bpf": run.info.get("bpf", {}),
         "host_stack": run.info.get("host_stack"),
+        "rx_steering": run.info.get("rx_steering"),
         "senders": {},
     }
     for i in range(k):

@@ -80,8 +80,10 @@ EMU_MODEL_SLOTS = (
     "ce_written",
     "rate_bps",
 )
+#: After the model blocks, ``epoch_ns``: the trial's time 0 (CLOCK_MONOTONIC), which the backend
+#: writes once for the ``full`` emulator's model to run on trial time (EPOCH_SLOT).
 EMU_SLOTS: tuple[str, ...] = (*EMU_BASE_SLOTS, *(f"model_fwd_{k}" for k in EMU_MODEL_SLOTS),
-             *(f"model_rev_{k}" for k in EMU_MODEL_SLOTS))
+             *(f"model_rev_{k}" for k in EMU_MODEL_SLOTS), "epoch_ns")
 EMU_MAGIC = 0x6363_7465_6D75_0001
 
 
@@ -146,7 +148,7 @@ class QdiscReader:
 
 class EmuStats:
     """The emulator's memory-mapped stats file: its counters, read by the router sampler, and
-    (``writable``) the one slot the backend sets, ``serialization_bps``."""
+    (``writable``) the slots the backend sets, ``serialization_bps`` and ``epoch_ns``."""
 
     def __init__(self, path: str, writable: bool = False):
         fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
@@ -170,6 +172,11 @@ class EmuStats:
             struct.pack_into("<Q", self.map, off, 0)
             out.append(v)
         return out[0], out[1]
+
+    def set_epoch(self, t0_ns: int) -> None:
+        """The trial's time 0 (CLOCK_MONOTONIC ns): the ``full`` emulator's model runs on trial
+        time from then on (frames before it pass straight through)."""
+        struct.pack_into("<Q", self.map, 8 * EMU_SLOTS.index("epoch_ns"), t0_ns)
 
     def set_serialization(self, rate_bps: int) -> None:
         """The forward bottleneck's new rate: frames the emulator reads from now on are shifted
