@@ -97,12 +97,16 @@
 //! shortcuts rest on what the loader checks: `r10` is never written (no instruction may, an
 //! atomic fetch into it included), so stack accesses through it need not read it.
 //!
-//! Measured (ccsim-bench, 2-CPU EPYC, median cpu of paired runs): 4 `bpf:bbr` flows, 80 Mb/s,
-//! 25 ms, 60 s make 392,437 calls and 79.6 M BPF instructions (203 a call on average over all
-//! ops). Scenario 9 (2 BDP) costs 0.36 s against 0.10 s for the Rust `bbr` (3.7x; 5.6x before
-//! the fast loop), scenario 10 (0.5 BDP) 0.43 s against 0.135 s (3.2x). The BPF share is about
-//! 0.65 µs a call, about 3 ns an instruction, most of it the loop's single indirect branch
-//! (mispredicted) and the region checks. The 2x asked for would need the BPF share at about
+//! Measured (ccsim-bench, 2-CPU EPYC, median cpu of paired `farm-bench` runs): 4 `bpf:bbr`
+//! flows, 80 Mb/s, 25 ms, 60 s make 392,437 calls and 79.6 M BPF instructions (203 a call on
+//! average over all ops). Scenario 9 (2 BDP) costs 0.323 s against 0.095 s for the Rust `bbr`
+//! (3.4x; 3.85x before only the writable socket fields were copied back after a call, 5.6x
+//! before the fast loop), scenario 10 (0.5 BDP) 0.377 s against 0.133 s (2.8x; 0.431 s
+//! before; the old binary measured in the same session, paired). The BPF share is about
+//! 0.58 µs a call, about 2.9 ns an instruction, most of it the loop's single indirect branch
+//! (mispredicted) and the region checks; reading the whole socket view back after each call
+//! was 0.04 s of scenario 9. `bbr.bpf.o` has no JMP32 instruction, so fast paths for those
+//! would not move these figures. The 2x asked for would need the BPF share at about
 //! 0.1 s, i.e. under 0.5 ns an instruction: beyond a `match` interpreter in safe Rust. What
 //! would reach it: a JIT to native code with the same checks inlined (stack and socket
 //! accesses checked against constant bounds, region resolved per pointer provenance by a

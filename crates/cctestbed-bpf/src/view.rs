@@ -379,6 +379,61 @@ pub(crate) mod offsets {
         add("app_limited", tp(offset_of!(TcpSock, app_limited), 4));
         v
     }
+
+    /// Reads back from `buf` (the bytes of a [`TcpSock`]) only the fields of [`writable`]: after
+    /// a call nothing else can differ (programs may store only there, and the kfuncs write only
+    /// `snd_cwnd` and `snd_cwnd_cnt`). A `buf` of another size changes nothing.
+    pub fn load_writable(tp: &mut TcpSock, buf: &[u8]) {
+        if buf.len() != TcpSock::SIZE {
+            return;
+        }
+        let sk = &mut tp.inet_conn.icsk_inet.sk;
+        sk.sk_pacing_rate.load(&buf[SOCK + offset_of!(Sock, sk_pacing_rate)..]);
+        sk.sk_pacing_status.load(&buf[SOCK + offset_of!(Sock, sk_pacing_status)..]);
+        let icsk = &mut tp.inet_conn;
+        icsk.icsk_ca_priv.load(&buf[ICSK + offset_of!(InetConnectionSock, icsk_ca_priv)..]);
+        icsk.icsk_ack.pending.load(&buf[ICSK + offset_of!(InetConnectionSock, icsk_ack) + offset_of!(IcskAck, pending)..]);
+        tp.snd_cwnd.load(&buf[SNDCWND..]);
+        tp.snd_cwnd_cnt.load(&buf[SND_CWND_CNT..]);
+        tp.snd_ssthresh.load(&buf[SND_SSTHRESH..]);
+        tp.ecn_flags.load(&buf[offset_of!(TcpSock, ecn_flags)..]);
+        tp.app_limited.load(&buf[offset_of!(TcpSock, app_limited)..]);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// load_writable reads exactly the bytes of `writable()`: a view loaded whole from bytes
+        /// that differ from the original only inside writable ranges equals the original
+        /// with load_writable of those bytes; bytes outside them are never read.
+        #[test]
+        fn load_writable_reads_exactly_the_writable_fields() {
+            let orig = TcpSock::initial(1448);
+            let mut bytes = to_bytes(&orig);
+            let w = writable();
+            let inside = |i: usize| w.iter().any(|(_, s, e)| (*s..*e).contains(&i));
+            for (i, b) in bytes.iter_mut().enumerate() {
+                if inside(i) {
+                    *b = (i as u8).wrapping_mul(37) ^ 0x5a;
+                }
+            }
+            let mut whole = orig;
+            whole.load(&bytes);
+            let mut part = orig;
+            load_writable(&mut part, &bytes);
+            assert_eq!(whole, part);
+            // bytes outside the writable fields are not read
+            for (i, b) in bytes.iter_mut().enumerate() {
+                if !inside(i) {
+                    *b = 0xee;
+                }
+            }
+            let mut part2 = orig;
+            load_writable(&mut part2, &bytes);
+            assert_eq!(part, part2);
+        }
+    }
 }
 
 /// The bytes a view presents to a program.

@@ -198,8 +198,6 @@ struct Scratch {
     ack: Vec<u8>,
     rs: Vec<u8>,
     stack: Vec<u8>,
-    /// The bytes of the kernel bit fields as the view holds them, during a call.
-    plain: Vec<u8>,
 }
 
 /// Overwrites `buf` with the bytes of view `v`.
@@ -435,9 +433,6 @@ impl Instance {
         // Kernel bit fields (read-only) go where the object's BTF puts them within their byte.
         let mut sock = std::mem::take(&mut scratch.sock);
         fill_view(&mut sock, Some(&*self.sock));
-        let mut plain = std::mem::take(&mut scratch.plain);
-        plain.clear();
-        plain.extend(object.bitfields.iter().map(|b| sock[b.offset]));
         for b in &object.bitfields {
             let mask = ((1u16 << b.width) - 1) as u8;
             sock[b.offset] = (sock[b.offset] & mask) << b.shift;
@@ -461,19 +456,16 @@ impl Instance {
         };
         let code = self.code.get(pi).map_or(&[][..], |c| &c[..]);
         let result = run(&mut m, &prog.insns, code, prog.entry);
-        let mut sock_bytes = std::mem::take(&mut m.sock);
+        let sock_bytes = std::mem::take(&mut m.sock);
         scratch.ctx = std::mem::take(&mut m.ctx);
         scratch.ack = std::mem::take(&mut m.ack);
         scratch.rs = std::mem::take(&mut m.rs);
         scratch.stack = std::mem::take(&mut m.stack);
         drop(m);
         drop(guard);
-        for (b, v) in object.bitfields.iter().zip(&plain) {
-            sock_bytes[b.offset] = *v;
-        }
-        scratch.plain = plain;
-        // Stores before a failure stay visible, as they would in the kernel.
-        self.sock.load(&sock_bytes);
+        // Stores before a failure stay visible, as they would in the kernel. Only the writable
+        // fields can have changed (the bit-field bytes, read-only, need no restoring).
+        crate::view::offsets::load_writable(&mut self.sock, &sock_bytes);
         scratch.sock = sock_bytes;
         self.scratch = scratch;
         match result {
