@@ -99,7 +99,9 @@ def test_ack_aggregation_is_validated_and_refused_by_the_kernel():
         parse_trial({**ok.model_dump(mode="json", exclude_none=True),
                      "link": {"capacity": "20Mbit", "rtt": "20ms", "queue": "1bdp",
                               "ack_aggregation": {"model": "periodic", "interval": "4ms", "max_acks": 8}}})
-    assert any(p.startswith("link.ack_aggregation:") for p in trial_problems(ok))
+    # ACK aggregation and traces run on the kernel backend's full link emulator
+    assert not any(p.startswith("link.ack_aggregation:") for p in trial_problems(ok))
+    assert "link.ack_aggregation" in full_link_needs(ok)
     # a trace runs on the kernel backend's full link emulator (the simulator's TraceLink)
     traced = parse_trial(trace_trial(str(TRACES / "step-24-6.trace")))
     assert not any(p.startswith("link.trace:") for p in trial_problems(traced))

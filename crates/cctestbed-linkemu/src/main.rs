@@ -316,8 +316,8 @@ fn parse_args() -> Result<Args, String> {
         a.delay_rev = cfg.link.delay_rev_ns;
         a.serialization_bps = cfg.link.capacity_bps;
         a.serialization_rev_bps = cfg.link.reverse.as_ref().map_or(0, |r| r.capacity_bps);
-        if cfg.link.ack_aggregation.is_some() || cfg.link.access_rate_bps.is_some() {
-            return Err("--model: link.ack_aggregation and link.access_rate are not emulated yet".into());
+        if cfg.link.access_rate_bps.is_some() {
+            return Err("--model: link.access_rate is not emulated yet".into());
         }
     }
     Ok(a)

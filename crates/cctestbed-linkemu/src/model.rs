@@ -23,7 +23,13 @@
 //! Packets the bottleneck drops come back through [`ccsim::qdisc::Counters::dropped`], so
 //! their frames are freed.
 //!
-//! Time is `CLOCK_MONOTONIC`. Events run in time order: before a frame arrives at time `t`
+//! With `link.ack_aggregation`, the frames a flow's far end sends towards its own end (its
+//! ACKs) wait in the simulator's [`AckAggregator`] for that flow before entering the path, as
+//! the simulator's receiver hands its ACKs to it; a `delay_schedule` changes each direction's
+//! propagation line at its times, and a `trace` is the bottleneck's own (`TraceLink`).
+//!
+//! Time is trial time: `CLOCK_MONOTONIC` less the trial's time 0, which the backend writes into
+//! the stats file (`EPOCH_SLOT` in main.rs). Events run in time order: before a frame arrives at time `t`
 //! (its kernel receive time), the model runs every event up to `t`, so the queue sees what
 //! the simulator would. A frame read after the model has already passed its receive time
 //! (rare: it was timestamped while the previous batch was processed) arrives at the model's
@@ -33,7 +39,7 @@
 
 use crate::frame;
 use ccsim::config::{Direction, SimConfig};
-use ccsim::link::{Bottleneck, DelayLine, RouterStats};
+use ccsim::link::{AckAggregator, Bottleneck, DelayLine, RouterStats};
 use ccsim::packet::{DataPacket, Ecn};
 use ccsim::rng::{stream, SimRng};
 use ccsim::time::Nanos;
@@ -105,6 +111,13 @@ pub struct Path {
     /// extra delays.
     delay_changes: Vec<(Nanos, Nanos)>,
     next_delay_change: usize,
+    /// With `link.ack_aggregation`, each flow whose ACKs enter on this side: its aggregator
+    /// (the simulator's, with its random stream) and its next release. The frames a flow's
+    /// far end sends towards its own end (its ACKs, as the simulator's receiver sends them)
+    /// wait there before the path, as in the simulator's `send_ack`.
+    agg: Vec<Option<(AckAggregator<u32>, Option<Nanos>)>>,
+    /// Frames waiting in the aggregators.
+    agg_held: usize,
     /// The model's time: never goes backwards.
     clock: Nanos,
     unclassified_flow: u32,
@@ -156,7 +169,17 @@ impl Path {
             .map(|c| (c.at_ns, if forward { c.delay_fwd_ns } else { c.delay_rev_ns }))
             .collect();
         delay_changes.sort_by_key(|&(at, _)| at);
+        let agg = (0..n)
+            .map(|i| {
+                let a = cfg.link.ack_aggregation.as_ref()?;
+                // a flow's ACKs travel the other way from its data
+                (flows.direction[i] != side)
+                    .then(|| (AckAggregator::new(a.clone(), SimRng::new(cfg.seed, stream::ACK_AGG_BASE + i as u64)), None))
+            })
+            .collect();
         Path {
+            agg,
+            agg_held: 0,
             delay_changes,
             next_delay_change: 0,
             extra,
@@ -192,11 +215,26 @@ impl Path {
                 self.extra[k].push(at, (slot, flow), len);
                 return;
             }
+        } else if self.agg.get(flow as usize).is_some_and(Option::is_some) {
+            // releases due before this ACK come first
+            self.run_until(at, store);
+            let t = at.max(self.clock);
+            let Some(Some((a, release))) = self.agg.get_mut(flow as usize) else { unreachable!() };
+            if let Some(r) = a.push(t, slot) {
+                *release = Some(r);
+            }
+            self.agg_held += 1;
+            return;
         }
         self.run_until(at, store);
         let t = at.max(self.clock);
         self.clock = t;
         self.arrive(t, packet(slot, flow, &f, t), store);
+    }
+
+    /// The earliest aggregator release: (time, flow).
+    fn agg_head(&self) -> Option<(Nanos, usize)> {
+        self.agg.iter().enumerate().filter_map(|(i, a)| a.as_ref().and_then(|(_, r)| r.map(|t| (t, i)))).min()
     }
 
     /// The earliest of the extra lines' heads.
@@ -211,7 +249,8 @@ impl Path {
             // A scheduled delay change at or before the next event applies first (the
             // simulator's DelayChange events sit in the same queue as the link's).
             if let Some(&(at, d)) = self.delay_changes.get(self.next_delay_change) {
-                let next_event = [self.wake, self.extra_head().map(|(e, _)| e)].into_iter().flatten().min();
+                let next_event =
+                    [self.wake, self.extra_head().map(|(e, _)| e), self.agg_head().map(|(e, _)| e)].into_iter().flatten().min();
                 if at <= t && next_event.is_none_or(|e| at <= e) {
                     self.line.set_delay(d);
                     self.delay = d;
@@ -221,18 +260,32 @@ impl Path {
             }
             let extra = self.extra_head();
             let wake = self.wake;
-            let next = match (wake, extra) {
-                (Some(w), Some((e, _))) => w.min(e),
-                (Some(w), None) => w,
-                (None, Some((e, _))) => e,
-                (None, None) => return,
+            let agg = self.agg_head();
+            let Some(next) = [wake, extra.map(|(e, _)| e), agg.map(|(e, _)| e)].into_iter().flatten().min() else {
+                return;
             };
             if next > t {
                 return;
             }
             let now = next.max(self.clock);
             self.clock = now;
-            if wake == Some(next) {
+            if let Some((at, i)) = agg.filter(|&(at, _)| at == next && wake != Some(next)) {
+                let (a, release) = self.agg[i].as_mut().expect("a releasing aggregator");
+                let (out, again) = a.release(at);
+                let slots: Vec<u32> = out.collect();
+                *release = again;
+                self.agg_held -= slots.len();
+                for slot in slots {
+                    let buf = store.frame(slot);
+                    match frame::parse(buf) {
+                        Some(f) => self.arrive(now, packet(slot, i as u32, &f, now), store),
+                        None => {
+                            let len = buf.len() as u32;
+                            self.line.push(now, slot, len);
+                        }
+                    }
+                }
+            } else if wake == Some(next) {
                 let b = self.bottleneck.as_mut().expect("a wake-up needs a bottleneck");
                 let (p, again) = b.wake(now);
                 self.wake = again;
@@ -291,7 +344,11 @@ impl Path {
     /// The earliest time a frame not yet on the line could become due: a frame on an extra
     /// line or in the bottleneck leaves no earlier than its next event plus the line's delay.
     pub fn next_due_bound(&self) -> Option<Nanos> {
-        let model = [self.wake, self.extra_head().map(|(t, _)| t)].into_iter().flatten().min().map(|t| t + self.delay);
+        let model = [self.wake, self.extra_head().map(|(t, _)| t), self.agg_head().map(|(t, _)| t)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t + self.delay);
         [self.line.head_time(), model].into_iter().flatten().min()
     }
 
@@ -311,7 +368,8 @@ impl Path {
 
     /// Frames held by the path: on its lines and in its bottleneck (queued or in service).
     pub fn held(&self) -> usize {
-        let extra: usize = self.extra.iter().map(|l| l.len()).sum();
+        let extra: usize = self.extra.iter().map(|l| l.len()).sum::<usize>()
+            + self.agg_held;
         let b = self.bottleneck.as_ref().map_or(0, |b| b.queue_len().0 as usize + b.in_service().is_some() as usize);
         extra + b + self.line.len()
     }
@@ -471,6 +529,26 @@ mod tests {
         let due: Vec<Nanos> = drain(&mut p, &mut s).into_iter().map(|(t, _)| t).collect();
         // The second leaves the bottleneck at 19.5 ms, before the change: 10 ms still.
         assert_eq!(due, vec![11_000_000, 29_500_000, 56_000_000]);
+    }
+
+    #[test]
+    fn periodic_ack_aggregation_releases_a_flows_acks_together_at_each_period() {
+        // ACKs of flow 0 (towards its own end, port 20000) on the reverse path wait for the
+        // next multiple of 4 ms, then take the 5 ms reverse line; flow 0's data is not held.
+        let mut cfg = config(12_000_000, &[0], 1_000_000);
+        cfg.link.ack_aggregation = Some(ccsim::config::AckAggregationConfig::Periodic { interval_ns: 4_000_000 });
+        let flows = Flows::from_config(&cfg, 20_000);
+        assert!(Path::new(&cfg, &flows, true).agg.iter().all(Option::is_none), "data is not aggregated");
+        let mut p = Path::new(&cfg, &flows, false);
+        let mut s = Store(vec![]);
+        for at in [500_000, 1_500_000, 3_900_000, 4_100_000] {
+            let slot = s.put(tcp(5201, 20_000, 0, 0));
+            p.receive(at, slot, &flows, &mut s);
+        }
+        assert_eq!(p.held(), 4);
+        let due: Vec<Nanos> = drain(&mut p, &mut s).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(due, vec![9_000_000, 9_000_000, 9_000_000, 13_000_000]);
+        assert_eq!(p.held(), 0);
     }
 
     #[test]

@@ -133,6 +133,8 @@ def full_link_needs(trial: Optional[Trial]) -> list[str]:
         needs.append("link.trace")
     if trial.link.delay_schedule:
         needs.append("link.delay_schedule")
+    if trial.link.ack_aggregation is not None:
+        needs.append("link.ack_aggregation")
     return needs
 
 
@@ -275,9 +277,6 @@ def trial_problems(trial: Trial) -> list[str]:
     if link.access_rate is not None:
         problems.append("link.access_rate: the kernel backend's hosts send at veth speed; the link emulator does "
                         "not serialise each sender's access link yet")
-    if link.ack_aggregation is not None:
-        problems.append("link.ack_aggregation: the kernel backend's link emulator does not aggregate ACKs yet; "
-                        "aggregated ACKs run on the simulator")
     problems += aqm_problems(trial)
     n = len(trial.flow_list())
     if n > MAX_PORT - PORT_BASE:
