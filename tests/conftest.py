@@ -16,14 +16,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-#: The smallest sensible trial: short, so tests that run the core stay fast.
-BASE_TRIAL: dict[str, Any] = {
-    "name": "t",
-    "duration": "2s",
-    "seed": 1,
-    "link": {"capacity": "10Mbit", "rtt": "20ms", "queue": "2bdp"},
-    "flows": [{"cc": "cubic", "count": 2, "stagger": "100ms"}, {"cc": "reno"}],
-}
+from trial_helpers import BASE_TRIAL, toml_of  # noqa: E402,F401  (shared with the test modules)
 
 
 @pytest.fixture
@@ -36,13 +29,6 @@ def trial_dict() -> Callable[..., dict[str, Any]]:
         return d
 
     return make
-
-
-def toml_of(d: dict[str, Any]) -> str:
-    """A trial dict as TOML (using the package's own writer, checked in test_config)."""
-    from cctestbed.config import _toml_dumps
-
-    return _toml_dumps(d)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import toml_of
+from trial_helpers import toml_of
 
 CLI = Path(sys.executable).with_name("cctestbed")
 EXITS = {0, 1, 2, 130}

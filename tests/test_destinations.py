@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import toml_of
+from trial_helpers import toml_of
 from sweep_helpers import small_sweep_run
 
 from cctestbed.destination import OWNER_FILE, OWNER_TEXT, clean_stale, is_owned, write_dir

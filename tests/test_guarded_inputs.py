@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_TRIAL, toml_of
+from trial_helpers import BASE_TRIAL, toml_of
 
 #: Commands that could hang on a FIFO or read /dev/zero without end run in a process of their own,
 #: with a time limit and a memory limit, so a regression fails the test instead of hanging the

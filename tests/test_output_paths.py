@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import toml_of
+from trial_helpers import toml_of
 
 CLI = Path(sys.executable).with_name("cctestbed")
 

@@ -9,11 +9,16 @@ use ccsim::sim::SimOutput;
 use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, FlowSeries, RouterSeries};
 use ccsim::{SimConfig, Simulation};
 use numpy::IntoPyArray;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 
 // A trial that could not run to its end for a reason of its own (a BPF congestion control's
 // run-time error), as opposed to a bug: the command reports it in one line, exit code 1.
-pyo3::create_exception!(_core, TrialFailed, PyRuntimeError);
+// (In a module of its own only to quiet a cfg check inside this pyo3 version's macro.)
+#[allow(unexpected_cfgs)]
+mod trial_failed {
+    pyo3::create_exception!(_core, TrialFailed, pyo3::exceptions::PyRuntimeError);
+}
+use trial_failed::TrialFailed;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -225,9 +230,12 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
 #[pyfunction]
 #[pyo3(signature = (inputs, interval_ns, time_zero_ns=None))]
 fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
-    use ccsim::capture::analyze::analyze as run;
+    use ccsim::capture::analyze::analyze_checked as run;
     let parsed = parse_inputs(inputs)?;
-    let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns)).map_err(|e| PyValueError::new_err(e.0))?;
+    let mut interrupted: Option<PyErr> = None;
+    let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns, &mut || signals_ok(&mut interrupted)));
+    let a = stopped(a, interrupted)?;
+    load_numpy_api(py)?;
     let res = PyDict::new_bound(py);
     let files = PyList::empty_bound(py);
     for f in &a.files {
@@ -235,10 +243,10 @@ fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time
         d.set_item("path", &f.path)?;
         d.set_item("format", f.format)?;
         d.set_item("frames", f.frames)?;
-        d.set_item("tcp_packets", f.tcp.len())?;
+        d.set_item("tcp_packets", f.tcp_packets)?;
         d.set_item("truncated", f.truncated)?;
-        d.set_item("first_ns", f.tcp.first().map(|p| p.t))?;
-        d.set_item("last_ns", f.tcp.last().map(|p| p.t))?;
+        d.set_item("first_ns", f.first_t)?;
+        d.set_item("last_ns", f.last_t)?;
         files.append(d)?;
     }
     res.set_item("files", files)?;
@@ -282,6 +290,28 @@ fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time
     Ok(res.into())
 }
 
+/// Whether to go on reading captures: false when a signal handler raised (Ctrl-C), whose
+/// exception is kept in `interrupted` to be raised once the GIL is back.
+fn signals_ok(interrupted: &mut Option<PyErr>) -> bool {
+    match Python::with_gil(|py| py.check_signals()) {
+        Ok(()) => true,
+        Err(e) => {
+            *interrupted = Some(e);
+            false
+        }
+    }
+}
+
+/// A capture analysis' result: its error as ValueError, a stop as the signal's exception.
+fn stopped<T>(r: Result<T, ccsim::capture::analyze::Stop>, interrupted: Option<PyErr>) -> PyResult<T> {
+    use ccsim::capture::analyze::Stop;
+    match r {
+        Ok(x) => Ok(x),
+        Err(Stop::Error(e)) => Err(PyValueError::new_err(e.0)),
+        Err(Stop::Stopped) => Err(interrupted.unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(()))),
+    }
+}
+
 fn parse_inputs(inputs: Vec<(String, String)>) -> PyResult<Vec<(String, ccsim::capture::analyze::Point)>> {
     use ccsim::capture::analyze::Point;
     inputs
@@ -305,9 +335,12 @@ fn parse_inputs(inputs: Vec<(String, String)>) -> PyResult<Vec<(String, ccsim::c
 #[pyo3(signature = (inputs, flow, time_zero_ns=None))]
 fn tseq(py: Python<'_>, inputs: Vec<(String, String)>, flow: u32, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
     let parsed = parse_inputs(inputs)?;
-    let t = py
-        .allow_threads(|| ccsim::capture::analyze::trace(&parsed, flow, time_zero_ns))
-        .map_err(|e| PyValueError::new_err(e.0))?;
+    let mut interrupted: Option<PyErr> = None;
+    let t = py.allow_threads(|| {
+        ccsim::capture::analyze::trace_checked(&parsed, flow, time_zero_ns, &mut || signals_ok(&mut interrupted))
+    });
+    let t = stopped(t, interrupted)?;
+    load_numpy_api(py)?;
     let d = PyDict::new_bound(py);
     d.set_item("drops_known", t.drops_known)?;
     columns!(py, d, t, [
