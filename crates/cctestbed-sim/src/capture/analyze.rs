@@ -24,9 +24,16 @@
 //!    Without a receiver capture, the sender's cumulative ACKs stand in for it.
 //! 5. At the router: the egress packets are matched to the ingress ones in each connection's
 //!    order (the queue may interleave connections, as fq does, but keeps each one's order) by
-//!    connection, sequence number, IP id and length; an ingress packet of the connection
-//!    passed over is a drop, counted at its arrival (an AQM's drop at dequeue included).
+//!    connection, sequence number, IP id and length, among the ingress packets captured no
+//!    later than the egress packet (the two captures share the router's clock); an ingress
+//!    packet of the connection passed over is a drop, counted at its arrival (an AQM's drop at
+//!    dequeue included).
 //!    The queue is what arrived and was neither dropped nor left, sampled at each interval.
+//!
+//! The files are streamed, never held: a first pass finds the connections and which capture is
+//! whose, a second replays the senders and receivers, and the router's pair is read together
+//! once more; memory holds the connections' state, the packets still in the router's queue and
+//! the output series, whose rows are bounded ([`MAX_ROWS`]) before they are built.
 //!
 //! Everything is sampled on a grid of `interval` from time zero (the earliest packet of any
 //! file unless given): a sample at `t` holds the counters after every packet before `t` (as
@@ -78,13 +85,18 @@ pub struct Packet {
     pub ts: bool,
 }
 
-/// A capture file, decoded.
-#[derive(Debug, Default)]
+/// A capture file as read: its format, frames and TCP packets counted, first and last times.
+/// The packets themselves are streamed, never held.
+#[derive(Debug, Default, Clone)]
 pub struct FileData {
     pub path: String,
     pub format: &'static str,
     pub frames: u64,
-    pub tcp: Vec<Packet>,
+    /// TCP packets decoded.
+    pub tcp_packets: u64,
+    /// Earliest and latest TCP packet.
+    pub first_t: Option<i64>,
+    pub last_t: Option<i64>,
     /// The file ended inside a record (a capture cut short); what came before is kept.
     pub truncated: bool,
 }
@@ -98,9 +110,36 @@ impl std::fmt::Display for AnalyzeError {
     }
 }
 
+/// Why an analysis ended early: an error, or the caller's check asked it to stop (Ctrl-C).
+#[derive(Debug)]
+pub enum Stop {
+    Error(AnalyzeError),
+    Stopped,
+}
+
+impl From<AnalyzeError> for Stop {
+    fn from(e: AnalyzeError) -> Self {
+        Stop::Error(e)
+    }
+}
+
 const INITIAL_TTLS: [u8; 4] = [32, 64, 128, 255];
-/// Most samples per flow (the series are held in memory: 10^7 is about a day at 10 ms).
-const MAX_SAMPLES: i64 = 10_000_000;
+/// Most rows of output (flows x samples, plus the router's samples): the series are the one
+/// thing held in memory that grows with the captures, about 100 bytes a row here and 500 in all
+/// by the time `cctestbed analyze` has written its tables and plot (measured: 4 million rows,
+/// 2.1 GB peak), so this is about 2 GB, as a trial's limit (`cctestbed.config.MAX_ROWS`).
+pub const MAX_ROWS: i64 = 4_000_000;
+/// How far (in packets) a file's records may stray from time order and still be streamed:
+/// tcpdump writes a few packets taken on other CPUs late. A file out of order by more is
+/// read whole and sorted, as a last resort.
+const REORDER_WINDOW: usize = 1 << 16;
+static WINDOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(REORDER_WINDOW);
+/// Read-buffer size, and the largest record read (a record longer than what is left of its file
+/// is a capture cut short).
+const READ_CHUNK: usize = 1 << 20;
+const MAX_RECORD: usize = 64 << 20;
+/// Packets between two calls of the caller's stop check.
+const CHECK_EVERY: u64 = 1 << 16;
 
 fn link_offset(dl: DataLink) -> Option<LinkKind> {
     match dl {
@@ -221,52 +260,189 @@ impl Decoder {
     }
 }
 
-fn read_file(path: &str, dec: &mut Decoder) -> Result<FileData, AnalyzeError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(AnalyzeError(format!("{path}: missing"))),
-        Err(e) => return Err(AnalyzeError(format!("{path}: cannot be read ({e})"))),
-    };
-    let mut out = FileData { path: path.to_string(), ..Default::default() };
-    let magic = bytes.get(..4).map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
-    let not_capture = || AnalyzeError(format!("{path}: not a pcap or pcapng capture (no capture file header)"));
-    match magic {
-        Some(0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1) => {
-            out.format = "pcap";
-            let (mut rest, parser) = PcapParser::new(&bytes).map_err(|_| not_capture())?;
-            let header = parser.header();
-            let kind = link_offset(header.datalink).ok_or_else(|| {
-                AnalyzeError(format!("{path}: link type {:?} is not read (Ethernet, Linux cooked or raw IP are)", header.datalink))
-            })?;
-            let frac_ns: i64 = if header.ts_resolution == TsResolution::NanoSecond { 1 } else { 1000 };
-            while !rest.is_empty() {
-                // Raw records: pcap-file's checked ones refuse a frame longer than the snap length,
-                // which is every frame a snap length cut.
-                match parser.next_raw_packet(rest) {
-                    Ok((r, pkt)) => {
-                        rest = r;
-                        out.frames += 1;
-                        let t = pkt.ts_sec as i64 * 1_000_000_000 + pkt.ts_frac as i64 * frac_ns;
-                        if let Some(p) = dec.decode(kind, t, &pkt.data, pkt.orig_len) {
-                            out.tcp.push(p);
-                        }
-                    }
-                    Err(PcapError::IncompleteBuffer) => {
-                        out.truncated = true;
-                        break;
-                    }
-                    Err(e) => return Err(AnalyzeError(format!("{path}: damaged after {} packets ({e})", out.frames))),
+/// A file read in chunks.
+struct Buf {
+    file: std::fs::File,
+    buf: Vec<u8>,
+    pos: usize,
+    len: usize,
+    eof: bool,
+}
+
+impl Buf {
+    fn open(path: &str) -> Result<Self, AnalyzeError> {
+        let file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(AnalyzeError(format!("{path}: missing"))),
+            Err(e) => return Err(AnalyzeError(format!("{path}: cannot be read ({e})"))),
+        };
+        Ok(Buf { file, buf: vec![0; READ_CHUNK], pos: 0, len: 0, eof: false })
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.pos..self.len]
+    }
+
+    /// Reads more of the file behind what is buffered; false at its end.
+    fn more(&mut self, path: &str) -> Result<bool, AnalyzeError> {
+        use std::io::Read;
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.len, 0);
+            self.len -= self.pos;
+            self.pos = 0;
+        }
+        if self.len == self.buf.len() {
+            if self.buf.len() >= MAX_RECORD {
+                // a record this long is a length field gone wrong: the capture is read up to it
+                self.eof = true;
+                return Ok(false);
+            }
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.file.read(&mut self.buf[self.len..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
                 }
+                Ok(n) => {
+                    self.len += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(AnalyzeError(format!("{path}: cannot be read ({e})"))),
             }
         }
-        Some(0x0a0d0d0a) => {
-            out.format = "pcapng";
-            let (mut rest, mut parser) = PcapNgParser::new(&bytes).map_err(|_| not_capture())?;
-            let mut ifaces: Vec<(Option<LinkKind>, u128, u128)> = vec![];
-            while !rest.is_empty() {
-                match parser.next_block(rest) {
-                    Ok((r, block)) => {
-                        rest = r;
+    }
+}
+
+enum Format {
+    Pcap { parser: PcapParser, kind: LinkKind, frac_ns: i64 },
+    PcapNg { parser: PcapNgParser, ifaces: Vec<(Option<LinkKind>, u128, u128)> },
+}
+
+/// What reading the next packet in time order gave.
+enum Next {
+    Packet(Packet),
+    End,
+    /// A record later in the file belongs more than [`REORDER_WINDOW`] packets earlier.
+    OutOfOrder,
+}
+
+/// A capture's TCP packets in time order, decoded as the file is read: a window of
+/// [`REORDER_WINDOW`] packets puts the few late ones in place; a file more out of order than
+/// that is read whole and sorted ([`Stream::open`] with `whole`).
+struct Stream {
+    path: String,
+    buf: Buf,
+    fmt: Format,
+    frames: u64,
+    truncated: bool,
+    done: bool,
+    /// The window: packets read ahead, in time order (a late one is put in place, after those
+    /// of the same time, as a stable sort of the whole file would).
+    window: VecDeque<Packet>,
+    last_out: i64,
+    sorted: Option<std::vec::IntoIter<Packet>>,
+}
+
+impl Stream {
+    fn open(path: &str, dec: &mut Decoder, whole: bool) -> Result<Stream, AnalyzeError> {
+        let mut buf = Buf::open(path)?;
+        while buf.data().len() < 4 && buf.more(path)? {}
+        let magic = buf.data().get(..4).map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+        let not_capture = || AnalyzeError(format!("{path}: not a pcap or pcapng capture (no capture file header)"));
+        let fmt = match magic {
+            Some(0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1) => loop {
+                let data = buf.data();
+                let got = match PcapParser::new(data) {
+                    Ok((rest, parser)) => Ok((data.len() - rest.len(), parser)),
+                    Err(e) => Err(matches!(e, PcapError::IncompleteBuffer)),
+                };
+                match got {
+                    Ok((used, parser)) => {
+                        buf.pos += used;
+                        let header = parser.header();
+                        let kind = link_offset(header.datalink).ok_or_else(|| {
+                            AnalyzeError(format!(
+                                "{path}: link type {:?} is not read (Ethernet, Linux cooked or raw IP are)",
+                                header.datalink
+                            ))
+                        })?;
+                        let frac_ns: i64 = if header.ts_resolution == TsResolution::NanoSecond { 1 } else { 1000 };
+                        break Format::Pcap { parser, kind, frac_ns };
+                    }
+                    Err(true) if buf.more(path)? => continue,
+                    Err(_) => return Err(not_capture()),
+                }
+            },
+            Some(0x0a0d0d0a) => loop {
+                let data = buf.data();
+                let got = match PcapNgParser::new(data) {
+                    Ok((rest, parser)) => Ok((data.len() - rest.len(), parser)),
+                    Err(e) => Err(matches!(e, PcapError::IncompleteBuffer)),
+                };
+                match got {
+                    Ok((used, parser)) => {
+                        buf.pos += used;
+                        break Format::PcapNg { parser, ifaces: vec![] };
+                    }
+                    Err(true) if buf.more(path)? => continue,
+                    Err(_) => return Err(not_capture()),
+                }
+            },
+            _ => return Err(not_capture()),
+        };
+        let mut s = Stream {
+            path: path.to_string(),
+            buf,
+            fmt,
+            frames: 0,
+            truncated: false,
+            done: false,
+            window: VecDeque::new(),
+            last_out: i64::MIN,
+            sorted: None,
+        };
+        if whole {
+            let mut all = vec![];
+            while let Some(p) = s.raw_next(dec)? {
+                all.push(p);
+            }
+            all.sort_by_key(|p| p.t); // stable: equal times keep the file's order
+            s.sorted = Some(all.into_iter());
+        }
+        Ok(s)
+    }
+
+    /// The file's next TCP packet in the file's order; None at its end.
+    fn raw_next(&mut self, dec: &mut Decoder) -> Result<Option<Packet>, AnalyzeError> {
+        let path = &self.path;
+        loop {
+            if self.buf.data().is_empty() && !self.buf.more(path)? {
+                return Ok(None);
+            }
+            let data = self.buf.data();
+            let (used, pkt) = match &mut self.fmt {
+                // Raw records: pcap-file's checked ones refuse a frame longer than the snap length,
+                // which is every frame a snap length cut.
+                Format::Pcap { parser, kind, frac_ns } => match parser.next_raw_packet(data) {
+                    Ok((rest, pkt)) => {
+                        self.frames += 1;
+                        let t = pkt.ts_sec as i64 * 1_000_000_000 + pkt.ts_frac as i64 * *frac_ns;
+                        (data.len() - rest.len(), dec.decode(*kind, t, &pkt.data, pkt.orig_len))
+                    }
+                    Err(PcapError::IncompleteBuffer) => (0, None),
+                    Err(e) => {
+                        return Err(AnalyzeError(format!("{path}: damaged after {} packets ({e})", self.frames)))
+                    }
+                },
+                Format::PcapNg { parser, ifaces } => match parser.next_block(data) {
+                    Ok((rest, block)) => {
+                        let mut got = None;
                         match block {
                             Block::SectionHeader(_) => ifaces.clear(),
                             Block::InterfaceDescription(idb) => {
@@ -286,34 +462,113 @@ fn read_file(path: &str, dec: &mut Decoder) -> Result<FileData, AnalyzeError> {
                                 ifaces.push((link_offset(idb.linktype), num, den));
                             }
                             Block::EnhancedPacket(epb) => {
-                                out.frames += 1;
-                                let Some(&(Some(kind), num, den)) = ifaces.get(epb.interface_id as usize) else { continue };
-                                // pcap-file hands over the raw timestamp ticks as nanoseconds.
-                                let t = (epb.timestamp.as_nanos() * num / den) as i64;
-                                if let Some(p) = dec.decode(kind, t, &epb.data, epb.original_len) {
-                                    out.tcp.push(p);
+                                self.frames += 1;
+                                if let Some(&(Some(kind), num, den)) = ifaces.get(epb.interface_id as usize) {
+                                    // pcap-file hands over the raw timestamp ticks as nanoseconds.
+                                    let t = (epb.timestamp.as_nanos() * num / den) as i64;
+                                    got = dec.decode(kind, t, &epb.data, epb.original_len);
                                 }
                             }
-                            Block::SimplePacket(_) | Block::Packet(_) => out.frames += 1,
+                            Block::SimplePacket(_) | Block::Packet(_) => self.frames += 1,
                             _ => {}
                         }
+                        (data.len() - rest.len(), got)
                     }
-                    Err(PcapError::IncompleteBuffer) => {
-                        out.truncated = true;
-                        break;
+                    Err(PcapError::IncompleteBuffer) => (0, None),
+                    Err(e) => {
+                        return Err(AnalyzeError(format!("{path}: damaged after {} packets ({e})", self.frames)))
                     }
-                    Err(e) => return Err(AnalyzeError(format!("{path}: damaged after {} packets ({e})", out.frames))),
+                },
+            };
+            if used == 0 {
+                // a record runs past what is buffered: read on, or the file ends inside it
+                if !self.buf.more(path)? {
+                    self.truncated = true;
+                    return Ok(None);
+                }
+                continue;
+            }
+            self.buf.pos += used;
+            if pkt.is_some() {
+                return Ok(pkt);
+            }
+        }
+    }
+
+    /// The next TCP packet in time order.
+    fn next(&mut self, dec: &mut Decoder) -> Result<Next, AnalyzeError> {
+        if let Some(it) = &mut self.sorted {
+            return Ok(it.next().map_or(Next::End, Next::Packet));
+        }
+        let window = WINDOW.load(std::sync::atomic::Ordering::Relaxed);
+        while !self.done && self.window.len() < window {
+            match self.raw_next(dec)? {
+                Some(p) => {
+                    if p.t < self.last_out {
+                        return Ok(Next::OutOfOrder);
+                    }
+                    if self.window.back().is_none_or(|q| q.t <= p.t) {
+                        self.window.push_back(p);
+                    } else {
+                        let at = self.window.partition_point(|q| q.t <= p.t);
+                        self.window.insert(at, p);
+                    }
+                }
+                None => self.done = true,
+            }
+        }
+        Ok(match self.window.pop_front() {
+            Some(p) => {
+                self.last_out = p.t;
+                Next::Packet(p)
+            }
+            None => Next::End,
+        })
+    }
+}
+
+/// Calls `f` on every TCP packet of `path` in time order (a file found too far out of order is
+/// read again whole, and `f` starts over after `restart`); `check` is asked every
+/// [`CHECK_EVERY`] packets whether to go on. Returns the file's counts and whether it had to
+/// be read whole.
+fn each_packet(
+    path: &str,
+    dec: &mut Decoder,
+    whole: bool,
+    check: &mut dyn FnMut() -> bool,
+    restart: &mut dyn FnMut(),
+    f: &mut dyn FnMut(&Packet),
+) -> Result<(FileData, bool), Stop> {
+    let mut whole = whole;
+    'again: loop {
+        let mut s = Stream::open(path, dec, whole)?;
+        let mut fd = FileData { path: path.to_string(), format: match s.fmt {
+            Format::Pcap { .. } => "pcap",
+            Format::PcapNg { .. } => "pcapng",
+        }, ..Default::default() };
+        loop {
+            match s.next(dec)? {
+                Next::Packet(p) => {
+                    fd.tcp_packets += 1;
+                    if fd.tcp_packets.is_multiple_of(CHECK_EVERY) && !check() {
+                        return Err(Stop::Stopped);
+                    }
+                    fd.first_t.get_or_insert(p.t);
+                    fd.last_t = Some(p.t);
+                    f(&p);
+                }
+                Next::End => break,
+                Next::OutOfOrder => {
+                    whole = true;
+                    restart();
+                    continue 'again;
                 }
             }
         }
-        _ => return Err(not_capture()),
+        fd.frames = s.frames;
+        fd.truncated = s.truncated;
+        return Ok((fd, whole));
     }
-    if out.tcp.is_empty() {
-        return Err(AnalyzeError(format!("{path}: no TCP packets in it ({} frames)", out.frames)));
-    }
-    // Captures are in time order, except a few packets tcpdump takes from other CPUs.
-    out.tcp.sort_by_key(|p| p.t);
-    Ok(out)
 }
 
 /// Unwraps 32-bit sequence numbers into 64-bit offsets from a base, following the last value.
@@ -568,55 +823,126 @@ struct Syns {
     ts: bool,
 }
 
-/// Reads and analyses `inputs`; `interval` is the sample interval, `time_zero` the grid's start.
-pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>) -> Result<Analysis, AnalyzeError> {
-    if interval <= 0 {
-        return Err(AnalyzeError(format!("interval: {interval} ns: must be > 0")));
-    }
+/// One connection in one file: what the first pass counts.
+#[derive(Debug, Default, Clone)]
+struct FileConn {
+    packets: u64,
+    wire_bytes: u64,
+    payload_bytes: u64,
+    /// Per direction (up = lower endpoint sends): payload, the last SYN's ISN and nonzero MSS
+    /// option, the highest TTL, the first data segment's sequence number.
+    payload: [u64; 2],
+    isn: [Option<u32>; 2],
+    mss: [u16; 2],
+    ts: bool,
+    ttl: [u8; 2],
+    first_seq: [Option<u32>; 2],
+    span: (i64, i64),
+}
+
+/// What the first pass over every file finds: the files, the flows and where their packets are.
+struct Discovery {
+    files: Vec<FileData>,
+    connections: Vec<Connection>,
+    idle: u64,
+    time_zero: i64,
+    t_last: i64,
+    /// Per file: read whole (too far out of time order to stream).
+    whole: Vec<bool>,
+    /// Per connection: its flow, or u32::MAX for one without data.
+    flow_of: Vec<u32>,
+    /// Per flow: the data's first sequence number at its sender's and its receiver's capture.
+    sender_base: Vec<Option<u32>>,
+    receiver_base: Vec<Option<u32>>,
+    dec: Decoder,
+}
+
+fn discover(inputs: &[(String, Point)], time_zero: Option<i64>, check: &mut dyn FnMut() -> bool) -> Result<Discovery, Stop> {
     let mut dec = Decoder { conns: HashMap::new(), keys: vec![], last: None };
     let mut files = Vec::with_capacity(inputs.len());
+    let mut whole = Vec::with_capacity(inputs.len());
+    // Per file, per connection in it.
+    let mut seen: Vec<HashMap<u32, FileConn>> = Vec::with_capacity(inputs.len());
+    // Per file: (connection, payload size) -> segments.
+    let mut file_sizes: Vec<HashMap<(u32, u32), u64>> = Vec::with_capacity(inputs.len());
     for (path, _) in inputs {
-        files.push(read_file(path, &mut dec)?);
+        let mut fc: HashMap<u32, FileConn> = HashMap::new();
+        let mut sz: HashMap<(u32, u32), u64> = HashMap::new();
+        let (fd, w) = {
+            let fc = std::cell::RefCell::new(&mut fc);
+            let sz = std::cell::RefCell::new(&mut sz);
+            each_packet(
+                path,
+                &mut dec,
+                false,
+                check,
+                &mut || {
+                    fc.borrow_mut().clear();
+                    sz.borrow_mut().clear();
+                },
+                &mut |p: &Packet| {
+                    let mut fc = fc.borrow_mut();
+                    let e = fc.entry(p.conn).or_insert_with(|| FileConn { span: (i64::MAX, i64::MIN), ..Default::default() });
+                    let d = p.up as usize;
+                    e.packets += 1;
+                    e.wire_bytes += p.wire_len as u64;
+                    e.payload_bytes += p.payload as u64;
+                    e.payload[d] += p.payload as u64;
+                    if p.syn {
+                        e.isn[d] = Some(p.seq);
+                        if p.mss_opt > 0 {
+                            e.mss[d] = p.mss_opt;
+                        }
+                        e.ts |= p.ts;
+                    }
+                    e.ttl[d] = e.ttl[d].max(p.ttl);
+                    if p.payload > 0 {
+                        e.first_seq[d].get_or_insert(p.seq);
+                        *sz.borrow_mut().entry((p.conn, p.payload)).or_default() += 1;
+                    }
+                    e.span = (e.span.0.min(p.t), e.span.1.max(p.t));
+                },
+            )?
+        };
+        if fd.tcp_packets == 0 {
+            return Err(AnalyzeError(format!("{path}: no TCP packets in it ({} frames)", fd.frames)).into());
+        }
+        files.push(fd);
+        whole.push(w);
+        seen.push(fc);
+        file_sizes.push(sz);
     }
     let n_conn = dec.keys.len();
     // Totals per connection: payload per direction, SYN options, first and last time.
     let mut payload = vec![[0u64; 2]; n_conn];
     let mut syns = vec![Syns::default(); n_conn];
     let mut span = vec![(i64::MAX, i64::MIN); n_conn];
-    let mut sizes: Vec<HashMap<u32, u64>> = vec![HashMap::new(); n_conn];
-    let mut per_file = vec![vec![(0u64, 0u64, 0u64); files.len()]; n_conn];
-    // Per file, per connection: its packets' indices (each pass below walks only its own).
-    let mut index: Vec<HashMap<u32, Vec<u32>>> = vec![HashMap::new(); files.len()];
-    for (fi, f) in files.iter().enumerate() {
-        for (i, p) in f.tcp.iter().enumerate() {
-            index[fi].entry(p.conn).or_default().push(i as u32);
+    for fc in &seen {
+        for (&c, e) in fc {
+            let c = c as usize;
+            for d in 0..2 {
+                payload[c][d] += e.payload[d];
+            }
+            span[c] = (span[c].0.min(e.span.0), span[c].1.max(e.span.1));
         }
     }
-    let packets_of = |fi: usize, c: usize| -> Vec<&Packet> {
-        index[fi].get(&(c as u32)).map_or_else(Vec::new, |ix| ix.iter().map(|&i| &files[fi].tcp[i as usize]).collect())
-    };
-    for (fi, f) in files.iter().enumerate() {
-        for p in &f.tcp {
-            let c = p.conn as usize;
-            let d = p.up as usize;
-            payload[c][d] += p.payload as u64;
-            if p.syn {
-                syns[c].isn[d] = Some(p.seq);
-                if p.mss_opt > 0 {
-                    syns[c].mss[d] = p.mss_opt;
+    // the last SYN read (files in order) gives the ISN and the MSS option
+    for fc in &seen {
+        for (&c, e) in fc {
+            let s = &mut syns[c as usize];
+            for d in 0..2 {
+                if e.isn[d].is_some() {
+                    s.isn[d] = e.isn[d];
                 }
-                syns[c].ts |= p.ts;
+                if e.mss[d] > 0 {
+                    s.mss[d] = e.mss[d];
+                }
             }
-            if p.payload > 0 {
-                *sizes[c].entry(p.payload).or_default() += 1;
-            }
-            span[c] = (span[c].0.min(p.t), span[c].1.max(p.t));
-            let pf = &mut per_file[c][fi];
-            *pf = (pf.0 + 1, pf.1 + p.wire_len as u64, pf.2 + p.payload as u64);
+            s.ts |= e.ts;
         }
     }
-    let t_first = files.iter().filter_map(|f| f.tcp.first()).map(|p| p.t).min().unwrap_or(0);
-    let t_last = files.iter().filter_map(|f| f.tcp.last()).map(|p| p.t).max().unwrap_or(0);
+    let t_first = files.iter().filter_map(|f| f.first_t).min().unwrap_or(0);
+    let t_last = files.iter().filter_map(|f| f.last_t).max().unwrap_or(0);
     let time_zero = time_zero.unwrap_or(t_first);
 
     // Flows: connections with payload, by first packet then address.
@@ -624,10 +950,18 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
     order.sort_by_key(|&c| (span[c].0, dec.keys[c]));
     let idle = (n_conn - order.len()) as u64;
     if order.is_empty() {
-        return Err(AnalyzeError("no TCP connection in the captures carries data".into()));
+        return Err(AnalyzeError("no TCP connection in the captures carries data".into()).into());
     }
+    let mut sizes: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
+    for sz in &file_sizes {
+        for (&(c, s), &n) in sz {
+            *sizes.entry(c).or_default().entry(s).or_default() += n;
+        }
+    }
+    drop(file_sizes);
     let mut flow_of = vec![u32::MAX; n_conn];
     let mut conns = vec![];
+    let (mut sender_base, mut receiver_base) = (vec![], vec![]);
     for (i, &c) in order.iter().enumerate() {
         flow_of[c] = i as u32;
         let up = payload[c][1] >= payload[c][0]; // the data direction
@@ -638,21 +972,18 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
         let mss = if s.mss[0] > 0 && s.mss[1] > 0 {
             (s.mss[0].min(s.mss[1]) as u32).saturating_sub(if s.ts { 12 } else { 0 })
         } else {
-            sizes[c].iter().max_by_key(|&(sz, n)| (*n, *sz)).map_or(1460, |(&sz, _)| sz)
+            sizes.get(&(c as u32)).and_then(|m| m.iter().max_by_key(|&(sz, n)| (*n, *sz))).map_or(1460, |(&sz, _)| sz)
         };
         // Which host files are the sender's and the receiver's.
         let mut sender_file = None;
         let mut receiver_file = None;
         let mut unknown = vec![];
         for fi in 0..files.len() {
-            if inputs[fi].1 != Point::Host || per_file[c][fi].0 == 0 {
+            let Some(e) = seen[fi].get(&(c as u32)) else { continue };
+            if inputs[fi].1 != Point::Host || e.packets == 0 {
                 continue;
             }
-            let mut ttl = [0u8; 2]; // max TTL of data, of ACKs
-            for p in packets_of(fi, c) {
-                let k = if p.up == up { 0 } else { 1 };
-                ttl[k] = ttl[k].max(p.ttl);
-            }
+            let ttl = [e.ttl[d], e.ttl[1 - d]]; // max TTL of data, of ACKs
             let init = |x: u8| INITIAL_TTLS.contains(&x);
             if init(ttl[0]) && ttl[1] > 0 && !init(ttl[1]) && sender_file.is_none() {
                 sender_file = Some(fi);
@@ -670,11 +1001,15 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
                 receiver_file = Some(fi);
             }
         }
+        let data_base = s.isn[d].map(|x| x.wrapping_add(1));
+        let base_in = |f: Option<usize>| f.and_then(|fi| data_base.or_else(|| seen[fi][&(c as u32)].first_seq[d]));
+        sender_base.push(base_in(sender_file));
+        receiver_base.push(base_in(receiver_file));
         conns.push(Connection {
             flow: i as u32,
             conn: c as u32,
             data_up: up,
-            data_base: s.isn[d].map(|x| x.wrapping_add(1)),
+            data_base,
             sender: (ip_text(&snd.0), snd.1),
             receiver: (ip_text(&rcv.0), rcv.1),
             mss: mss.max(1),
@@ -683,246 +1018,458 @@ pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>
             last_t: span[c].1,
             sender_file,
             receiver_file,
-            per_file: per_file[c].clone(),
+            per_file: (0..files.len())
+                .map(|fi| seen[fi].get(&(c as u32)).map_or((0, 0, 0), |e| (e.packets, e.wire_bytes, e.payload_bytes)))
+                .collect(),
         });
     }
+    Ok(Discovery {
+        files,
+        connections: conns,
+        idle,
+        time_zero,
+        t_last,
+        whole,
+        flow_of,
+        sender_base,
+        receiver_base,
+        dec,
+    })
+}
 
-    // The sample grid.
-    let n_samples = ((t_last - time_zero).max(0) + interval - 1) / interval;
-    if n_samples > MAX_SAMPLES {
+/// A sender's replay in progress: sequence numbers unwrapped, its view, the next sample.
+struct SenderRun {
+    seq: Unwrap,
+    ackn: Unwrap,
+    v: SenderView,
+    started: bool,
+    k: usize,
+    prev: (f64, u64),
+}
+
+/// The per-flow columns being filled, row `k * flows + flow`, NaN where the captures do not tell.
+struct Filling {
+    flows: usize,
+    sent_b: Vec<f64>,
+    sent_s: Vec<f64>,
+    retr: Vec<f64>,
+    rtt: Vec<f64>,
+    minr: Vec<f64>,
+    infl: Vec<f64>,
+    /// In-order payload at the receiver, else the sender's cumulative ACKs.
+    deliv: Vec<f64>,
+}
+
+impl Filling {
+    /// The sample `k` of flow `fl` from its sender's view; `acked` says whether the cumulative
+    /// ACKs stand in for the receiver.
+    fn emit(&mut self, fl: usize, k: usize, r: &mut SenderRun, acked: bool) {
+        let i = k * self.flows + fl;
+        if !r.started {
+            self.sent_b[i] = 0.0;
+            self.sent_s[i] = 0.0;
+            self.retr[i] = 0.0;
+            if acked {
+                self.deliv[i] = 0.0;
+            }
+            return;
+        }
+        let v = &r.v;
+        self.sent_b[i] = v.sent_bytes as f64;
+        self.sent_s[i] = v.sent_segs as f64;
+        self.retr[i] = v.retrans_segs as f64;
+        if acked {
+            self.deliv[i] = v.una.max(0) as f64;
+        }
+        if v.rtt_n > r.prev.1 {
+            self.rtt[i] = (v.rtt_sum - r.prev.0) / (v.rtt_n - r.prev.1) as f64 / 1e6;
+        }
+        if v.min_rtt > 0 {
+            self.minr[i] = v.min_rtt as f64 / 1e6;
+        }
+        self.infl[i] = (v.nxt - v.una - v.sacked).max(0) as f64;
+        r.prev = (v.rtt_sum, v.rtt_n);
+    }
+}
+
+/// Reads and analyses `inputs`; `interval` is the sample interval, `time_zero` the grid's start.
+pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>) -> Result<Analysis, AnalyzeError> {
+    match analyze_checked(inputs, interval, time_zero, &mut || true) {
+        Ok(a) => Ok(a),
+        Err(Stop::Error(e)) => Err(e),
+        Err(Stop::Stopped) => Err(AnalyzeError("stopped".into())),
+    }
+}
+
+/// [`analyze`], asking `check` every few tens of thousands of packets whether to go on (false:
+/// [`Stop::Stopped`]). The captures are streamed twice (the router's pair once more): memory
+/// holds the connections' state and the output series, not the files.
+pub fn analyze_checked(
+    inputs: &[(String, Point)],
+    interval: i64,
+    time_zero: Option<i64>,
+    check: &mut dyn FnMut() -> bool,
+) -> Result<Analysis, Stop> {
+    if interval <= 0 {
+        return Err(AnalyzeError(format!("interval: {interval} ns: must be > 0")).into());
+    }
+    let mut disc = discover(inputs, time_zero, check)?;
+    let time_zero = disc.time_zero;
+    let conns = &disc.connections;
+    let n_flows = conns.len();
+    let router_pair = (
+        inputs.iter().position(|i| i.1 == Point::Ingress),
+        inputs.iter().position(|i| i.1 == Point::Egress),
+    );
+    let with_router = matches!(router_pair, (Some(_), Some(_)));
+
+    // The sample grid, and the rows it makes, refused before anything is built.
+    let span = (disc.t_last as i128 - time_zero as i128).max(0);
+    let n_samples = (span + interval as i128 - 1) / interval as i128;
+    let series = n_flows as i128 + with_router as i128;
+    let rows = n_samples.max(1) * series;
+    if rows > MAX_ROWS as i128 {
+        let fit = (span * series + MAX_ROWS as i128 - 1) / MAX_ROWS as i128; // the shortest interval that fits
+        let fit = if fit < 1_000 {
+            format!("{fit}ns")
+        } else if fit < 1_000_000 {
+            format!("{}us", (fit + 999) / 1_000)
+        } else {
+            format!("{}ms", (fit + 999_999) / 1_000_000)
+        };
         return Err(AnalyzeError(format!(
-            "the captures end {:.0} s after time zero: {n_samples} samples of {} ms per flow; give a longer interval",
-            (t_last - time_zero) as f64 / 1e9,
+            "the captures end {:.0} s after time zero: {rows} rows ({n_flows} flow(s){}) are more than the limit of \
+             {MAX_ROWS} (about 2 GB of memory): {n_samples} samples of {} ms per flow; give a longer interval: \
+             --interval {fit} or longer fits",
+            span as f64 / 1e9,
+            if with_router { " and the router" } else { "" },
             interval as f64 / 1e6
-        )));
+        ))
+        .into());
     }
     let n_samples = n_samples.max(1) as usize;
     let grid = |k: usize| time_zero + (k as i64 + 1) * interval;
 
-    let mut cols = FlowColumns::default();
-    let n_flows = conns.len();
-    // Per flow, per sample: the values, filled flow by flow then interleaved by time.
-    let mut per_flow: Vec<FlowColumns> = Vec::with_capacity(n_flows);
-    for (fl, &c) in order.iter().enumerate() {
-        let conn = &conns[fl];
-        let up = payload[c][1] >= payload[c][0];
-        let d = up as usize;
-        let mut out = FlowColumns::default();
-        let nan = vec![f64::NAN; n_samples];
-        // Sender view.
-        let (mut sent_b, mut sent_s, mut retr, mut rtt, mut minr, mut infl, mut acked) =
-            (nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone(), nan.clone());
-        if let Some(fi) = conn.sender_file {
-            let pk = packets_of(fi, c);
-            let base = syns[c].isn[d].map(|x| x.wrapping_add(1)).or_else(|| {
-                pk.iter().find(|p| p.up == up && p.payload > 0).map(|p| p.seq)
-            });
-            if let Some(base) = base {
-                let mut seq = Unwrap::new(base);
-                let mut ackn = Unwrap::new(base);
-                let mut v = SenderView::default();
-                let mut started = false;
-                let mut k = 0usize;
-                let mut sacks: Vec<(i64, i64)> = Vec::with_capacity(4);
-                let mut emit = |k: usize, v: &SenderView, prev: &mut (f64, u64), started: bool| {
-                    if !started {
-                        sent_b[k] = 0.0;
-                        sent_s[k] = 0.0;
-                        retr[k] = 0.0;
-                        acked[k] = 0.0;
-                        return;
-                    }
-                    sent_b[k] = v.sent_bytes as f64;
-                    sent_s[k] = v.sent_segs as f64;
-                    retr[k] = v.retrans_segs as f64;
-                    acked[k] = v.una.max(0) as f64;
-                    if v.rtt_n > prev.1 {
-                        rtt[k] = (v.rtt_sum - prev.0) / (v.rtt_n - prev.1) as f64 / 1e6;
-                    }
-                    *prev = (v.rtt_sum, v.rtt_n);
-                    if v.min_rtt > 0 {
-                        minr[k] = v.min_rtt as f64 / 1e6;
-                    }
-                    infl[k] = (v.nxt - v.una - v.sacked).max(0) as f64;
-                };
-                let mut prev = (0.0, 0u64);
-                for p in pk {
-                    while k < n_samples && grid(k) <= p.t {
-                        emit(k, &v, &mut prev, started);
-                        k += 1;
-                    }
-                    if p.syn {
-                        continue;
-                    }
-                    if p.up == up && p.payload > 0 {
-                        started = true;
-                        let s = seq.rel(p.seq);
-                        v.data(p.t, s, s + p.payload as i64, conn.mss);
-                    } else if p.up != up && p.has_ack && started {
-                        let a = ackn.rel(p.ack);
-                        sacks.clear();
-                        for &(l, r) in &p.sacks[..p.n_sacks as usize] {
-                            let l = a + (l.wrapping_sub(p.ack) as i32 as i64);
-                            let r = a + (r.wrapping_sub(p.ack) as i32 as i64);
-                            sacks.push((l, r));
-                        }
-                        v.ack(p.t, a, &sacks);
-                    }
-                }
-                while k < n_samples {
-                    emit(k, &v, &mut prev, started);
-                    k += 1;
-                }
-            }
+    let rows = n_samples * n_flows;
+    let nan = || vec![f64::NAN; rows];
+    let mut fill = Filling {
+        flows: n_flows,
+        sent_b: nan(),
+        sent_s: nan(),
+        retr: nan(),
+        rtt: nan(),
+        minr: nan(),
+        infl: nan(),
+        deliv: nan(),
+    };
+    // The receiver's in-order payload where it was captured (and its data found), else the
+    // sender's cumulative ACKs.
+    let from_receiver: Vec<bool> = (0..n_flows).map(|fl| disc.receiver_base[fl].is_some()).collect();
+    for fi in 0..inputs.len() {
+        let senders: Vec<usize> =
+            (0..n_flows).filter(|&fl| conns[fl].sender_file == Some(fi) && disc.sender_base[fl].is_some()).collect();
+        let receivers: Vec<usize> =
+            (0..n_flows).filter(|&fl| conns[fl].receiver_file == Some(fi) && disc.receiver_base[fl].is_some()).collect();
+        if senders.is_empty() && receivers.is_empty() {
+            continue;
         }
-        // Receiver view: in-order delivery; else the sender's cumulative ACKs.
-        let mut delivered = acked.clone();
-        if let Some(fi) = conn.receiver_file {
-            let pk = packets_of(fi, c);
-            let base = syns[c].isn[d]
-                .map(|x| x.wrapping_add(1))
-                .or_else(|| pk.iter().find(|p| p.up == up && p.payload > 0).map(|p| p.seq));
-            if let Some(base) = base {
-                let mut seq = Unwrap::new(base);
-                let mut v = ReceiverView::default();
-                let mut k = 0usize;
-                for p in pk {
-                    while k < n_samples && grid(k) <= p.t {
-                        delivered[k] = v.nxt.max(0) as f64;
-                        k += 1;
+        let mut snd: HashMap<usize, SenderRun> = HashMap::new();
+        let mut rcv: HashMap<usize, (Unwrap, ReceiverView, usize)> = HashMap::new();
+        let start = |snd: &mut HashMap<usize, SenderRun>, rcv: &mut HashMap<usize, (Unwrap, ReceiverView, usize)>| {
+            snd.clear();
+            rcv.clear();
+            for &fl in &senders {
+                let b = disc.sender_base[fl].unwrap_or(0);
+                snd.insert(fl, SenderRun {
+                    seq: Unwrap::new(b),
+                    ackn: Unwrap::new(b),
+                    v: SenderView::default(),
+                    started: false,
+                    k: 0,
+                    prev: (0.0, 0),
+                });
+            }
+            for &fl in &receivers {
+                rcv.insert(fl, (Unwrap::new(disc.receiver_base[fl].unwrap_or(0)), ReceiverView::default(), 0));
+            }
+        };
+        start(&mut snd, &mut rcv);
+        let state = std::cell::RefCell::new((snd, rcv, &mut fill));
+        let mut sacks: Vec<(i64, i64)> = Vec::with_capacity(4);
+        let flow_of = &disc.flow_of;
+        each_packet(
+            &inputs[fi].0,
+            &mut disc.dec,
+            disc.whole[fi],
+            check,
+            &mut || {
+                let (snd, rcv, _) = &mut *state.borrow_mut();
+                start(snd, rcv);
+            },
+            &mut |p: &Packet| {
+                let fl = flow_of[p.conn as usize];
+                if fl == u32::MAX {
+                    return;
+                }
+                let fl = fl as usize;
+                let up = conns[fl].data_up;
+                let (snd, rcv, fill) = &mut *state.borrow_mut();
+                if let Some(r) = snd.get_mut(&fl) {
+                    while r.k < n_samples && grid(r.k) <= p.t {
+                        let k = r.k;
+                        fill.emit(fl, k, r, !from_receiver[fl]);
+                        r.k += 1;
+                    }
+                    if !p.syn {
+                        if p.up == up && p.payload > 0 {
+                            r.started = true;
+                            let s = r.seq.rel(p.seq);
+                            r.v.data(p.t, s, s + p.payload as i64, conns[fl].mss);
+                        } else if p.up != up && p.has_ack && r.started {
+                            let a = r.ackn.rel(p.ack);
+                            sacks.clear();
+                            for &(l, rr) in &p.sacks[..p.n_sacks as usize] {
+                                let l = a + (l.wrapping_sub(p.ack) as i32 as i64);
+                                let rr = a + (rr.wrapping_sub(p.ack) as i32 as i64);
+                                sacks.push((l, rr));
+                            }
+                            r.v.ack(p.t, a, &sacks);
+                        }
+                    }
+                }
+                if let Some((seq, v, k)) = rcv.get_mut(&fl) {
+                    while *k < n_samples && grid(*k) <= p.t {
+                        fill.deliv[*k * n_flows + fl] = v.nxt.max(0) as f64;
+                        *k += 1;
                     }
                     if p.up == up && p.payload > 0 && !p.syn {
                         let s = seq.rel(p.seq);
                         v.data(s, s + p.payload as i64);
                     }
                 }
-                while k < n_samples {
-                    delivered[k] = v.nxt.max(0) as f64;
-                    k += 1;
-                }
+            },
+        )?;
+        let (mut snd, mut rcv, fill) = state.into_inner();
+        for (&fl, r) in snd.iter_mut() {
+            while r.k < n_samples {
+                let k = r.k;
+                fill.emit(fl, k, r, !from_receiver[fl]);
+                r.k += 1;
             }
         }
-        let dt = interval as f64 / 1e9;
-        let rate = |x: &[f64], k: usize| {
-            let prev = if k == 0 { 0.0 } else { x[k - 1] };
-            let prev = if prev.is_nan() { 0.0 } else { prev };
-            (x[k] - prev) * 8.0 / dt
-        };
-        for k in 0..n_samples {
-            out.time_s.push((grid(k) - time_zero) as f64 / 1e9);
-            out.flow.push(fl as u32);
-            out.goodput_bps.push(rate(&delivered, k));
-            out.delivered_bytes.push(delivered[k]);
-            out.send_rate_bps.push(rate(&sent_b, k));
-            out.sent_bytes.push(sent_b[k]);
-            out.rtt_ms.push(rtt[k]);
-            out.min_rtt_ms.push(minr[k]);
-            out.inflight_bytes.push(infl[k]);
-            out.inflight_pkts.push((infl[k] / conn.mss as f64).ceil());
-            out.sent_segs.push(sent_s[k]);
-            out.retrans_segs.push(retr[k]);
+        for (&fl, (_, v, k)) in rcv.iter_mut() {
+            while *k < n_samples {
+                fill.deliv[*k * n_flows + fl] = v.nxt.max(0) as f64;
+                *k += 1;
+            }
         }
-        per_flow.push(out);
     }
     // Rows ordered by time, then flow, as the simulator writes them.
-    for k in 0..n_samples {
-        for f in &per_flow {
-            cols.time_s.push(f.time_s[k]);
-            cols.flow.push(f.flow[k]);
-            cols.goodput_bps.push(f.goodput_bps[k]);
-            cols.delivered_bytes.push(f.delivered_bytes[k]);
-            cols.send_rate_bps.push(f.send_rate_bps[k]);
-            cols.sent_bytes.push(f.sent_bytes[k]);
-            cols.rtt_ms.push(f.rtt_ms[k]);
-            cols.min_rtt_ms.push(f.min_rtt_ms[k]);
-            cols.inflight_bytes.push(f.inflight_bytes[k]);
-            cols.inflight_pkts.push(f.inflight_pkts[k]);
-            cols.sent_segs.push(f.sent_segs[k]);
-            cols.retrans_segs.push(f.retrans_segs[k]);
-        }
-    }
+    let dt = interval as f64 / 1e9;
+    let rate = |x: &[f64], i: usize| {
+        let prev = if i < n_flows { 0.0 } else { x[i - n_flows] };
+        let prev = if prev.is_nan() { 0.0 } else { prev };
+        (x[i] - prev) * 8.0 / dt
+    };
+    let cols = FlowColumns {
+        time_s: (0..rows).map(|i| (grid(i / n_flows) - time_zero) as f64 / 1e9).collect(),
+        flow: (0..rows).map(|i| (i % n_flows) as u32).collect(),
+        goodput_bps: (0..rows).map(|i| rate(&fill.deliv, i)).collect(),
+        send_rate_bps: (0..rows).map(|i| rate(&fill.sent_b, i)).collect(),
+        inflight_pkts: (0..rows).map(|i| (fill.infl[i] / conns[i % n_flows].mss as f64).ceil()).collect(),
+        delivered_bytes: fill.deliv,
+        sent_bytes: fill.sent_b,
+        rtt_ms: fill.rtt,
+        min_rtt_ms: fill.minr,
+        inflight_bytes: fill.infl,
+        sent_segs: fill.sent_s,
+        retrans_segs: fill.retr,
+    };
 
-    let ingress = inputs.iter().position(|i| i.1 == Point::Ingress);
-    let egress = inputs.iter().position(|i| i.1 == Point::Egress);
-    let router = match (ingress, egress) {
-        (Some(i), Some(e)) => Some(router_series(&files[i], &files[e], n_samples, &grid, time_zero)),
+    let router = match router_pair {
+        (Some(i), Some(e)) => Some(router_series(inputs, i, e, &mut disc, n_samples, interval, check)?),
         _ => None,
     };
-    Ok(Analysis { files, connections: conns, idle_connections: idle, time_zero, flows: cols, router })
+    Ok(Analysis {
+        files: disc.files,
+        connections: disc.connections,
+        idle_connections: disc.idle,
+        time_zero,
+        flows: cols,
+        router,
+    })
 }
 
-/// The bottleneck from its ingress and egress captures (see the module documentation).
-fn router_series(ing: &FileData, egr: &FileData, n: usize, grid: &dyn Fn(usize) -> i64, t0: i64) -> RouterColumns {
+/// An ingress packet not yet known to have left or been dropped.
+struct Waiting {
+    key: (u32, u32, u16, u32),
+    bucket: usize,
+    ip_len: u32,
+}
+
+/// The bottleneck from its ingress and egress captures (see the module documentation), both
+/// streamed: each egress packet is matched among the ingress packets captured up to its own
+/// time, and only packets still unaccounted for (queued, or of a connection with nothing
+/// after them at the egress) are held. Counts are kept per sample interval (a drop is found
+/// late, and counted at its arrival) and summed at the end.
+fn router_series(
+    inputs: &[(String, Point)],
+    ing_i: usize,
+    egr_i: usize,
+    disc: &mut Discovery,
+    n: usize,
+    interval: i64,
+    check: &mut dyn FnMut() -> bool,
+) -> Result<RouterColumns, Stop> {
     type Key = (u32, u32, u16, u32);
     let key = |p: &Packet| -> Key { (p.conn, p.seq, p.ip_id, p.ip_len) };
-    let mut at: HashMap<Key, VecDeque<usize>> = HashMap::new();
-    // Each connection's arrivals in order, and each arrival's place among them: queue
-    // disciplines that interleave flows (fq, fq_codel, dualpi2) keep each flow's order only.
-    let mut of_conn: HashMap<u32, Vec<usize>> = HashMap::new();
-    let mut rank = vec![0usize; ing.tcp.len()];
-    for (i, p) in ing.tcp.iter().enumerate() {
-        at.entry(key(p)).or_default().push_back(i);
-        let l = of_conn.entry(p.conn).or_default();
-        rank[i] = l.len();
-        l.push(i);
+    let t0 = disc.time_zero;
+    // the first sample that counts a packet at t (sample k counts those before t0 + (k+1) interval)
+    let bucket = |t: i64| -> usize {
+        let d = t as i128 - t0 as i128;
+        if d < interval as i128 { 0 } else { (d / interval as i128).min(n as i128) as usize }
+    };
+    let (ing_path, egr_path) = (&inputs[ing_i].0, &inputs[egr_i].0);
+    let dec = &mut disc.dec;
+    let mut ing = Stream::open(ing_path, dec, disc.whole[ing_i])?;
+    let mut egr = Stream::open(egr_path, dec, disc.whole[egr_i])?;
+    // per sample: arrivals (packets, bytes), drops by arrival (packets, bytes), departures
+    let mut arr = vec![(0u64, 0u64); n + 1];
+    let mut drop = vec![(0u64, 0u64); n + 1];
+    let mut dep = vec![(0u64, 0u64, 0u64); n + 1];
+    // Each connection's waiting arrivals in order (the front's rank is `next`) and the number
+    // it has had; per key, the ranks of the waiting arrivals with that key. Queue disciplines
+    // that interleave flows (fq, fq_codel, dualpi2) keep each flow's order only.
+    struct Conn {
+        next: usize,
+        count: usize,
+        waiting: VecDeque<Waiting>,
     }
-    let mut dropped = vec![false; ing.tcp.len()];
-    let mut next: HashMap<u32, usize> = HashMap::new();
+    let mut of_conn: HashMap<u32, Conn> = HashMap::new();
+    let mut at: HashMap<Key, VecDeque<usize>> = HashMap::new();
     let mut unmatched = 0u64;
-    let mut departed: Vec<&Packet> = Vec::with_capacity(egr.tcp.len());
-    for p in &egr.tcp {
-        let nx = next.entry(p.conn).or_default();
-        let q = at.get_mut(&key(p));
-        let j = q.and_then(|q| {
-            while q.front().is_some_and(|&j| rank[j] < *nx) {
+    let mut pending: Option<Packet> = None; // the next ingress packet, read ahead
+    let mut ing_done = false;
+    let mut seen = 0u64;
+    let next_of = |s: &mut Stream, dec: &mut Decoder| -> Result<Option<Packet>, Stop> {
+        match s.next(dec)? {
+            Next::Packet(p) => Ok(Some(p)),
+            Next::End => Ok(None),
+            // pass 1 read every file in order or found it must be read whole
+            Next::OutOfOrder => Err(AnalyzeError(format!("{}: changed while it was read", s.path)).into()),
+        }
+    };
+    let arrive = |p: &Packet, arr: &mut Vec<(u64, u64)>, keep: bool, of_conn: &mut HashMap<u32, Conn>, at: &mut HashMap<Key, VecDeque<usize>>| {
+        let b = bucket(p.t);
+        arr[b].0 += 1;
+        arr[b].1 += p.ip_len as u64;
+        if keep {
+            let c = of_conn.entry(p.conn).or_insert_with(|| Conn { next: 0, count: 0, waiting: VecDeque::new() });
+            at.entry(key(p)).or_default().push_back(c.count);
+            c.waiting.push_back(Waiting { key: key(p), bucket: b, ip_len: p.ip_len });
+            c.count += 1;
+        }
+    };
+    while let Some(e) = next_of(&mut egr, dec)? {
+        seen += 1;
+        if seen.is_multiple_of(CHECK_EVERY) && !check() {
+            return Err(Stop::Stopped);
+        }
+        // every ingress packet captured up to this departure has arrived
+        loop {
+            if pending.is_none() && !ing_done {
+                pending = next_of(&mut ing, dec)?;
+                ing_done = pending.is_none();
+            }
+            match pending {
+                Some(p) if p.t <= e.t => {
+                    arrive(&p, &mut arr, true, &mut of_conn, &mut at);
+                    pending = None;
+                }
+                _ => break,
+            }
+        }
+        let k = key(&e);
+        let j = match (of_conn.get(&e.conn), at.get_mut(&k)) {
+            (Some(c), Some(q)) => {
+                while q.front().is_some_and(|&j| j < c.next) {
+                    q.pop_front();
+                }
+                q.front().copied()
+            }
+            _ => None,
+        };
+        let Some(j) = j else {
+            unmatched += 1;
+            continue;
+        };
+        let c = of_conn.get_mut(&e.conn).expect("an arrival of the connection");
+        // the connection's arrivals skipped over never left: dropped
+        let skipped = j - c.next;
+        for w in c.waiting.drain(..=skipped).take(skipped) {
+            drop[w.bucket].0 += 1;
+            drop[w.bucket].1 += w.ip_len as u64;
+            if let Some(q) = at.get_mut(&w.key) {
+                while q.front().is_some_and(|&r| r <= j) {
+                    q.pop_front();
+                }
+                if q.is_empty() {
+                    at.remove(&w.key);
+                }
+            }
+        }
+        c.next = j + 1;
+        if let Some(q) = at.get_mut(&k) {
+            while q.front().is_some_and(|&r| r <= j) {
                 q.pop_front();
             }
-            q.pop_front()
-        });
-        match j {
-            Some(j) => {
-                // the connection's arrivals skipped over never left: dropped
-                for &d in &of_conn[&p.conn][*nx..rank[j]] {
-                    dropped[d] = true;
-                }
-                *nx = rank[j] + 1;
-                departed.push(p);
+            if q.is_empty() {
+                at.remove(&k);
             }
-            None => unmatched += 1,
+        }
+        let b = bucket(e.t);
+        dep[b].0 += 1;
+        dep[b].1 += e.ip_len as u64;
+        dep[b].2 += e.payload as u64;
+    }
+    // arrivals after the last departure
+    if let Some(p) = pending {
+        arrive(&p, &mut arr, false, &mut of_conn, &mut at);
+    }
+    while !ing_done {
+        match next_of(&mut ing, dec)? {
+            Some(p) => {
+                seen += 1;
+                if seen.is_multiple_of(CHECK_EVERY) && !check() {
+                    return Err(Stop::Stopped);
+                }
+                arrive(&p, &mut arr, false, &mut of_conn, &mut at)
+            }
+            None => ing_done = true,
         }
     }
     let mut r = RouterColumns { unmatched, ..Default::default() };
-    let (mut i, mut e) = (0usize, 0usize);
-    let (mut arr, mut arr_b, mut drops, mut drop_b) = (0u64, 0u64, 0u64, 0u64);
-    let (mut dep, mut dep_b, mut dep_pl) = (0u64, 0u64, 0u64);
+    let (mut a, mut a_b, mut d, mut d_b) = (0u64, 0u64, 0u64, 0u64);
+    let (mut l, mut l_b, mut l_pl) = (0u64, 0u64, 0u64);
     for k in 0..n {
-        let t = grid(k);
-        while i < ing.tcp.len() && ing.tcp[i].t < t {
-            arr += 1;
-            arr_b += ing.tcp[i].ip_len as u64;
-            if dropped[i] {
-                drops += 1;
-                drop_b += ing.tcp[i].ip_len as u64;
-            }
-            i += 1;
-        }
-        while e < departed.len() && departed[e].t < t {
-            dep += 1;
-            dep_b += departed[e].ip_len as u64;
-            dep_pl += departed[e].payload as u64;
-            e += 1;
-        }
-        r.time_s.push((t - t0) as f64 / 1e9);
-        r.arrivals_pkts.push(arr as f64);
-        r.arrival_bytes.push(arr_b as f64);
-        r.departures_pkts.push(dep as f64);
-        r.departed_bytes.push(dep_b as f64);
-        r.departed_payload_bytes.push(dep_pl as f64);
-        r.drops.push(drops as f64);
-        r.queue_pkts.push(arr.saturating_sub(drops + dep) as f64);
-        r.queue_bytes.push(arr_b.saturating_sub(drop_b + dep_b) as f64);
+        a += arr[k].0;
+        a_b += arr[k].1;
+        d += drop[k].0;
+        d_b += drop[k].1;
+        l += dep[k].0;
+        l_b += dep[k].1;
+        l_pl += dep[k].2;
+        r.time_s.push(((t0 + (k as i64 + 1) * interval) - t0) as f64 / 1e9);
+        r.arrivals_pkts.push(a as f64);
+        r.arrival_bytes.push(a_b as f64);
+        r.departures_pkts.push(l as f64);
+        r.departed_bytes.push(l_b as f64);
+        r.departed_payload_bytes.push(l_pl as f64);
+        r.drops.push(d as f64);
+        r.queue_pkts.push(a.saturating_sub(d + l) as f64);
+        r.queue_bytes.push(a_b.saturating_sub(d_b + l_b) as f64);
     }
-    r
+    Ok(r)
 }
 
 /// One flow's packets as its sender saw them, for a time-sequence plot; sequence numbers are
@@ -949,68 +1496,172 @@ pub struct Trace {
     pub drops_known: bool,
 }
 
+
 /// The trace of flow `flow` (numbered as [`analyze`] numbers them) from its sender capture.
 pub fn trace(inputs: &[(String, Point)], flow: u32, time_zero: Option<i64>) -> Result<Trace, AnalyzeError> {
-    let a = analyze(inputs, 1_000_000_000, time_zero)?;
-    let n = a.connections.len();
-    let c = a.connections.get(flow as usize).ok_or_else(|| {
+    match trace_checked(inputs, flow, time_zero, &mut || true) {
+        Ok(t) => Ok(t),
+        Err(Stop::Error(e)) => Err(e),
+        Err(Stop::Stopped) => Err(AnalyzeError("stopped".into())),
+    }
+}
+
+/// [`trace`], asking `check` now and then whether to go on (as [`analyze_checked`]).
+pub fn trace_checked(
+    inputs: &[(String, Point)],
+    flow: u32,
+    time_zero: Option<i64>,
+    check: &mut dyn FnMut() -> bool,
+) -> Result<Trace, Stop> {
+    let mut disc = discover(inputs, time_zero, check)?;
+    let n = disc.connections.len();
+    let c = disc.connections.get(flow as usize).cloned().ok_or_else(|| {
         AnalyzeError(format!("no flow {flow} in the captures: they hold {n} flow(s), 0 to {}", n.saturating_sub(1)))
     })?;
     let sf = c.sender_file.ok_or_else(|| AnalyzeError(format!("flow {flow}: no capture on its sender's side")))?;
-    let mine = |fi: usize| a.files[fi].tcp.iter().filter(move |p| p.conn == c.conn);
-    let base = c
-        .data_base
-        .or_else(|| mine(sf).find(|p| p.up == c.data_up && p.payload > 0).map(|p| p.seq))
-        .unwrap_or(0);
+    let base = disc.sender_base[flow as usize].unwrap_or(0);
     let mut received: HashMap<(u32, u16, u32), u32> = HashMap::new();
     if let Some(rf) = c.receiver_file {
-        for p in mine(rf).filter(|p| p.up == c.data_up && p.payload > 0) {
-            *received.entry((p.seq, p.ip_id, p.payload)).or_default() += 1;
-        }
+        let received = std::cell::RefCell::new(&mut received);
+        each_packet(&inputs[rf].0, &mut disc.dec, disc.whole[rf], check, &mut || received.borrow_mut().clear(), &mut |p| {
+            if p.conn == c.conn && p.up == c.data_up && p.payload > 0 {
+                *received.borrow_mut().entry((p.seq, p.ip_id, p.payload)).or_default() += 1;
+            }
+        })?;
     }
-    let mut t = Trace { drops_known: c.receiver_file.is_some(), ..Default::default() };
-    let (mut seq, mut ackn) = (Unwrap::new(base), Unwrap::new(base));
-    let mut high = 0i64;
-    for p in mine(sf) {
-        let at = p.t - a.time_zero;
-        if p.syn {
-            continue;
-        }
-        if p.up == c.data_up && p.payload > 0 {
-            let s = seq.rel(p.seq);
-            let e = s + p.payload as i64;
-            t.data_t.push(at);
-            t.data_start.push(s);
-            t.data_end.push(e);
-            t.data_retrans.push(s < high);
-            high = high.max(e);
-            if t.drops_known {
-                match received.get_mut(&(p.seq, p.ip_id, p.payload)) {
-                    Some(k) if *k > 0 => *k -= 1,
-                    _ => {
-                        t.drop_t.push(at);
-                        t.drop_start.push(s);
-                        t.drop_end.push(e);
+    let time_zero = disc.time_zero;
+    let start = || (Trace { drops_known: c.receiver_file.is_some(), ..Default::default() }, Unwrap::new(base), Unwrap::new(base), 0i64);
+    let state = std::cell::RefCell::new(start());
+    let received = std::cell::RefCell::new(received);
+    let fresh = received.borrow().clone();
+    each_packet(
+        &inputs[sf].0,
+        &mut disc.dec,
+        disc.whole[sf],
+        check,
+        &mut || {
+            *state.borrow_mut() = start();
+            *received.borrow_mut() = fresh.clone();
+        },
+        &mut |p| {
+            if p.conn != c.conn {
+                return;
+            }
+            let (t, seq, ackn, high) = &mut *state.borrow_mut();
+            let at = p.t - time_zero;
+            if p.syn {
+                return;
+            }
+            if p.up == c.data_up && p.payload > 0 {
+                let s = seq.rel(p.seq);
+                let e = s + p.payload as i64;
+                t.data_t.push(at);
+                t.data_start.push(s);
+                t.data_end.push(e);
+                t.data_retrans.push(s < *high);
+                *high = (*high).max(e);
+                if t.drops_known {
+                    match received.borrow_mut().get_mut(&(p.seq, p.ip_id, p.payload)) {
+                        Some(k) if *k > 0 => *k -= 1,
+                        _ => {
+                            t.drop_t.push(at);
+                            t.drop_start.push(s);
+                            t.drop_end.push(e);
+                        }
                     }
                 }
+            } else if p.up != c.data_up && p.has_ack && *high > 0 {
+                let a = ackn.rel(p.ack);
+                t.ack_t.push(at);
+                t.ack.push(a);
+                for &(l, r) in &p.sacks[..p.n_sacks as usize] {
+                    t.sack_t.push(at);
+                    t.sack_start.push(a + (l.wrapping_sub(p.ack) as i32 as i64));
+                    t.sack_end.push(a + (r.wrapping_sub(p.ack) as i32 as i64));
+                }
             }
-        } else if p.up != c.data_up && p.has_ack && high > 0 {
-            let a = ackn.rel(p.ack);
-            t.ack_t.push(at);
-            t.ack.push(a);
-            for &(l, r) in &p.sacks[..p.n_sacks as usize] {
-                t.sack_t.push(at);
-                t.sack_start.push(a + (l.wrapping_sub(p.ack) as i32 as i64));
-                t.sack_end.push(a + (r.wrapping_sub(p.ack) as i32 as i64));
-            }
-        }
-    }
-    Ok(t)
+        },
+    )?;
+    Ok(state.into_inner().0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pcap (nanosecond) of Ethernet frames: one connection's data segments from
+    /// 10.0.0.1:1000, TTL 64, and their ACKs through a router (TTL 60), in `order`.
+    fn capture(order: &[usize]) -> Vec<u8> {
+        let mut frames = vec![];
+        for i in 0..40u32 {
+            let b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).tcp(1000, 80, 1000 + i * 100, 65535).ack(1);
+            let mut f = vec![];
+            b.write(&mut f, &[7u8; 100]).unwrap();
+            frames.push((i as i64 * 1_000_000, f));
+            let b = etherparse::PacketBuilder::ethernet2([2; 6], [1; 6]).ipv4([10, 0, 0, 2], [10, 0, 0, 1], 60).tcp(80, 1000, 1, 65535).ack(1000 + (i + 1) * 100);
+            let mut f = vec![];
+            b.write(&mut f, &[]).unwrap();
+            frames.push((i as i64 * 1_000_000 + 500_000, f));
+        }
+        let mut hdr = vec![];
+        hdr.extend_from_slice(&0xa1b23c4du32.to_le_bytes());
+        hdr.extend_from_slice(&2u16.to_le_bytes());
+        hdr.extend_from_slice(&4u16.to_le_bytes());
+        hdr.extend_from_slice(&[0; 8]);
+        hdr.extend_from_slice(&65535u32.to_le_bytes());
+        hdr.extend_from_slice(&1u32.to_le_bytes());
+        for &i in order {
+            let (t, f) = &frames[i];
+            hdr.extend_from_slice(&((t / 1_000_000_000) as u32).to_le_bytes());
+            hdr.extend_from_slice(&((t % 1_000_000_000) as u32).to_le_bytes());
+            hdr.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            hdr.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            hdr.extend_from_slice(f);
+        }
+        hdr
+    }
+
+    #[test]
+    fn a_capture_out_of_time_order_is_read_in_order() {
+        let dir = std::env::temp_dir().join(format!("ccsim-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sorted: Vec<usize> = (0..80).collect();
+        // the second half first: out of order by 40 packets, beyond a window of 8
+        let shuffled: Vec<usize> = (40..80).chain(0..40).collect();
+        let (a, b) = (dir.join("sorted.pcap"), dir.join("shuffled.pcap"));
+        std::fs::write(&a, capture(&sorted)).unwrap();
+        std::fs::write(&b, capture(&shuffled)).unwrap();
+        let run = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 2_000_000, None).unwrap();
+        let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let want = run(&a);
+        assert_eq!(want.flows.sent_bytes.last(), Some(&4000.0));
+        WINDOW.store(8, std::sync::atomic::Ordering::Relaxed);
+        let mut dec = Decoder { conns: HashMap::new(), keys: vec![], last: None };
+        let times = std::cell::RefCell::new(vec![]);
+        let (fd, whole) = each_packet(&b.to_string_lossy(), &mut dec, false, &mut || true, &mut || times.borrow_mut().clear(),
+                                      &mut |p| times.borrow_mut().push(p.t))
+        .unwrap();
+        let times = times.into_inner();
+        let got = run(&b);
+        WINDOW.store(REORDER_WINDOW, std::sync::atomic::Ordering::Relaxed);
+        assert!(whole, "read whole once found out of order");
+        assert_eq!(fd.tcp_packets, 80);
+        assert!(times.windows(2).all(|w| w[0] <= w[1]) && times.len() == 80);
+        for (x, y) in [
+            (&want.flows.sent_bytes, &got.flows.sent_bytes),
+            (&want.flows.delivered_bytes, &got.flows.delivered_bytes),
+            (&want.flows.rtt_ms, &got.flows.rtt_ms),
+            (&want.flows.inflight_bytes, &got.flows.inflight_bytes),
+        ] {
+            assert_eq!(bits(x), bits(y));
+        }
+        // within the window: streamed, the same
+        let mut dec = Decoder { conns: HashMap::new(), keys: vec![], last: None };
+        let (_, whole) = each_packet(&b.to_string_lossy(), &mut dec, false, &mut || true, &mut || {}, &mut |_| {}).unwrap();
+        assert!(!whole);
+        assert_eq!(bits(&run(&b).flows.rtt_ms), bits(&want.flows.rtt_ms));
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn sequence_numbers_unwrap_across_2_32() {
