@@ -982,6 +982,21 @@ def _flow_block(trial: Trial, send: list[dict[str, np.ndarray]], sink: list[dict
     return pl.DataFrame(series)
 
 
+def _router_frame(schema: Any, cols: dict[str, Any], n: int) -> pl.DataFrame:
+    """The router table in the results schema from named columns of ``n`` samples: a column
+    not given is null, NaN becomes null in integer columns, and ``backend`` names this one."""
+    series = []
+    for name, dtype in schema.items():
+        if name == "backend":
+            series.append(pl.Series(name, [BACKEND] * n, dtype=dtype))
+            continue
+        v = cols.get(name)
+        if v is None:
+            series.append(pl.Series(name, [None] * n, dtype=dtype))
+            continue
+        s = pl.Series(name, np.asarray(v, dtype=float))
+        series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
+    return pl.DataFrame(series)
 
 
 def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -1024,18 +1039,7 @@ def build_router(trial: Trial, r: dict[str, np.ndarray], mode: str, schema: dict
         "drops_policer": np.zeros(n),
         **reverse_router_columns(trial, col, counter, n),
     }
-    series = []
-    for name, dtype in schema.items():
-        if name == "backend":
-            series.append(pl.Series(name, [BACKEND] * n, dtype=dtype))
-            continue
-        v = cols.get(name)
-        if v is None:
-            series.append(pl.Series(name, [None] * n, dtype=dtype))
-            continue
-        s = pl.Series(name, np.asarray(v, dtype=float))
-        series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
-    return pl.DataFrame(series)
+    return _router_frame(schema, cols, n)
 
 
 def _model_router(trial: Trial, col: dict[str, np.ndarray], counter: Callable[[str], np.ndarray], cap: np.ndarray,
@@ -1080,18 +1084,7 @@ def _model_router(trial: Trial, col: dict[str, np.ndarray], counter: Callable[[s
         else:
             assert trial.link.reverse is not None
             cols["rev_capacity_bps"] = np.full(n, float(trial.link.reverse.capacity))
-    series = []
-    for name, dtype in schema.items():
-        if name == "backend":
-            series.append(pl.Series(name, [BACKEND] * n, dtype=dtype))
-            continue
-        v = cols.get(name)
-        if v is None:
-            series.append(pl.Series(name, [None] * n, dtype=dtype))
-            continue
-        s = pl.Series(name, np.asarray(v, dtype=float))
-        series.append(s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype))
-    return pl.DataFrame(series)
+    return _router_frame(schema, cols, n)
 
 
 def reverse_router_columns(trial: Trial, col: dict[str, np.ndarray], counter: Callable[[str], np.ndarray],

@@ -362,6 +362,8 @@ class Topology:
     hosts: list[HostSettings]
     tcp_mem_max: int = 6 << 20
     made: list[str] = field(default_factory=list)
+    #: net.core.netdev_max_backlog as it was before the run raised it (restored at teardown)
+    _backlog_prev: Optional[int] = None
 
     def build(self) -> None:
         n = self.names
@@ -506,7 +508,7 @@ class Topology:
         return {"loss_dev": n.ifb, "loss_handle": 0x00010000}
 
     def teardown(self) -> list[str]:
-        prev = getattr(self, "_backlog_prev", None)
+        prev = self._backlog_prev
         if prev is not None:
             sh(["sysctl", "-q", "-w", f"net.core.netdev_max_backlog={prev}"], check=False)
             self._backlog_prev = None
