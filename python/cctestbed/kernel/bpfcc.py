@@ -25,6 +25,7 @@ renamed ``.struct_ops`` in the copy.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -187,6 +188,15 @@ def inspect(path: Path) -> BpfObject:
         data = path.read_bytes()
     except OSError as e:
         raise BpfError(f"cannot read {path}: {e.strerror or e}") from None
+    return _inspect(Path(path), data)
+
+
+@functools.lru_cache(maxsize=32)
+def _inspect(path: Path, data: bytes) -> BpfObject:
+    """:func:`inspect` of these bytes, once: checking a trial and building its configuration ask
+    for the same object several times, and reading its BTF runs bpftool. Callers only read the
+    result (:func:`build` copies the bytes it patches; :func:`user_object` chooses among the
+    tcp_congestion_ops in a copy)."""
     try:
         secs = _sections(data)
         syms = _symbols(data, secs)
@@ -276,8 +286,7 @@ def user_object(cc: str, params: Mapping[str, float], index: int) -> tuple[Optio
         keep = [o for o in obj.ops if o[1] == chosen]
         if not keep:
             return None, [f"flows[{index}].cc: {cc!r}: {path.name} has no tcp_congestion_ops named {chosen!r}; it has {names}"]
-        obj.unchosen = [at for at, n in obj.ops if n != chosen]
-        obj.ops = keep[:1]
+        obj = dataclasses.replace(obj, ops=keep[:1], unchosen=[at for at, n in obj.ops if n != chosen])
     elif len(obj.ops) > 1:
         return None, [f"flows[{index}].cc: {cc!r}: {path.name} defines {len(obj.ops)} tcp_congestion_ops ({names}); "
                       f"choose one as bpf:{spec}#NAME"]
