@@ -305,23 +305,18 @@ def written_by_us(path: Path) -> bool:
     return mark in head or mark in tail
 
 
-def check_output_file(
-    dest: Union[str, Path], suffixes: tuple[str, ...], inputs: Iterable[Union[str, Path]] = ()
-) -> None:
+def check_output_file(dest: Union[str, Path], suffixes: tuple[str, ...]) -> None:
     """Raise :class:`DestinationError` unless one file may be written at ``dest`` (``plot -o``,
-    ``compare -o``, ``report -o``): a suffix among ``suffixes``; not one of the command's
-    ``inputs``; not an existing directory, device or other non-file; an existing file only if
-    this project wrote it (:func:`written_by_us`); and a parent that can be created."""
+    ``compare -o``, ``report -o``): a suffix among ``suffixes``; not an existing directory,
+    device or other non-file; an existing file only if this project wrote it
+    (:func:`written_by_us`: so never one of the command's inputs, which are results
+    directories and their data files); and a parent that can be created."""
     dest = Path(dest)
     if dest.suffix.lower() not in suffixes:
         raise DestinationError(
             f"{dest}: cannot write a {dest.suffix or 'suffix-less'} file; valid suffixes: {', '.join(suffixes)}"
         )
     _check_lengths(dest)
-    real = dest.resolve()
-    for p in inputs:
-        if Path(p).resolve() == real:
-            raise DestinationError(f"{dest} is one of this command's inputs; choose another output path")
     if dest.is_symlink() or (dest.exists() and not dest.is_file()):
         raise DestinationError(f"{dest} exists and is not a regular file; choose another output path")
     if dest.exists() and not written_by_us(dest):
