@@ -287,9 +287,7 @@ def sweep_command(
                         trial_plots=trial_plots, report=report)
         if judge and not run.interrupted:
             jrun = _run_judge(sweep, dest, judge_cache, n_workers, client, progress)
-    except StoreBusy as e:
-        fail(str(e))
-    except StoreMismatch as e:
+    except (StoreBusy, StoreMismatch) as e:
         fail(str(e))
     except (OSError, RuntimeError) as e:
         progress.stop()
