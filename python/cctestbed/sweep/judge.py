@@ -337,8 +337,8 @@ def plot_harm(data: Any, dest: Optional[Path] = None, x: Optional[str] = None, b
     of itself (dashed), means over the seeds; a panel per value of ``by`` and the facet columns."""
     import numpy as np
 
-    from .plot import (ALGO_COLORS, PlotError, SweepData, _facet_keys, _facet_title, _finish, _grid, _legend,
-                       _outer_labels, _style_x, _x_numbers, choose_axes)
+    from .plot import (ALGO_COLORS, PlotError, _facet_title, _finish, _grid, _legend, _outer_labels, _style_x,
+                       _x_numbers, choose_axes, panel_rows, panels_over)
 
     groups = [g for g in judged_groups(data.table) if f"judge.{g}.harm.throughput" in data.table.columns]
     if not groups:
@@ -348,16 +348,12 @@ def plot_harm(data: Any, dest: Optional[Path] = None, x: Optional[str] = None, b
     if judged.is_empty():
         raise PlotError("no finished trial has been judged")
     x, by, facets = choose_axes(data, x, by, facet)
-    sub_data = SweepData(data.root, data.name, judged, data.all_rows, data.columns, data.steady)
-    panel_cols = [c for c in ([by] if by else []) + facets if judged[c].n_unique() > 1 or c == by]
-    keys = _facet_keys(sub_data, panel_cols)
+    sub_data, panel_cols, keys = panels_over(data, judged, by, facets)
     sc, xmap = _x_numbers(sub_data, x)
     fig, axs = _grid(len(keys))
     colors = {g: ALGO_COLORS.get(g, f"C{i}") for i, g in enumerate(groups)}
     for ax, key in zip(axs, keys):
-        sub = judged
-        for f, v in zip(panel_cols, key):
-            sub = sub.filter(pl.col(f) == v)
+        sub = panel_rows(judged, panel_cols, key)
         for g in groups:
             for part, ls, what in (("harm", "-", "h(->A)"), ("harm_self", "--", "h(A->A)")):
                 col = f"judge.{g}.{part}.throughput"

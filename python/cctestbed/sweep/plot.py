@@ -424,6 +424,24 @@ def plot_metric(
 
 
 @literal_text
+
+def panels_over(data: SweepData, rows: pl.DataFrame, by: Optional[str],
+                facets: list[str]) -> tuple[SweepData, list[str], list[tuple[Any, ...]]]:
+    """The panels of a plot drawn over ``rows``, a subset of the sweep's finished trials: the
+    sweep restricted to them, the columns that tell panels apart (the line column, and the
+    facets that vary among the rows), and each panel's key."""
+    sub_data = SweepData(data.root, data.name, rows, data.all_rows, data.columns, data.steady)
+    panel_cols = [c for c in ([by] if by else []) + facets if rows[c].n_unique() > 1 or c == by]
+    return sub_data, panel_cols, _facet_keys(sub_data, panel_cols)
+
+
+def panel_rows(rows: pl.DataFrame, panel_cols: list[str], key: tuple[Any, ...]) -> pl.DataFrame:
+    """The rows of one panel (:func:`panels_over`)."""
+    for f, v in zip(panel_cols, key):
+        rows = rows.filter(pl.col(f) == v)
+    return rows
+
+
 def plot_shares(
     data: SweepData,
     dest: Optional[Path] = None,
@@ -444,16 +462,12 @@ def plot_shares(
     )
     if len(mixed) == 0:
         raise PlotError("no finished trial has two or more flow groups to compare")
-    sub_data = SweepData(data.root, data.name, mixed, data.all_rows, data.columns, data.steady)
-    panel_cols = [c for c in ([by] if by else []) + facets if mixed[c].n_unique() > 1 or c == by]
-    keys = _facet_keys(sub_data, panel_cols)
+    sub_data, panel_cols, keys = panels_over(data, mixed, by, facets)
     sc, xmap = _x_numbers(sub_data, x)
     fig, axs = _grid(len(keys))
     colors = {g: ALGO_COLORS.get(g, f"C{i}") for i, g in enumerate(groups)}
     for ax, key in zip(axs, keys):
-        sub = mixed
-        for f, v in zip(panel_cols, key):
-            sub = sub.filter(pl.col(f) == v)
+        sub = panel_rows(mixed, panel_cols, key)
         for g in groups:
             share, ivals = f"groups.{g}.share", f"groups.{g}.interval_shares"
             rows = sub.filter(pl.col(share).is_not_null())
