@@ -146,7 +146,7 @@ impl BpfCc {
         s.tcp_clock_cache = info.now as u64;
         s.tcp_wstamp_ns = info.wstamp_ns as u64;
         s.snd_nxt = (info.snd_nxt * mss) as u32;
-        s.snd_una = (info.snd_una * mss) as u32;
+        s.snd_una = ack_seq(info);
         s.lsndtime = jiffies(info.last_send_ns, CONFIG_HZ) as u32;
         s.inet_conn.icsk_ca_state = ca_state(info.ca_state);
         // TCP_ECN_OK when the connection negotiated ECN; the other bits are the program's.
@@ -205,6 +205,11 @@ impl BpfCc {
     }
 }
 
+/// The sequence number an ACK up to `snd_una` carries: segments times the MSS, wrapping at 2^32.
+fn ack_seq(info: &ConnInfo) -> u32 {
+    info.snd_una.wrapping_mul(info.mss.max(1) as u64) as u32
+}
+
 /// `enum tcp_ca_state` values.
 fn ca_state(s: CaState) -> u8 {
     match s {
@@ -216,8 +221,7 @@ fn ca_state(s: CaState) -> u8 {
     }
 }
 
-fn rate_sample(rs: &RateSample, mss: u32) -> ccbpf::RateSample {
-    let _ = mss;
+fn rate_sample(rs: &RateSample) -> ccbpf::RateSample {
     ccbpf::RateSample {
         prior_mstamp: (rs.prior_time / 1000) as u64,
         prior_delivered: rs.prior_delivered as u32,
@@ -272,14 +276,11 @@ impl CongestionControl for BpfCc {
     }
 
     fn cong_avoid(&mut self, info: &ConnInfo, w: &mut Window, acked: u32) {
-        let ack = info.snd_una.wrapping_mul(info.mss as u64) as u32 as u64;
-        self.call(Op::CongAvoid, info, w, &[ack, acked as u64], None, None);
+        self.call(Op::CongAvoid, info, w, &[ack_seq(info) as u64, acked as u64], None, None);
     }
 
     fn cong_control(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
-        let ack = info.snd_una.wrapping_mul(info.mss as u64) as u32 as u64;
-        let brs = rate_sample(rs, info.mss);
-        self.call(Op::CongControl, info, w, &[ack, 0], None, Some(&brs));
+        self.call(Op::CongControl, info, w, &[ack_seq(info) as u64, 0], None, Some(&rate_sample(rs)));
     }
 
     fn pkts_acked(&mut self, info: &ConnInfo, w: &mut Window, sample: &AckSample) {
