@@ -66,6 +66,7 @@
 mod frame;
 mod model;
 mod ring;
+mod tap;
 
 use ccsim::config::{LossConfig, SimConfig};
 use ccsim::link::{DelayLine, DropCause, LossModel, MarkCause};
@@ -241,6 +242,9 @@ struct Args {
     /// `--cpu N`: run on that CPU only (the backend steers the switches' receive processing to
     /// the others, so the frames the emulator sends are carried on by them).
     cpu: Option<usize>,
+    /// `--capture-dir DIR`: write the router's capture points the model's `capture` asks for
+    /// (`rtr-in`, `rtr-out`) there ([`tap`]).
+    capture_dir: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -260,6 +264,7 @@ fn parse_args() -> Result<Args, String> {
         port_base: 20000,
         tx_slack_ns: None,
         cpu: None,
+        capture_dir: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -271,7 +276,7 @@ fn parse_args() -> Result<Args, String> {
                  [--loss JSON] [--seed S] [--stats FILE] [--report FILE] [--rt-priority P (0: none)] \
                  [--serialization-bps RATE] [--serialization-rev-bps RATE]\n       \
                  cctestbed-linkemu --left IF --right IF --model TRIAL.json [--port-base P] [--seed S] [--stats FILE] \
-                 [--report FILE] [--rt-priority P] [--serialization-bps RATE] [--tx-slack-us US] [--cpu N]"
+                 [--report FILE] [--rt-priority P] [--serialization-bps RATE] [--tx-slack-us US] [--cpu N] [--capture-dir DIR]"
             );
             std::process::exit(0);
         }
@@ -299,6 +304,7 @@ fn parse_args() -> Result<Args, String> {
             "--port-base" => a.port_base = val.parse().map_err(|e| format!("--port-base: {e}"))?,
             "--tx-slack-us" => a.tx_slack_ns = Some(num(&val)?.max(0) * 1000),
             "--cpu" => a.cpu = Some(val.parse().map_err(|e| format!("--cpu: {e}"))?),
+            "--capture-dir" => a.capture_dir = Some(val),
             _ => return Err(format!("unknown option {key}")),
         }
         i += 2;
@@ -847,6 +853,12 @@ fn model_loop(
 ) -> (Option<String>, serde_json::Value) {
     let flows = model::Flows::from_config(cfg, a.port_base);
     let mut paths = [Path::new(cfg, &flows, true), Path::new(cfg, &flows, false)];
+    if let (Some(dir), Some(c)) = (a.capture_dir.as_deref(), cfg.capture.as_ref()) {
+        match tap::RouterTap::open(dir, c) {
+            Ok(t) => paths[0].tap = t,
+            Err(e) => return (Some(e), serde_json::Value::Null),
+        }
+    }
     let mut slab = Slab { frames: Vec::new(), free: Vec::new() };
     let mut buf = vec![0u8; FRAME_MAX];
     // Frames due and not yet sent (the socket would have blocked), per direction, in order.
@@ -864,6 +876,12 @@ fn model_loop(
     while !STOP.load(Ordering::Relaxed) && fatal.is_none() {
         if epoch.is_none() {
             epoch = Some(stats.epoch() as Nanos).filter(|&e| e != 0);
+            if let (Some(e), Some(tap)) = (epoch, paths[0].tap.as_mut()) {
+                tap.epoch_realtime = e - (mono() - clock_ns(libc::CLOCK_REALTIME));
+            }
+        }
+        if let Some(e) = paths[0].tap.as_mut().and_then(|t| t.error.take()) {
+            fatal = Some(format!("capture: {e}"));
         }
         // 1. A capacity schedule's new rate, from the backend.
         let r = stats.get(Slot::SerializationBps);
@@ -962,6 +980,10 @@ fn model_loop(
         }
     }
     let held: usize = paths.iter().map(|p| p.held()).sum::<usize>() + pending.iter().map(|q| q.len()).sum::<usize>();
+    let captured = paths[0].tap.as_ref().map(|t| serde_json::json!({"rtr_in_frames": t.frames[0], "rtr_out_frames": t.frames[1]}));
+    if let Some(Err(e)) = paths[0].tap.take().map(tap::RouterTap::finish) {
+        fatal.get_or_insert(format!("capture: {e}"));
+    }
     let direction = |p: &Path| {
         serde_json::json!({
             "router": p.router_stats().map(|st| serde_json::json!({
@@ -983,6 +1005,7 @@ fn model_loop(
         "frames_stored_at_exit": slab.in_use(),
         "frames_stored_max": slab_max,
         "frames_before_epoch": before_epoch,
+        "capture": captured,
         "epoch_ns": epoch,
         "io": {
             "rx_ring": [left.rx.is_some(), right.rx.is_some()],

@@ -129,6 +129,10 @@ def full_link_needs(trial: Optional[Trial]) -> list[str]:
         needs.append("link.reverse.loss")
     if any(g.extra_delay for g in trial.flows):
         needs.append("flows[].extra_delay")
+    cap = trial.capture_config
+    router_points = sorted(set(cap.points) & {"ingress", "egress"}) if cap is not None else []
+    if router_points:
+        needs.append(f"capture.points ({', '.join(router_points)}: the router's captures)")
     if trial.link.trace is not None:
         needs.append("link.trace")
     if trial.link.delay_schedule:
@@ -268,9 +272,6 @@ def trial_problems(trial: Trial) -> list[str]:
                 "16 quick ACKs); only delayed_ack = false (quick ACKs) can be set"
             )
     cap = trial.capture_config
-    if cap is not None and set(cap.points) - {"senders", "receivers"}:
-        extra = sorted(set(cap.points) - {"senders", "receivers"})
-        problems.append(f"capture.points: {', '.join(extra)}: the kernel backend captures senders and receivers only")
     if cap is not None and cap.format != "pcap":
         problems.append(f"capture.format: {cap.format!r}: the kernel backend's tcpdump writes pcap")
     link = trial.link
@@ -502,6 +503,8 @@ def run_kernel_trial(
                 "--model", _write(workdir / "link.json", trial.to_core()), "--port-base", str(PORT_BASE),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
                 *(["--cpu", str(steer[0])] if steer and run.info.get("rx_steering") else []),
+                # the router's capture points (rtr-in, rtr-out), if the trial asks for them
+                *(["--capture-dir", str(workdir)] if capture else []),
             ])
         elif mode == "userspace":
             emu_stats = str(workdir / "linkemu.stats")

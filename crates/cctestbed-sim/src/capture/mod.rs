@@ -31,6 +31,7 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::io::Write;
 use std::time::Duration;
 use wire::{encode, sender_port, ts_ms, Ecn, Host, Segment, RCV_PORT, TTL_HOST, WSCALE};
 
@@ -66,6 +67,15 @@ pub enum Format {
     Pcapng,
 }
 
+impl Format {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Pcap => "pcap",
+            Format::Pcapng => "pcapng",
+        }
+    }
+}
+
 fn default_snaplen() -> u32 {
     128
 }
@@ -90,18 +100,28 @@ pub struct CaptureFile {
     pub bytes: Vec<u8>,
 }
 
-enum Writer {
-    Pcap(PcapWriter<Vec<u8>>),
-    Pcapng(PcapNgWriter<Vec<u8>>),
+enum Writer<W: Write> {
+    Pcap(PcapWriter<W>),
+    Pcapng(PcapNgWriter<W>),
 }
 
-struct File {
+/// One capture point's file: the format's header, then a record per frame, into any sink (the
+/// simulator keeps it in memory; the link emulator streams its router points to disk).
+pub struct PointFile<W: Write = Vec<u8>> {
     name: String,
-    w: Writer,
+    w: Writer<W>,
 }
 
-impl File {
+impl PointFile<Vec<u8>> {
     fn new(stem: String, cfg: &CaptureConfig) -> Self {
+        Self::to_sink(stem, cfg, Vec::new()).expect("headers into a Vec")
+    }
+
+}
+
+impl<W: Write> PointFile<W> {
+    /// The point `stem` (`rtr-in`, `snd0`, ...) written into `sink` in `cfg`'s format.
+    pub fn to_sink(stem: String, cfg: &CaptureConfig, sink: W) -> Result<Self, String> {
         let w = match cfg.format {
             Format::Pcap => {
                 let header = PcapHeader {
@@ -114,28 +134,31 @@ impl File {
                     ts_resolution: TsResolution::NanoSecond,
                     endianness: Endianness::Little,
                 };
-                Writer::Pcap(PcapWriter::with_header(Vec::new(), header).expect("header into a Vec"))
+                Writer::Pcap(PcapWriter::with_header(sink, header).map_err(|e| format!("{stem}: {e}"))?)
             }
             Format::Pcapng => {
-                let mut w = PcapNgWriter::with_endianness(Vec::new(), Endianness::Little).expect("section into a Vec");
+                let mut w = PcapNgWriter::with_endianness(sink, Endianness::Little).map_err(|e| format!("{stem}: {e}"))?;
                 // if_tsresol 9: timestamps count nanoseconds
                 let idb = InterfaceDescriptionBlock {
                     linktype: DataLink::ETHERNET,
                     snaplen: cfg.snaplen,
                     options: vec![InterfaceDescriptionOption::IfTsResol(9)],
                 };
-                w.write_pcapng_block(idb).expect("interface into a Vec");
+                w.write_pcapng_block(idb).map_err(|e| format!("{stem}: {e}"))?;
                 Writer::Pcapng(w)
             }
         };
-        let ext = match cfg.format {
-            Format::Pcap => "pcap",
-            Format::Pcapng => "pcapng",
-        };
-        File { name: format!("{stem}.{ext}"), w }
+        Ok(PointFile { name: format!("{stem}.{}", cfg.format.extension()), w })
     }
 
-    fn write(&mut self, t: Nanos, data: &[u8], wire_len: u32) {
+    /// The file's name: the point's stem and the format's extension.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One frame at `t` (ns since the Unix epoch), `data` its first bytes (at most the snap
+    /// length), `wire_len` its length on the wire.
+    pub fn write(&mut self, t: Nanos, data: &[u8], wire_len: u32) -> Result<(), String> {
         let ts = Duration::from_nanos(t.max(0) as u64);
         match &mut self.w {
             Writer::Pcap(w) => w.write_packet(&PcapPacket::new(ts, wire_len, data)).map(|_| ()),
@@ -149,10 +172,11 @@ impl File {
                 })
                 .map(|_| ()),
         }
-        .expect("writing to a Vec");
+        .map_err(|e| format!("{}: {e}", self.name))
     }
 
-    fn into_bytes(self) -> Vec<u8> {
+    /// The sink, every record handed to it.
+    pub fn into_sink(self) -> W {
         match self.w {
             Writer::Pcap(w) => w.into_writer(),
             Writer::Pcapng(w) => w.into_inner(),
@@ -181,10 +205,10 @@ struct FlowWire {
 /// Records the simulator's packets at the configured capture points.
 pub struct Recorder {
     snaplen: u32,
-    senders: Vec<File>,
-    receivers: Vec<File>,
-    ingress: Option<File>,
-    egress: Option<File>,
+    senders: Vec<PointFile>,
+    receivers: Vec<PointFile>,
+    ingress: Option<PointFile>,
+    egress: Option<PointFile>,
     flows: Vec<FlowWire>,
     buf: Vec<u8>,
 }
@@ -207,9 +231,9 @@ impl Recorder {
     pub fn new(cfg: &CaptureConfig, flows: &[FlowConfig], mss: u32, mtu: u32) -> Self {
         let mss_option = (mss + if mtu - mss >= 52 { 12 } else { 0 }).min(65535) as u16;
         let n = flows.len();
-        let files = |on: bool, prefix: &str| -> Vec<File> {
+        let files = |on: bool, prefix: &str| -> Vec<PointFile> {
             if on {
-                (0..n).map(|i| File::new(format!("{prefix}{i}"), cfg)).collect()
+                (0..n).map(|i| PointFile::new(format!("{prefix}{i}"), cfg)).collect()
             } else {
                 vec![]
             }
@@ -218,8 +242,8 @@ impl Recorder {
             snaplen: cfg.snaplen,
             senders: files(cfg.senders, "snd"),
             receivers: files(cfg.receivers, "rcv"),
-            ingress: cfg.ingress.then(|| File::new("rtr-in".into(), cfg)),
-            egress: cfg.egress.then(|| File::new("rtr-out".into(), cfg)),
+            ingress: cfg.ingress.then(|| PointFile::new("rtr-in".into(), cfg)),
+            egress: cfg.egress.then(|| PointFile::new("rtr-out".into(), cfg)),
             flows: flows
                 .iter()
                 .enumerate()
@@ -251,9 +275,9 @@ impl Recorder {
         self.flows[f as usize].isn_snd.wrapping_add(1).wrapping_add(self.byte(f, seg) as u32)
     }
 
-    fn write(snaplen: u32, file: &mut File, now: Nanos, frame: &[u8], wire_len: u32) {
+    fn write(snaplen: u32, file: &mut PointFile, now: Nanos, frame: &[u8], wire_len: u32) {
         let keep = (snaplen as usize).min(frame.len());
-        file.write(now, &frame[..keep], wire_len);
+        file.write(now, &frame[..keep], wire_len).expect("writing to a Vec");
     }
 
     /// Data packet `p` seen at `point` (0 sender, 1 ingress, 2 egress, 3 receiver) at `now`.
@@ -399,7 +423,7 @@ impl Recorder {
             .chain(self.receivers)
             .chain(self.ingress)
             .chain(self.egress)
-            .map(|f| CaptureFile { name: f.name.clone(), bytes: f.into_bytes() })
+            .map(|f| CaptureFile { name: f.name.clone(), bytes: f.into_sink() })
             .collect()
     }
 }
