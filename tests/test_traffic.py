@@ -140,3 +140,41 @@ def test_sweep_metrics_give_a_udp_groups_one_way_delay():
     m = sweep_metrics(r.flows, r.router, r.info)
     assert m["groups"]["bg"]["owd_p50_ms"] <= m["groups"]["bg"]["owd_p95_ms"]
     assert "owd_p50_ms" not in m["groups"]["reno"]
+
+
+def test_the_kernel_sender_sends_the_simulators_datagrams() -> None:
+    """The kernel backend's udp and ping senders (kernel/datagrams.py) follow the core's schedule
+    for each flow: over a trial, as many datagrams as the simulator sends, for an exponential
+    on/off stream starting late, an on/off stream of periods shorter than a packet (which keeps
+    its mean rate) and a ping; the same draws, so another seed changes both alike."""
+    from cctestbed.kernel.backend import _flow_ids, datagram_flows
+    from cctestbed.kernel.datagrams import Source
+
+    def counts(seed: int) -> tuple[list[int], list[int]]:
+        t = parse_trial(trial({"cc": "cubic"},
+                              {"kind": "udp", "rate": "30Mbit", "packet_size": 1200, "on": "50ms", "off": "80ms",
+                               "periods": "exponential", "start": "0.7s"},
+                              {"kind": "udp", "rate": "1Mbit", "on": "1us", "off": "1us"},
+                              # 7 ms: no probe falls exactly on the trial's end, which the last
+                              # sample of the simulator's series precedes
+                              {"kind": "ping", "interval": "7ms"}, seed=seed))
+        ids = _flow_ids(t)
+        kernel = []
+        for k in (1, 2, 3):
+            (f,) = datagram_flows(t, t.flows[k], ids[k])
+            s = Source(f, 10**12, t.seed, t.duration)
+            n = 0
+            while s.next is not None:
+                assert 10**12 + f["start_ns"] <= s.due() <= 10**12 + t.duration
+                s.next = s.clock.pop()
+                n += 1
+            kernel.append(n)
+        r = run_trial(t)
+        sim = [int(r.flows.filter(pl.col("flow") == f)["sent_segs"].max()) for f in (1, 2, 3)]
+        return kernel, sim
+
+    k3, s3 = counts(3)
+    assert k3 == s3 and min(k3) > 10, (k3, s3)
+    assert abs(k3[1] - 1_000_000 * 0.5 * 4 / (1500 * 8)) <= 2, "periods shorter than a packet keep rate x on/(on+off)"
+    k4, s4 = counts(4)
+    assert k4 == s4 and k4[0] != k3[0]

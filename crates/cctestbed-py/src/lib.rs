@@ -378,9 +378,40 @@ fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// One datagram flow's send times, as the simulator sends them
+/// ([`ccsim::datagram::DatagramClock`]): the kernel backend's udp and ping senders follow it, so
+/// both backends send the same datagrams at the same trial times.
+#[pyclass]
+struct DatagramClock(ccsim::datagram::DatagramClock);
+
+#[pymethods]
+impl DatagramClock {
+    /// `traffic_json`: the flow's core `traffic` (`{"kind": "udp", ...}`); `flow`: its index in
+    /// the trial; times in ns of trial time.
+    #[new]
+    fn new(traffic_json: &str, seed: u64, flow: u32, start_ns: i64, duration_ns: i64) -> PyResult<Self> {
+        let traffic: ccsim::config::Traffic =
+            serde_json::from_str(traffic_json).map_err(|e| PyValueError::new_err(format!("invalid traffic: {e}")))?;
+        let d = ccsim::datagram::DatagramFlow::for_traffic(flow, &traffic, seed, duration_ns)
+            .ok_or_else(|| PyValueError::new_err("a tcp flow has no datagram clock"))?;
+        Ok(DatagramClock(ccsim::datagram::DatagramClock::new(d, start_ns, duration_ns)))
+    }
+
+    /// The next datagram's send time, and the clock moves past it; None once the trial ends.
+    fn pop(&mut self) -> Option<i64> {
+        self.0.pop()
+    }
+
+    /// Whether the flow is in an on period at `t_ns`.
+    fn is_on(&self, t_ns: i64) -> bool {
+        self.0.is_on(t_ns)
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StopFlag>()?;
+    m.add_class::<DatagramClock>()?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;

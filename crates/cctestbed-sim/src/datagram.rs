@@ -16,9 +16,9 @@
 //! Sizes are IP packets; the payload is the size less the IPv4 and UDP headers
 //! ([`UDP_HEADERS`]). Datagrams are never ECN-capable and never retransmitted.
 
-use crate::config::{PingConfig, UdpConfig};
+use crate::config::{PingConfig, Traffic, UdpConfig};
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
-use crate::rng::SimRng;
+use crate::rng::{stream, SimRng};
 use crate::time::Nanos;
 
 /// IPv4 (20) and UDP (8) header bytes.
@@ -145,6 +145,19 @@ impl DatagramFlow {
 
     /// The search for an on/off stream's next packet stops past `end` (the trial's end), where
     /// periods too short to send in would otherwise be skipped one by one without bound.
+    /// Flow `flow`'s source for `traffic` (None for tcp), on the trial seed's stream for that
+    /// flow, in a trial of `duration`: the simulator and the kernel backend's sender
+    /// ([`DatagramClock`]) both build it here, so both send the same datagrams at the same
+    /// trial times, on/off draws included.
+    pub fn for_traffic(flow: u32, traffic: &Traffic, seed: u64, duration: Nanos) -> Option<Self> {
+        let rng = SimRng::new(seed, stream::DATAGRAM_BASE + flow as u64);
+        match traffic {
+            Traffic::Tcp => None,
+            Traffic::Udp(u) => Some(Self::udp(flow, u.clone(), rng).until(duration)),
+            Traffic::Ping(p) => Some(Self::ping(flow, p.clone(), rng)),
+        }
+    }
+
     pub fn until(mut self, end: Nanos) -> Self {
         self.horizon = end;
         self
@@ -294,6 +307,36 @@ impl DatagramFlow {
         } else {
             &self.one_way
         }
+    }
+}
+
+
+/// One datagram flow's send times in order, as the simulator's events take them
+/// (`Event::DatagramDue`): the kernel backend's sender sends at these times.
+pub struct DatagramClock {
+    flow: DatagramFlow,
+    next: Option<Nanos>,
+    end: Nanos,
+}
+
+impl DatagramClock {
+    /// The flow starting at `start`, sending until `end` (both trial times).
+    pub fn new(mut flow: DatagramFlow, start: Nanos, end: Nanos) -> Self {
+        let first = (start <= end).then(|| flow.start(start)).filter(|&t| t <= end);
+        DatagramClock { flow, next: first, end }
+    }
+
+    /// The next datagram's send time (and the schedule moves past it); None once the trial ends.
+    pub fn pop(&mut self) -> Option<Nanos> {
+        let t = self.next?;
+        let (_, n) = self.flow.emit(t);
+        self.next = (n <= self.end).then_some(n);
+        Some(t)
+    }
+
+    /// Whether the flow is in an on period at `t` (the one holding its next datagram).
+    pub fn is_on(&self, t: Nanos) -> bool {
+        self.flow.is_on(t)
     }
 }
 

@@ -148,12 +148,7 @@ impl Simulation {
         type ObjectKey = (Option<String>, Option<bpf::ObjectBytes>);
         let mut bpf_objects: Vec<(ObjectKey, std::sync::Arc<ccbpf::Object>)> = Vec::new();
         for (i, f) in cfg.flows.iter().enumerate() {
-            let rng = || SimRng::new(cfg.seed, stream::DATAGRAM_BASE + i as u64);
-            datagrams.push(match &f.traffic {
-                Traffic::Tcp => None,
-                Traffic::Udp(u) => Some(DatagramFlow::udp(i as u32, u.clone(), rng()).until(cfg.duration_ns)),
-                Traffic::Ping(p) => Some(DatagramFlow::ping(i as u32, p.clone(), rng())),
-            });
+            datagrams.push(DatagramFlow::for_traffic(i as u32, &f.traffic, cfg.seed, cfg.duration_ns));
             // A datagram flow's TCP endpoints are never opened; any algorithm will do.
             let cc_name = if f.traffic == Traffic::Tcp { f.cc.as_str() } else { "reno" };
             let mut cc: Box<dyn crate::cc::CongestionControl> = if cc_name == bpf::NAME {

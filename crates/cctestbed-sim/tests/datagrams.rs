@@ -203,3 +203,48 @@ fn tcp_only_settings_on_datagram_flows_and_bad_datagrams_are_refused() {
         assert!(errs.iter().any(|e| e.starts_with(want)), "{want:?} not in {errs:?}");
     }
 }
+
+#[test]
+fn the_kernel_senders_clock_sends_what_the_simulator_sends() {
+    // The kernel backend's udp-send follows `DatagramClock`: for each datagram flow of a trial
+    // (a late exponential on/off stream, a periodic stream, a ping), the clock's count equals the
+    // simulator's sent packets, and another seed gives other on/off draws.
+    let onoff = |start| FlowConfig {
+        traffic: Traffic::Udp(UdpConfig { rate_bps: 30_000_000, size_bytes: 1200, on_ns: Some(50 * MS), off_ns: Some(80 * MS), exponential: true }),
+        start_ns: start,
+        ..flow("")
+    };
+    let periodic = FlowConfig {
+        traffic: Traffic::Udp(UdpConfig { rate_bps: 1_000_000, size_bytes: 1500, on_ns: Some(1_000), off_ns: Some(1_000), exponential: false }),
+        ..flow("")
+    };
+    let counts = |seed: u64| {
+        let mut c = with_flows(dumbbell(40_000_000, 20 * MS, 1.0), vec![flow("cubic"), onoff(700 * MS), periodic.clone(), ping(5 * MS, 84)]);
+        c.duration_ns = 5 * S;
+        c.seed = seed;
+        let clock: Vec<u64> = c.flows[1..]
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                let d = ccsim::datagram::DatagramFlow::for_traffic(k as u32 + 1, &f.traffic, seed, c.duration_ns).unwrap();
+                let mut clock = ccsim::datagram::DatagramClock::new(d, f.start_ns, c.duration_ns);
+                let mut n = 0u64;
+                let mut last = 0;
+                while let Some(t) = clock.pop() {
+                    assert!(t >= last && t >= f.start_ns && t <= c.duration_ns);
+                    last = t;
+                    n += 1;
+                }
+                n
+            })
+            .collect();
+        let out = run(c);
+        (clock, out.flow_final[1..].iter().map(|f| f.sent_pkts).collect::<Vec<_>>())
+    };
+    let (clock3, sim3) = counts(3);
+    assert_eq!(clock3, sim3);
+    assert!(clock3.iter().all(|&n| n > 10), "{clock3:?}");
+    let (clock4, sim4) = counts(4);
+    assert_eq!(clock4, sim4);
+    assert_ne!(clock3[0], clock4[0], "another seed draws other on/off periods");
+}

@@ -645,15 +645,18 @@ def host_cpu_steal_ms() -> float:
         return 0.0
 
 
+def datagram_flows(trial: Trial, g: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """A udp or ping group's flows as its sender takes them: each flow's index, start and the
+    core's ``traffic``, from which the sender builds the simulator's own schedule."""
+    specs = trial.flow_list()
+    return [{"flow": f, "start_ns": specs[f].start_ns, "traffic": g.traffic_core(trial.mtu)} for f in ids]
+
+
 def _datagram_procs(run: Run, k: int, g: Any, ids: list[int], base: dict[str, Any]) -> list[Proc]:
     """A udp or ping group's receiver (``udp-sink``, ``echo``) and sender (``udp-send``,
     ``ping``), from :mod:`.datagrams`; their files are named as a TCP group's."""
     names, wd, trial = run.names, run.workdir, run.trial
-    traffic = g.traffic_core(trial.mtu)
-    specs = trial.flow_list()
-    flows = [{"flow": f, "start_ns": specs[f].start_ns, "size": traffic["size_bytes"],
-              **{key: traffic.get(key) for key in ("rate_bps", "on_ns", "off_ns", "exponential", "interval_ns")}}
-             for f in ids]
+    flows = datagram_flows(trial, g, ids)
     recv, send = ("udp-sink", "udp-send") if g.flow_kind == "udp" else ("echo", "ping")
     send_ns, send_ip, sink_ns, sink_ip = _hosts(names, k, g)
     rcv_spec = {**base, "addr": sink_ip, "port": PORT, "port_base": PORT_BASE, "out": str(wd / f"sink{k}.npz")}

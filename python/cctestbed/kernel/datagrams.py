@@ -4,12 +4,13 @@ sender and sink are (``python -m cctestbed.kernel.datagrams udp-send|udp-sink|pi
 They follow the simulator's model (``crates/cctestbed-sim/src/datagram.rs``) with plain
 Python UDP sockets through the real kernel and the emulated bottleneck:
 
-- ``udp-send``: one socket per flow, bound to source port ``port_base + flow``; datagram ``k``
-  of an on period is due at the period's start plus ``k`` packet times (size x 8 / rate,
-  integer nanoseconds, no drift), on/off periods fixed or exponential (drawn from a generator
-  seeded with the trial seed and the flow id: the same statistics as the simulator's, not the
-  same draws). Each datagram carries its sequence number and its send time (CLOCK_MONOTONIC,
-  which every namespace shares), then zeros up to its size.
+- ``udp-send``: one socket per flow, bound to source port ``port_base + flow``; each datagram
+  is due when the simulator's schedule for the flow sends it (``_core.DatagramClock``, the
+  core's ``DatagramFlow``: packet times exact to the nanosecond, on/off periods fixed or drawn
+  from the trial seed's stream for the flow, periods shorter than a packet keeping the mean
+  rate), so both backends send the same datagrams at the same trial times. Each datagram
+  carries its sequence number and its send time (CLOCK_MONOTONIC, which every namespace
+  shares), then zeros up to its size.
 - ``udp-sink``: counts each flow's datagrams and payload, infers losses from sequence gaps, and
   sums one-way delays (arrival time less the carried send time).
 - ``ping``: one probe per flow every ``interval`` on a fixed clock; ``echo`` in the receiver's
@@ -36,7 +37,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import random
 import select
 import signal
 import socket
@@ -91,48 +91,29 @@ def _sample(cols: dict[str, list[Any]], tick: int, t_ns: int, flow: int, c: Coun
 
 
 class Source:
-    """One flow's sending clock: the simulator's ``DatagramFlow`` schedule."""
+    """One flow's sending clock: the simulator's own schedule for the flow
+    (``_core.DatagramClock``, the same datagrams at the same trial times, on/off draws included)."""
 
-    def __init__(self, f: dict[str, Any], t0: int, seed: int):
+    def __init__(self, f: dict[str, Any], t0: int, seed: int, duration_ns: int):
+        from .. import _core
+
         self.id: int = f["flow"]
-        self.size: int = f["size"]
-        self.rate: Optional[int] = f.get("rate_bps")
-        self.interval: Optional[int] = f.get("interval_ns")
-        self.on_ns: Optional[int] = f.get("on_ns")
-        self.off_ns: Optional[int] = f.get("off_ns")
-        self.exponential: bool = bool(f.get("exponential"))
-        self.rng = random.Random(f"{seed}:{self.id}")
+        self.size: int = f["traffic"]["size_bytes"]
+        self.t0 = t0
         self.start_ns: int = t0 + f["start_ns"]
-        self.period_start = self.start_ns
-        self.period_end = self.start_ns + self._period(self.on_ns) if self.on_ns else 2**63
-        self.in_period = 0
+        self.clock = _core.DatagramClock(json.dumps(f["traffic"]), seed, self.id, f["start_ns"], duration_ns)
+        self.next = self.clock.pop()
         self.seq = 0
         self.counters = Counters()
         self.refused = 0
         self.sock: Optional[socket.socket] = None
 
-    def _period(self, mean: Optional[int]) -> int:
-        assert mean is not None
-        return round(-mean * math.log(1.0 - self.rng.random())) if self.exponential else mean
-
-    def packet_time(self, k: int) -> int:
-        if self.interval is not None:
-            return self.period_start + k * self.interval
-        assert self.rate is not None
-        return self.period_start + k * self.size * 8 * 10**9 // self.rate
-
     def due(self) -> int:
-        """When the next datagram is due (the start of the next on period after this one)."""
-        t = self.packet_time(self.in_period)
-        while t >= self.period_end:
-            self.period_start = self.period_end + self._period(self.off_ns)
-            self.period_end = self.period_start + self._period(self.on_ns)
-            self.in_period = 0
-            t = self.period_start
-        return t
+        """When the next datagram is due (monotonic ns; far in the future once the trial ends)."""
+        return self.t0 + self.next if self.next is not None else 2**63 - 1
 
     def is_on(self, now: int) -> bool:
-        return self.period_start <= now < self.period_end
+        return self.clock.is_on(now - self.t0)
 
     def send(self, pad: bytes) -> None:
         """Sends the datagram due; one the host's own socket buffer refuses is not sent (it is
@@ -140,7 +121,7 @@ class Source:
         assert self.sock is not None
         payload = self.size - UDP_HEADERS
         data = HEADER.pack(self.seq, mono_ns()) + pad[: max(0, payload - HEADER.size)]
-        self.in_period += 1
+        self.next = self.clock.pop()
         try:
             self.sock.send(data)
         except OSError:
@@ -158,7 +139,7 @@ def run_sender(spec: dict[str, Any], ping: bool) -> int:
     t0: int = spec["t0_ns"]
     interval: int = spec["interval_ns"]
     end: int = t0 + spec["duration_ns"]
-    sources = [Source(f, t0, spec["seed"]) for f in spec["flows"]]
+    sources = [Source(f, t0, spec["seed"], spec["duration_ns"]) for f in spec["flows"]]
     by_fd: dict[int, Source] = {}
     pad = b"\0" * 65536
     cols: dict[str, list[Any]] = {k: [] for k in SAMPLE_COLS}
