@@ -54,11 +54,7 @@
 //!   data leave at once, with cwnd 1 instead of the initial window after more than one SYN
 //!   retransmission.
 //!
-//! Deviations (documented in the README): no RTT sample from the echoed timestamp when an
-//! ACK newly acknowledges only retransmitted data (`tcp_rtt_tsopt_us` in `tcp_ack_update_rtt`):
-//! with that fallback the fidelity map moved three cells out of tolerance (at 1 Mbit/s with 2 s
-//! of queue, 2 BBR + 2 CUBIC lost 6.4 % against the kernel's 4.5 %, 5.1 % without it), for a
-//! reason not yet found, so it stays out; no D-SACK, so undo relies
+//! Deviations (documented in the README): no D-SACK, so undo relies
 //! on timestamps and F-RTO only (`undo_retrans` never reaches 0, no `tcp_try_undo_dsack`, no
 //! `tcp_try_undo_partial`), and a retransmitted loss probe ends its episode only on a pure
 //! duplicate ACK (`FLAG_DSACK_TLP` never arrives); the probe ignores pacing;
@@ -1012,7 +1008,7 @@ impl Sender {
         // RTT (tcp_clean_rtx_queue, tcp_ack_update_rtt): srtt from the oldest packet newly
         // ACKed (seq_rtt_us), else newly SACKed (sack_rtt_us); the algorithm's RTT and the min
         // RTT from the most recently sent one (ca_rtt_us).
-        let (seq_rtt, ca_rtt) = self.ack_rtt(now, &acc);
+        let (seq_rtt, ca_rtt) = self.ack_rtt(now, &acc, una_advanced, ack.tsecr);
         if let (Some(r), Some(ca)) = (seq_rtt, ca_rtt) {
             self.rtt.on_sample(r);
             self.stats.rtt_sum += r as f64;
@@ -1319,14 +1315,24 @@ impl Sender {
     }
 
     /// The (seq_rtt, ca_rtt) one ACK yields, as `tcp_clean_rtx_queue` and `tcp_ack_update_rtt`
-    /// take them from ACK timing (see the module's deviations for the timestamp fallback).
-    fn ack_rtt(&self, now: Nanos, acc: &AckAccum) -> (Option<Nanos>, Option<Nanos>) {
+    /// take them: from ACK timing (Karn: none when retransmitted data was cumulatively ACKed),
+    /// else, when the ACK advances snd_una (`FLAG_ACKED`), from the echoed timestamp
+    /// (`tcp_rtt_tsopt_us`: millisecond ticks, at least one). So a flow whose ACKs cover only
+    /// retransmissions, as in a recovery that holds the whole window, still samples the path:
+    /// BBR's PROBE_RTT refreshes its min_rtt there, as on Linux.
+    fn ack_rtt(&self, now: Nanos, acc: &AckAccum, una_advanced: bool, tsecr: Option<Nanos>) -> (Option<Nanos>, Option<Nanos>) {
+        const TCP_TS_TICK: Nanos = 1_000_000;
         let since = |t: Option<Nanos>| t.map(|t| now - t);
         let (mut seq_rtt, mut ca_rtt) =
             if acc.retrans_data_acked { (None, None) } else { (since(acc.first_ackt), since(acc.last_ackt)) };
         if acc.first_sackt.is_some() {
             ca_rtt = since(acc.last_sackt);
             seq_rtt = seq_rtt.or(since(acc.first_sackt));
+        }
+        if let (None, true, Some(ts)) = (seq_rtt, una_advanced, tsecr) {
+            let ticks = (now / TCP_TS_TICK - ts / TCP_TS_TICK).max(1);
+            seq_rtt = Some(ticks * TCP_TS_TICK);
+            ca_rtt = seq_rtt;
         }
         (seq_rtt, ca_rtt)
     }
