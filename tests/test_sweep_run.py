@@ -215,3 +215,30 @@ def test_dask_refuses_an_unreachable_scheduler(tmp_path, cli, monkeypatch):
     r = cli("sweep", f, "-o", tmp_path / "out", "--cluster", "tcp://127.0.0.1:9")
     assert r.exit_code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output
     assert not (tmp_path / "out").exists()  # connected before anything is created
+
+
+def test_summary_telemetry_keeps_the_metrics_without_the_series(tmp_path_factory, tmp_path, cli):
+    """``telemetry = "summary"``: each trial keeps its summary and metrics, no time series, and
+    trials.parquet is the full sweep's value for value; the same store run later with full
+    telemetry (``--resume``) runs those trials again for their series; a bad value is refused."""
+    out_full, sweep_file, _ = small_sweep_run(tmp_path_factory)
+    summary_file = tmp_path / "small.toml"
+    summary_file.write_text('telemetry = "summary"\n' + sweep_file.read_text())
+    out = tmp_path / "out"
+    r = cli("sweep", summary_file, "-o", out, "--workers", "2")
+    assert r.exit_code == 0, r.output
+    for d in (out / "trials").iterdir():
+        assert {p.name for p in d.iterdir()} == TRIAL_FILES - {"flows.parquet", "router.parquet"}, d
+    full, summ = pl.read_parquet(out_full / "trials.parquet"), pl.read_parquet(out / "trials.parquet")
+    assert_frame_equal(summ.drop("dir"), full.drop("dir"))
+    r = cli("plot", next((out / "trials").iterdir()))
+    assert r.exit_code == 2 and 'telemetry = "summary"' in r.output
+    r = cli("sweep", sweep_file, "-o", out, "--resume")
+    assert r.exit_code == 0 and "8 trial(s) run" in r.output, r.output
+    for d in (out / "trials").iterdir():
+        assert {p.name for p in d.iterdir()} == TRIAL_FILES
+    bad = tmp_path / "bad.toml"
+    bad.write_text('telemetry = "none"\n' + sweep_file.read_text())
+    r = cli("sweep", bad, "-o", tmp_path / "never")
+    assert r.exit_code == 2 and "telemetry: 'none': valid are \"full\"" in r.output, r.output
+    assert not (tmp_path / "never").exists()

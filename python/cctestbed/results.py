@@ -129,14 +129,17 @@ class TrialResult:
         stacked plot (``trial.png``) if ``plot``."""
         return write_dir(Path(directory), lambda tmp: self.write_files(tmp, plot=plot), force=force)
 
-    def write_files(self, tmp: Path, plot: bool = False) -> None:
+    def write_files(self, tmp: Path, plot: bool = False, series: bool = True) -> None:
         """The result files, written into the (temporary) directory ``tmp``; ``trial.png`` too if
-        ``plot`` (drawing it loads matplotlib and takes most of a short trial's time)."""
+        ``plot`` (drawing it loads matplotlib and takes most of a short trial's time); without
+        ``series``, no time series (a sweep of ``telemetry = "summary"``: encoding them is most
+        of the time a trial spends outside the simulator)."""
         (tmp / "trial.toml").write_text(self.trial.to_toml(), encoding="utf-8")
-        write_parquet(self.flows, tmp / "flows.parquet")
-        write_parquet(self.router, tmp / "router.parquet")
-        if self.completions is not None:
-            write_parquet(self.completions, tmp / "fct.parquet")
+        if series:
+            write_parquet(self.flows, tmp / "flows.parquet")
+            write_parquet(self.router, tmp / "router.parquet")
+            if self.completions is not None:
+                write_parquet(self.completions, tmp / "fct.parquet")
         (tmp / "summary.json").write_text(dump_summary(self.summary), encoding="utf-8")
         if plot:
             from .plot import save_figure

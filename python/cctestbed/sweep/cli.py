@@ -203,7 +203,8 @@ def sweep_command(
             f"estimated {_duration(est.cpu_s)} of CPU"
             + (f", about {_duration(est.wall_s)} with {est.workers} worker(s) here" if cluster is None else
                " (divide by the cluster's worker count)")
-            + f"; about {human_size(est.disk_bytes)} of telemetry in {dest}"
+            + (f"; about {human_size(est.disk_bytes)} of telemetry in {dest}" if sweep.telemetry == "full" else
+               f"; summaries only in {dest} (telemetry = \"summary\")")
         )
         if sweep.checked and n_trials <= DRY_RUN_TRIALS and len(todo) < len(sweep.specs):
             out.print(f"{len(sweep.specs) - len(todo)} trial(s) already finished in {dest} are skipped")
@@ -563,6 +564,10 @@ def plot_command(
             save_figure(result.plot(), str(dest))
         out.print(f"plot: {dest}")
         return
+    if (directory / "summary.json").is_file() and (directory / "trial.toml").is_file():
+        fail(f"{directory} is a trial kept without its time series (its sweep has telemetry = \"summary\"): "
+             f"nothing to plot; run the trial (cctestbed run {directory / 'trial.toml'}) or the sweep with "
+             "telemetry = \"full\" for them")
     fail(f"{directory} is neither a trial's results directory (summary.json, flows.parquet) "
          "nor a sweep directory (sweep.json, trials.parquet)")
 

@@ -53,7 +53,8 @@ def _versions() -> dict[str, str]:
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one trial and return its files as bytes, or its error; never raises for a failing trial.
 
-    ``job``: ``key``, ``trial`` (a trial dict as in a trial file), ``trial_plot`` (draw trial.png);
+    ``job``: ``key``, ``trial`` (a trial dict as in a trial file), ``trial_plot`` (draw trial.png),
+    ``telemetry`` (``summary``: no time series files);
     ``kind = "baseline"``: a baseline of ``sweep --judge`` (:func:`cctestbed.sweep.judge.run_baseline_job`).
     """
     if job.get("kind") == "baseline":
@@ -73,7 +74,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         metrics = sweep_metrics(result.flows, result.router, result.info)
         with tempfile.TemporaryDirectory(prefix="cctestbed-job-") as tmp:
             # the files `cctestbed run` writes (kernel.json too, from the kernel backend)
-            result.write_files(Path(tmp), plot=bool(job.get("trial_plot")))
+            result.write_files(Path(tmp), plot=bool(job.get("trial_plot")),
+                               series=job.get("telemetry", "full") == "full")
             files: dict[str, bytes] = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
         files["metrics.json"] = (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode()
         elapsed = time.perf_counter() - t0
@@ -126,8 +128,8 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def make_job(spec: TrialSpec, trial_plot: bool = False) -> dict[str, Any]:
-    return {"key": spec.key, "trial": spec.trial_dict, "trial_plot": trial_plot}
+def make_job(spec: TrialSpec, trial_plot: bool = False, telemetry: str = "full") -> dict[str, Any]:
+    return {"key": spec.key, "trial": spec.trial_dict, "trial_plot": trial_plot, "telemetry": telemetry}
 
 
 # --- executors ---------------------------------------------------------------------------------
@@ -511,7 +513,7 @@ def run_sweep(
             for s in sweep.iter_specs():
                 if not store.is_done(s.key):
                     running[s.key] = s
-                    yield make_job(s, trial_plots)
+                    yield make_job(s, trial_plots, sweep.telemetry)
 
         if cluster is not None:
             outcomes = run_dask(jobs(), cluster)

@@ -5,6 +5,7 @@ A sweep file (TOML, or JSON if it ends in .json)::
     name = "table1-quick"            # optional; the file's stem otherwise
     trials = 3                        # seeds per point: base seed, +1, +2 (or seeds = [1, 7, 9])
     steady = ["20s", "60s"]           # steady-state window of every trial
+    telemetry = "summary"             # optional: keep each trial's summary only, no time series
     [base]                            # a trial, exactly as in a trial file
     ...
     [axes]                            # dotted trial paths -> lists; the cartesian product
@@ -43,7 +44,10 @@ from ..config import U64_MAX, ConfigError, Trial, _model_in, parse_trial, read_t
 
 __all__ = ["SweepError", "Sweep", "TrialSpec", "Axis", "load_sweep", "parse_sweep", "trial_key"]
 
-TOP_KEYS = ("name", "description", "trials", "seeds", "steady", "base", "axes", "zip")
+TOP_KEYS = ("name", "description", "trials", "seeds", "steady", "telemetry", "base", "axes", "zip")
+#: What each finished trial keeps: ``full`` (the time series as ``run`` writes them) or
+#: ``summary`` (its summary and metrics only, for sweeps that read nothing else).
+TELEMETRY = ("full", "summary")
 #: Columns every trials.parquet row has; an axis whose name would collide is renamed.
 FIXED_COLUMNS = ("seed", "status", "error", "dir", "key")
 #: Trial fields that a sweep sets itself and that no axis may vary.
@@ -132,6 +136,8 @@ class Sweep:
     steady: Optional[tuple[int, int]]
     source: Optional[str] = None
     description: str = ""
+    #: What each finished trial keeps (:data:`TELEMETRY`).
+    telemetry: str = "full"
     base: dict[str, Any] = field(default_factory=dict, repr=False)
     #: Refuse no trial for its size (``--allow-large``).
     allow_large: bool = False
@@ -432,6 +438,11 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
     if not isinstance(description, str):
         problems.append(f"description: {_show(description)}: must be a string")
         description = ""
+    telemetry = raw.get("telemetry", "full")
+    if telemetry not in TELEMETRY:
+        problems.append(f"telemetry: {_show(telemetry)}: valid are \"full\" (each trial's time series, as run "
+                        f"writes them) and \"summary\" (its summary and metrics only)")
+        telemetry = "full"
 
     base = raw.get("base")
     if base is None:
@@ -541,6 +552,7 @@ def parse_sweep(raw: dict[str, Any], source: Optional[str] = None, allow_large: 
     names = _column_names([p for p, _, _ in axis_items])
     axes = [Axis(p, names[p], tuple(v), gi) for p, v, gi in axis_items]
     sweep = Sweep(name=name, raw=raw, axes=axes, seeds=seeds, steady=steady, source=source, description=description,
+                  telemetry=telemetry,
                   base=base, allow_large=allow_large)
     _check_steady(sweep, base, source)
     if sweep.n_points <= FULL_CHECK_POINTS:

@@ -115,6 +115,9 @@ class Store:
         #: Kinds of value seen per column of the table last written, and the keys changed since.
         self._kinds: Optional[dict[str, set[str]]] = None
         self._changed: set[str] = set()
+        #: A finished trial also holds its time series (a sweep of full telemetry, once opened):
+        #: one kept with ``telemetry = "summary"`` is run again.
+        self.series_required = False
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -125,7 +128,8 @@ class Store:
         return self.root / FAILED_DIR / f"{key}.json"
 
     def is_done(self, key: str) -> bool:
-        return (self.trial_dir(key) / "summary.json").is_file()
+        d = self.trial_dir(key)
+        return (d / "summary.json").is_file() and (not self.series_required or (d / "flows.parquet").is_file())
 
     def failure(self, key: str) -> Optional[dict[str, Any]]:
         p = self.failure_path(key)
@@ -166,6 +170,7 @@ class Store:
 
     def open(self, sweep: Sweep) -> None:
         """Create the directory, take the lock, clean left-overs, record the sweep."""
+        self.series_required = sweep.telemetry == "full"
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / TRIALS_DIR).mkdir(exist_ok=True)
         (self.root / FAILED_DIR).mkdir(exist_ok=True)
@@ -207,7 +212,7 @@ class Store:
             for name, data in files.items():
                 (tmp / name).write_bytes(data)
             os.chmod(tmp, 0o755)
-            if final.exists():  # a directory without summary.json is not a trial; replace it
+            if final.exists():  # not a finished trial (no summary.json, or no series wanted now); replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
