@@ -755,8 +755,8 @@ class KernelTrialResult(TrialResult):
 
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def write_files(self, tmp: Path, plot: bool = False) -> None:
-        super().write_files(tmp, plot=plot)
+    def write_files(self, tmp: Path, plot: bool = False, series: bool = True) -> None:
+        super().write_files(tmp, plot=plot, series=series)
         (tmp / "kernel.json").write_text(json.dumps(self.extra, indent=2, default=str) + "\n", encoding="utf-8")
 
 
