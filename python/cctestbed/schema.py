@@ -1,20 +1,26 @@
-"""The result schema: which columns ``flows.parquet``, ``router.parquet`` and ``fct.parquet``
-hold, in order.
+"""The result tables: which columns ``flows.parquet``, ``router.parquet`` and ``fct.parquet``
+hold, in order, and the one builder every backend feeds.
 
 The simulator core declares its columns once (``crates/cctestbed-sim/src/telemetry.rs``), each
 with its type, unit and meaning, and hands the declaration over as ``_core.columns()``. Around
-them :func:`flows_frame` adds the columns it knows from the trial (:data:`FLOW_TRIAL_COLUMNS`) and
-the ``backend`` of every row. Every backend's frames (the simulator's, the kernel's, the capture
-analysis') are built to :func:`flow_schema` and :func:`router_schema`, so their schemas are
-identical; :func:`flows_frame`, :func:`router_frame` and :func:`completions_frame` build them from
-the core's columns (or a backend's of the same names).
+them this module declares the columns known from the trial (:data:`FLOW_TRIAL_COLUMNS`: each
+flow's labels), the ones derived from it (:data:`FCT_DERIVED_COLUMNS`) and ``backend``:
+:func:`flow_columns`, :func:`router_columns` and :func:`completion_columns` give each table's
+whole list.
+
+:func:`build_table` builds a table from that list and a backend's named columns: the
+simulator's (:func:`flows_frame`, :func:`router_frame`, :func:`completions_frame`), the kernel
+backend's (:mod:`cctestbed.kernel.columns`) and the capture analysis' (:mod:`cctestbed.captures`).
+A column a backend does not name is null; the trial's labels and ``backend`` are attached there
+and nowhere else. So adding a column is one declaration: every backend's table carries it,
+filled where the backend names it, null elsewhere.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -30,23 +36,27 @@ class Column:
     dtype: pl.DataType
     unit: str
     doc: str
+    #: A label known from the trial: the flow group's attribute that gives it.
+    group_attr: Optional[str] = None
 
 
 #: The core's element types; its ``label`` columns (codes into ``state_labels``) become strings.
 DTYPES: dict[str, pl.DataType] = {"f64": pl.Float64(), "u64": pl.UInt64(), "u32": pl.UInt32(), "u16": pl.UInt16()}
 
-#: Flow columns the runner adds from the trial, after ``flow``.
+#: Flow columns known from the trial, after ``flow``: each flow's labels (:func:`trial_labels`).
 FLOW_TRIAL_COLUMNS = (
-    Column("cc", pl.String(), "label", "the congestion control of a tcp flow; the kind (udp, ping) of a datagram flow"),
-    Column("group", pl.String(), "label", "the flow group's label (group, else cc)"),
-    Column("kind", pl.String(), "label", "what the flow sends: tcp, udp or ping"),
-    Column("direction", pl.String(), "label", "which way the data goes: forward (left to right) or reverse"),
+    Column("cc", pl.String(), "label", "the congestion control of a tcp flow; the kind (udp, ping) of a datagram flow",
+           "algorithm"),
+    Column("group", pl.String(), "label", "the flow group's label (group, else cc)", "label"),
+    Column("kind", pl.String(), "label", "what the flow sends: tcp, udp or ping", "flow_kind"),
+    Column("direction", pl.String(), "label", "which way the data goes: forward (left to right) or reverse",
+           "flow_direction"),
 )
 BACKEND_COLUMN = Column("backend", pl.String(), "label", "sim, kernel, or capture (cctestbed analyze)")
 
-#: fct.parquet columns the runner adds after ``flow``: the flow's labels from the trial.
+#: fct.parquet columns known from the trial, after ``flow``: the flow's labels.
 FCT_TRIAL_COLUMNS = FLOW_TRIAL_COLUMNS[:2]
-#: fct.parquet columns the runner derives from the trial and the completion time
+#: fct.parquet columns derived from the trial and the completion time
 #: (:mod:`cctestbed.workload`), after the core's.
 FCT_DERIVED_COLUMNS = (
     Column("ideal_fct_ms", pl.Float64(), "ms", "the flow alone on the empty path with an unlimited window: "
@@ -108,7 +118,54 @@ def completion_schema() -> dict[str, pl.DataType]:
     return {c.name: c.dtype for c in completion_columns()}
 
 
-# --- frames in the schema, from the core's columns ----------------------------------------------
+# --- the builder ------------------------------------------------------------------------------
+
+#: Per flow id, each label column's value (:data:`FLOW_TRIAL_COLUMNS`); None where unknown.
+Labels = Mapping[str, Sequence[Optional[str]]]
+
+
+def trial_labels(trial: Trial) -> dict[str, list[Optional[str]]]:
+    """Each flow's labels from the trial, by flow id."""
+    expanded = trial.expanded()
+    return {c.name: [getattr(g, str(c.group_attr)) for _, g, _ in expanded] for c in FLOW_TRIAL_COLUMNS}
+
+
+def _series(name: str, values: Any, dtype: pl.DataType, rows: int) -> pl.Series:
+    """One column in its declared type: None gives nulls; text stays text; a float given for an
+    integer column has NaN (what was not measured) as null."""
+    if values is None:
+        return pl.Series(name, [None] * rows, dtype=dtype)
+    if isinstance(values, pl.Series):
+        return values.alias(name).cast(dtype)
+    a = np.asarray(values)
+    if a.dtype.kind in "OUS":
+        return pl.Series(name, a.tolist(), dtype=dtype)
+    if a.dtype.kind == "f" and dtype.is_integer():
+        return pl.Series(name, a).fill_nan(None).cast(dtype, strict=False)
+    return pl.Series(name, a).cast(dtype)
+
+
+def build_table(columns: Sequence[Column], values: Mapping[str, Any], rows: int, backend: str,
+                labels: Optional[Labels] = None) -> pl.DataFrame:
+    """A result table of ``rows`` rows with ``columns`` in their order, from a backend's named
+    columns ``values`` (arrays or polars Series of ``rows`` values; names the table does not
+    declare are passed over). A declared column missing from ``values``, or None there, is
+    null. The label columns (``cc``, ``group``, ...) come from ``labels`` through each row's
+    ``flow`` id, and ``backend`` names the backend."""
+    ids = None if labels is None else pl.Series(np.asarray(values["flow"]), dtype=pl.UInt32)
+    out = []
+    for c in columns:
+        if c.name == BACKEND_COLUMN.name:
+            s = pl.Series(c.name, [backend], dtype=pl.String).gather(pl.Series(np.zeros(rows, dtype=np.uint32)))
+        elif labels is not None and ids is not None and c.name in labels:
+            s = pl.Series(c.name, list(labels[c.name]), dtype=pl.String).gather(ids)
+        else:
+            s = _series(c.name, values.get(c.name), c.dtype, rows)
+        out.append(s)
+    return pl.DataFrame(out)
+
+
+# --- the simulator's tables, from the core's columns -------------------------------------------
 
 
 def _labels(name: str, labels: list[str], codes: np.ndarray) -> pl.Series:
@@ -118,37 +175,20 @@ def _labels(name: str, labels: list[str], codes: np.ndarray) -> pl.Series:
 
 
 def flows_frame(raw: Mapping[str, Any], trial: Trial, backend: str) -> pl.DataFrame:
-    """flows.parquet from the core's ``flows`` columns: state codes as labels, the trial's
-    columns (cc, group, kind, direction) added, in the order of :func:`~cctestbed.schema.flow_columns`."""
-    cols: dict[str, Any] = {k: np.asarray(v) for k, v in raw["flows"].items()}
-    flow_ids = cols["flow"].astype(np.int64)
-    expanded = trial.expanded()
-    text = {
-        "cc": _labels("cc", [g.algorithm for _, g, _ in expanded], flow_ids),
-        "group": _labels("group", [g.label for _, g, _ in expanded], flow_ids),
-        "kind": _labels("kind", [g.flow_kind for _, g, _ in expanded], flow_ids),
-        "direction": _labels("direction", [g.flow_direction for _, g, _ in expanded], flow_ids),
-        "backend": _labels("backend", [backend], np.zeros(len(flow_ids), dtype=np.int64)),
-    }
+    """flows.parquet from the core's ``flows`` columns, its state codes as labels."""
+    cols: dict[str, Any] = dict(raw["flows"])
     labels = list(raw["state_labels"])
     for c in ("state", "ca_state"):
         if c in cols:
-            text[c] = _labels(c, labels, cols[c].astype(np.int64)) if labels else pl.Series(c, cols[c].astype(str))
-    series = []
-    for name, dtype in flow_schema(trial).items():
-        series.append(text[name].cast(dtype) if name in text else pl.Series(name, cols[name], dtype=dtype))
-    return pl.DataFrame(series)
+            codes = np.asarray(cols[c])
+            cols[c] = _labels(c, labels, codes.astype(np.int64)) if labels else pl.Series(c, codes.astype(str))
+    return build_table(flow_columns(trial), cols, len(cols["time_s"]), backend, trial_labels(trial))
 
 
 def router_frame(raw: Mapping[str, Any], backend: str) -> pl.DataFrame:
-    """router.parquet from the core's ``router`` columns, in the order of
-    :func:`~cctestbed.schema.router_columns` (the drop and mark columns, ``drops_<cause>`` and
-    ``marks_<cause>``, come from the core's list of causes)."""
-    cols = {k: np.asarray(v) for k, v in raw["router"].items()}
-    n = len(cols["time_s"])
-    return pl.DataFrame([_labels(name, [backend], np.zeros(n, dtype=np.int64)).cast(dtype) if name == "backend"
-                         else pl.Series(name, cols[name], dtype=dtype)
-                         for name, dtype in router_schema().items()])
+    """router.parquet from the core's ``router`` columns (the drop and mark columns,
+    ``drops_<cause>`` and ``marks_<cause>``, come from the core's list of causes)."""
+    return build_table(router_columns(), raw["router"], len(raw["router"]["time_s"]), backend)
 
 
 def completions_frame(cols: Mapping[str, Any], trial: Trial, backend: str) -> pl.DataFrame:
@@ -174,10 +214,6 @@ def completions_frame(cols: Mapping[str, Any], trial: Trial, backend: str) -> pl
         if trial.link.access_rate is not None:
             rate = min(rate, trial.link.access_rate)
         ideal[k] = workload.ideal_fct_ns(int(size), rate, fwd + g.extra_delay, rev, trial.mss, trial.mtu) / 1e6
-    c["cc"] = np.asarray([groups[specs[f].group].algorithm for f in ids], dtype=object)
-    c["group"] = np.asarray([groups[specs[f].group].label for f in ids], dtype=object)
     c["ideal_fct_ms"] = ideal
     c["slowdown"] = c["fct_ms"].astype(float) / ideal if len(ids) else ideal
-    c["backend"] = np.full(len(ids), backend, dtype=object)
-    return pl.DataFrame([pl.Series(name, c[name].tolist() if c[name].dtype == object else c[name], dtype=dtype)
-                         for name, dtype in completion_schema().items()])
+    return build_table(completion_columns(), c, len(ids), backend, trial_labels(trial))
