@@ -98,7 +98,8 @@ class Analysis(TypedDict):
 
 def analyze(inputs: list[tuple[str, str]], interval_ns: int, time_zero_ns: Optional[int] = None) -> Analysis:
     """Read packet captures ((path, "host" | "ingress" | "egress") pairs) into per-flow and router
-    series on a grid of ``interval_ns``; releases the GIL.
+    series on a grid of ``interval_ns``, each named as the result schema's column it gives (the
+    router's also ``unmatched``, egress packets without an ingress one); releases the GIL.
 
     Raises ValueError naming the file and the reason (missing, not a capture, no TCP in it).
     """

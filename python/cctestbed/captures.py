@@ -1,8 +1,9 @@
 """Packet captures analysed into a results directory, as ``run`` writes one.
 
 The parsing and the per-packet work happen in the core (``_core.analyze``; see
-``crates/cctestbed-sim/src/capture/analyze.rs`` for the rules); this module turns its columns
-into ``flows.parquet`` and ``router.parquet`` of the simulator's schema, computes
+``crates/cctestbed-sim/src/capture/analyze.rs`` for the rules), whose columns carry the result
+schema's names; this module feeds them to the tables' builder
+(:func:`cctestbed.schema.build_table`) for ``flows.parquet`` and ``router.parquet``, computes
 ``summary.json`` with the same code as ``run`` (:func:`cctestbed.summary.summarize`), and draws
 ``trial.png`` with the same plot.
 
@@ -14,14 +15,12 @@ capacity and why a packet was dropped (every drop the captures show counts in
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
-import numpy as np
 import polars as pl
 
 from .config import Trial
@@ -33,16 +32,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 BACKEND = "capture"
-
-@functools.lru_cache(maxsize=1)
-def sim_types() -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
-    """The column types of flows.parquet and router.parquet (:mod:`cctestbed.schema`, without
-    the algorithms' ``cc.*`` columns and ``backend``): analysed captures keep them."""
-    from .schema import flow_schema, router_schema
-
-    keep = lambda d: {c: t for c, t in d.items() if not c.startswith("cc.") and c != "backend"}  # noqa: E731
-    return keep(flow_schema()), keep(router_schema())
-
 
 #: Which capture gives which column (the README's table is written from this).
 SOURCES = {
@@ -118,16 +107,25 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def _column(values: Any, dtype: pl.DataType, name: str) -> pl.Series:
-    s = pl.Series(name, np.asarray(values, dtype=float))
-    return s.fill_nan(None).cast(dtype, strict=False) if dtype.is_integer() else s.cast(dtype)
-
-
 def _empty_router(flows: pl.DataFrame) -> pl.DataFrame:
+    """A router table of nulls on the flows' sample times, for the summary and the plot of
+    captures without the router's."""
+    from .schema import build_table, router_columns
+
     times = flows["time_s"].unique().sort()
-    cols = [times.alias("time_s")] + [pl.Series(c, [None] * len(times), dtype=t) for c, t in sim_types()[1].items()
-                                       if c != "time_s"]
-    return pl.DataFrame(cols)
+    return build_table(router_columns(), {"time_s": times}, len(times), BACKEND)
+
+
+def capture_labels(trial: Optional[Trial], connections: int) -> dict[str, list[Optional[str]]]:
+    """The flows' labels: the trial's algorithm and group when it has as many flows as the
+    captures have connections (by flow order), else no algorithm and the group ``tcp``;
+    captures are read for TCP only, along the data's captured (forward) path."""
+    from .schema import trial_labels
+
+    labels: dict[str, list[Optional[str]]] = {"cc": [None] * connections, "group": ["tcp"] * connections}
+    if trial is not None and len(trial.expanded()) == connections:
+        labels = {k: v for k, v in trial_labels(trial).items() if k in labels}
+    return {**labels, "kind": ["tcp"] * connections, "direction": ["forward"] * connections}
 
 
 def analyze_captures(
@@ -147,6 +145,7 @@ def analyze_captures(
     window and the sample interval. Raises :class:`CaptureError` naming the file and the reason.
     """
     from . import _core
+    from .schema import build_table, flow_columns, router_columns
 
     if (ingress is None) != (egress is None):
         raise CaptureError("--ingress and --egress go together: the router's queue needs both captures")
@@ -167,43 +166,16 @@ def analyze_captures(
     except ValueError as e:
         raise CaptureError(str(e)) from None
 
-    flow_types, router_types = sim_types()
     conns = raw["connections"]
     n = len(raw["flows"]["time_s"])
-    cols: dict[str, pl.Series] = {}
-    for c, t in flow_types.items():
-        if c in raw["flows"]:
-            cols[c] = _column(raw["flows"][c], t, c) if c != "flow" else pl.Series(c, raw["flows"][c], dtype=t)
-        else:
-            cols[c] = pl.Series(c, [None] * n, dtype=t)
-    ids = np.asarray(raw["flows"]["flow"], dtype=np.int64)
-    expanded = trial.expanded() if trial is not None else []
-    if trial is not None and len(expanded) == len(conns):
-        cols["cc"] = pl.Series("cc", np.asarray([g.algorithm for _, g, _ in expanded], dtype=object)[ids].tolist(), dtype=pl.String)
-        cols["group"] = pl.Series("group", np.asarray([g.label for _, g, _ in expanded], dtype=object)[ids].tolist(),
-                                  dtype=pl.String)
-    else:
-        cols["group"] = pl.Series("group", ["tcp"] * n, dtype=pl.String)
-    cols["kind"] = pl.Series("kind", ["tcp"] * n, dtype=pl.String)  # captures are read for TCP only
-    cols["direction"] = pl.Series("direction", ["forward"] * n, dtype=pl.String)  # the data path is the captured one
-    flows = pl.DataFrame([cols[c] for c in flow_types] + [pl.Series("backend", [BACKEND] * n, dtype=pl.String)])
-
+    flows = build_table(flow_columns(), raw["flows"], n, BACKEND, capture_labels(trial, len(conns)))
     router = None
     if raw["router"] is not None:
-        r = raw["router"]
-        m = len(r["time_s"])
-        rc: dict[str, pl.Series] = {}
-        for c, t in router_types.items():
-            src = {"drops_overflow": "drops"}.get(c, c)
-            if src in r:
-                rc[c] = _column(r[src], t, c)
-            elif c == "capacity_bps" and trial is not None:
-                steps = trial.capacity_schedule()
-                times = np.asarray(r["time_s"], dtype=float)
-                rc[c] = pl.Series(c, [[bps for start, bps in steps if start <= x + 1e-12][-1] for x in times], dtype=t)
-            else:
-                rc[c] = pl.Series(c, [None] * m, dtype=t)
-        router = pl.DataFrame([*rc.values(), pl.Series("backend", [BACKEND] * m, dtype=pl.String)])
+        r: dict[str, Any] = dict(raw["router"])
+        if trial is not None:
+            steps = trial.capacity_schedule()
+            r["capacity_bps"] = [[bps for start, bps in steps if start <= x + 1e-12][-1] for x in r["time_s"]]
+        router = build_table(router_columns(), r, len(r["time_s"]), BACKEND)
 
     span_s = float(flows["time_s"].max()) if n else 0.0  # type: ignore[arg-type]
     # NaN where a sample has no RTT (no sender capture): no RTprop then, and null in summary.json

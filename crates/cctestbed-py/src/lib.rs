@@ -268,21 +268,12 @@ fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time
     res.set_item("connections", conns)?;
     res.set_item("idle_connections", a.idle_connections)?;
     res.set_item("time_zero_ns", a.time_zero)?;
-    let flows = PyDict::new_bound(py);
-    let f = a.flows;
-    columns!(py, flows, f, [
-        time_s, flow, goodput_bps, delivered_bytes, send_rate_bps, sent_bytes, rtt_ms, min_rtt_ms,
-        inflight_bytes, inflight_pkts, sent_segs, retrans_segs,
-    ]);
-    res.set_item("flows", flows)?;
+    res.set_item("flows", column_dict(py, a.flows.into_columns())?)?;
     match a.router {
         Some(r) => {
-            let d = PyDict::new_bound(py);
-            d.set_item("unmatched", r.unmatched)?;
-            columns!(py, d, r, [
-                time_s, queue_bytes, queue_pkts, arrivals_pkts, arrival_bytes, departures_pkts,
-                departed_bytes, departed_payload_bytes, drops,
-            ]);
+            let unmatched = r.unmatched;
+            let d = column_dict(py, r.into_columns())?;
+            d.set_item("unmatched", unmatched)?;
             res.set_item("router", d)?;
         }
         None => res.set_item("router", py.None())?,

@@ -256,7 +256,7 @@ fn analysis_of_the_captures_gives_back_the_simulators_counters() {
     let r = a.router.expect("ingress and egress given");
     assert_eq!(r.unmatched, 0);
     let drops = out.router_final.drops.total();
-    let seen = *r.drops.last().unwrap() as u64;
+    let seen = *r.drops_overflow.last().unwrap() as u64;
     assert!(seen <= drops && seen + 2 >= drops, "drops {seen} of {drops}");
     let worst = (0..r.queue_pkts.len()).map(|k| (r.queue_pkts[k] - out.router.queue_pkts[k] as f64).abs()).fold(0.0, f64::max);
     assert!(worst <= 1.0, "queue off by {worst} packets");
@@ -290,7 +290,7 @@ fn router_analysis_under_fq_codel_finds_every_drop() {
     assert_eq!(r.unmatched, 0);
     let drops = out.router_final.drops.total();
     assert!(out.router_final.drops[ccsim::qdisc::DropCause::Aqm] > 0, "CoDel dropped");
-    let seen = *r.drops.last().unwrap() as u64;
+    let seen = *r.drops_overflow.last().unwrap() as u64;
     assert!(seen <= drops && seen + 3 >= drops, "drops {seen} of {drops}");
 }
 

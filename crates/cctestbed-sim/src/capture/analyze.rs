@@ -47,6 +47,8 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, PcapError, TsResolution};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::telemetry::{ColumnData, Scalar};
+
 /// How a file was captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
@@ -615,36 +617,72 @@ pub struct Connection {
     pub per_file: Vec<(u64, u64, u64)>,
 }
 
-/// Per-flow series on the sample grid; NaN where the captures do not tell.
-#[derive(Debug, Default, Clone)]
-pub struct FlowColumns {
-    pub time_s: Vec<f64>,
-    pub flow: Vec<u32>,
-    pub goodput_bps: Vec<f64>,
-    pub delivered_bytes: Vec<f64>,
-    pub send_rate_bps: Vec<f64>,
-    pub sent_bytes: Vec<f64>,
-    pub rtt_ms: Vec<f64>,
-    pub min_rtt_ms: Vec<f64>,
-    pub inflight_bytes: Vec<f64>,
-    pub inflight_pkts: Vec<f64>,
-    pub sent_segs: Vec<f64>,
-    pub retrans_segs: Vec<f64>,
+/// Declares a struct of column vectors, each field named as a column of the result schema
+/// ([`crate::telemetry::FlowSeries`], [`crate::telemetry::RouterSeries`]), and `into_columns`, which hands
+/// them over by those names. Units and meanings are the schema's (a test checks every name
+/// against it); fields after `extra` are not columns.
+macro_rules! named_columns {
+    (
+        $(#[$sm:meta])*
+        pub struct $name:ident { $( pub $f:ident : Vec<$t:ty>, )* }
+        extra { $( $(#[$em:meta])* pub $ef:ident : $et:ty, )* }
+    ) => {
+        $(#[$sm])*
+        #[derive(Debug, Default, Clone)]
+        pub struct $name {
+            $( pub $f: Vec<$t>, )*
+            $( $(#[$em])* pub $ef: $et, )*
+        }
+
+        impl $name {
+            /// The columns' names, in the order of [`Self::into_columns`].
+            pub const NAMES: &'static [&'static str] = &[$( stringify!($f) ),*];
+
+            /// The columns by name.
+            pub fn into_columns(self) -> Vec<(String, ColumnData)> {
+                vec![$( (stringify!($f).to_string(), <$t as Scalar>::wrap(self.$f)) ),*]
+            }
+        }
+    };
 }
 
-#[derive(Debug, Default, Clone)]
-pub struct RouterColumns {
-    pub time_s: Vec<f64>,
-    pub queue_bytes: Vec<f64>,
-    pub queue_pkts: Vec<f64>,
-    pub arrivals_pkts: Vec<f64>,
-    pub arrival_bytes: Vec<f64>,
-    pub departures_pkts: Vec<f64>,
-    pub departed_bytes: Vec<f64>,
-    pub departed_payload_bytes: Vec<f64>,
-    pub drops: Vec<f64>,
-    /// Egress packets with no ingress packet to match (the captures disagree).
-    pub unmatched: u64,
+named_columns! {
+    /// Per-flow series on the sample grid; NaN where the captures do not tell.
+    pub struct FlowColumns {
+        pub time_s: Vec<f64>,
+        pub flow: Vec<u32>,
+        pub goodput_bps: Vec<f64>,
+        pub delivered_bytes: Vec<f64>,
+        pub send_rate_bps: Vec<f64>,
+        pub sent_bytes: Vec<f64>,
+        pub rtt_ms: Vec<f64>,
+        pub min_rtt_ms: Vec<f64>,
+        pub inflight_bytes: Vec<f64>,
+        pub inflight_pkts: Vec<f64>,
+        pub sent_segs: Vec<f64>,
+        pub retrans_segs: Vec<f64>,
+    }
+    extra {}
+}
+
+named_columns! {
+    /// Router series on the sample grid. Every drop the captures show is a `drops_overflow`:
+    /// a capture cannot tell why a packet was dropped (an AQM's drop included).
+    pub struct RouterColumns {
+        pub time_s: Vec<f64>,
+        pub queue_bytes: Vec<f64>,
+        pub queue_pkts: Vec<f64>,
+        pub arrivals_pkts: Vec<f64>,
+        pub arrival_bytes: Vec<f64>,
+        pub departures_pkts: Vec<f64>,
+        pub departed_bytes: Vec<f64>,
+        pub departed_payload_bytes: Vec<f64>,
+        pub drops_overflow: Vec<f64>,
+    }
+    extra {
+        /// Egress packets with no ingress packet to match (the captures disagree).
+        pub unmatched: u64,
+    }
 }
 
 /// Everything `cctestbed analyze` needs.
@@ -1465,7 +1503,7 @@ fn router_series(
         r.departures_pkts.push(l as f64);
         r.departed_bytes.push(l_b as f64);
         r.departed_payload_bytes.push(l_pl as f64);
-        r.drops.push(d as f64);
+        r.drops_overflow.push(d as f64);
         r.queue_pkts.push(a.saturating_sub(d + l) as f64);
         r.queue_bytes.push(a_b.saturating_sub(d_b + l_b) as f64);
     }
@@ -1661,6 +1699,21 @@ mod tests {
         assert!(!whole);
         assert_eq!(bits(&run(&b).flows.rtt_ms), bits(&want.flows.rtt_ms));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn capture_columns_are_columns_of_the_result_schema() {
+        use crate::telemetry::{FlowSeries, RouterSeries};
+        let names = |cols: Vec<crate::telemetry::Column>| cols.into_iter().map(|c| c.name).collect::<Vec<_>>();
+        let (flows, router) = (names(FlowSeries::columns()), names(RouterSeries::columns()));
+        for n in FlowColumns::NAMES {
+            assert!(flows.iter().any(|c| c == n), "{n} is not a flows column");
+        }
+        for n in RouterColumns::NAMES {
+            assert!(router.iter().any(|c| c == n), "{n} is not a router column");
+        }
+        let got = RouterColumns { drops_overflow: vec![1.0], ..Default::default() }.into_columns();
+        assert_eq!(got.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), RouterColumns::NAMES);
     }
 
     #[test]
