@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cctestbed.config import ConfigError, load_trial, parse_trial
-from cctestbed.kernel.backend import full_link_needs, trial_problems
+from cctestbed.kernel.checks import full_link_needs, trial_problems
 from cctestbed.runner import run_trial
 from cctestbed.traces import capacity_steps, load_trace, mean_rate_bps
 

@@ -147,7 +147,7 @@ def test_the_kernel_sender_sends_the_simulators_datagrams() -> None:
     for each flow: over a trial, as many datagrams as the simulator sends, for an exponential
     on/off stream starting late, an on/off stream of periods shorter than a packet (which keeps
     its mean rate) and a ping; the same draws, so another seed changes both alike."""
-    from cctestbed.kernel.backend import _flow_ids, datagram_flows
+    from cctestbed.kernel.run import _flow_ids, datagram_flows
     from cctestbed.kernel.datagrams import Source
 
     def counts(seed: int) -> tuple[list[int], list[int]]:

@@ -34,7 +34,7 @@ def run_trial(
     if seed is not None:
         trial = trial.with_seed(seed)
     if trial.backend == "kernel":  # real Linux TCP in namespaces (needs root)
-        from .kernel.backend import run_kernel_trial
+        from .kernel.run import run_kernel_trial
 
         return run_kernel_trial(trial)
     with Simulation(trial) as sim:

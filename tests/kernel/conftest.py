@@ -36,7 +36,7 @@ def unavailable() -> Optional[str]:
     if r.returncode != 0:
         return f"cannot create network namespaces: {r.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    from cctestbed.kernel.backend import KernelUnavailable, choose_link_emulator
+    from cctestbed.kernel.checks import KernelUnavailable, choose_link_emulator
 
     try:
         choose_link_emulator(None)

@@ -79,11 +79,12 @@ def emulator_stall_ms(result: Any) -> float:
 def run_with_sim_schema(**updates: Any) -> Any:
     """The default kernel trial with ``updates``, run; its telemetry has the simulator's schema."""
     from cctestbed.config import parse_trial
-    from cctestbed.kernel.backend import run_kernel_trial, sim_schema
+    from cctestbed.kernel.run import run_kernel_trial
+    from cctestbed.schema import flow_schema, router_schema
 
     r = run_kernel_trial(parse_trial(kernel_trial(**updates)))
-    fschema, rschema = sim_schema(r.trial)
-    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema, "the simulator's schema"
+    assert dict(r.flows.schema) == flow_schema(r.trial) and dict(r.router.schema) == router_schema(), \
+        "the simulator's schema"
     return r
 
 

@@ -26,7 +26,7 @@ from cctestbed.config import parse_trial
 from cctestbed.fidelity.measure import scenario_metrics
 from cctestbed.fidelity.verdict import cells_for, tolerances
 from cctestbed.kernel import bpfcc
-from cctestbed.kernel.backend import run_kernel_trial
+from cctestbed.kernel.run import run_kernel_trial
 from cctestbed.kernel.topology import available_algorithms
 from cctestbed.summary import TrialInfo
 

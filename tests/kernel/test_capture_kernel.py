@@ -19,7 +19,7 @@ from kernelutil import check_on_quiet_host, kernel_trial
 
 from cctestbed.captures import analyze_captures
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import run_kernel_trial
+from cctestbed.kernel.run import run_kernel_trial
 
 
 def test_analysed_captures_agree_with_tcp_info(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
 from cctestbed.fidelity.verdict import DEFAULT_TOLERANCES, tolerance_for
-from cctestbed.kernel.backend import KernelUnavailable, choose_link_emulator, trial_problems
+from cctestbed.kernel.checks import KernelUnavailable, choose_link_emulator, trial_problems
 from cctestbed.runner import run_trial
 
 #: The emulator's per-frame timing error (sent - due), 99th percentile, that a trial of these

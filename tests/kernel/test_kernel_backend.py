@@ -22,7 +22,7 @@ import pytest
 from kernelutil import check_on_quiet_host, has_bbr, host_was_quiet, kernel_trial, our_namespaces, registry_entry
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import run_kernel_trial
+from cctestbed.kernel.run import run_kernel_trial
 from cctestbed.kernel.topology import REGISTRY
 from cctestbed.kernel.topology import alive as is_alive
 
@@ -74,10 +74,9 @@ def test_capacity_and_min_rtt():
         warnings.warn(f"the link emulator's 1 ms bound was not checked: the host took "
                       f"{r.extra['host_cpu_steal_ms']:.0f} ms of CPU during the 12 s trial")
     # the schema is the simulator's, plus the backend column
-    from cctestbed.kernel.backend import sim_schema
+    from cctestbed.schema import flow_schema, router_schema
 
-    fschema, rschema = sim_schema(r.trial)
-    assert dict(r.flows.schema) == fschema and dict(r.router.schema) == rschema
+    assert dict(r.flows.schema) == flow_schema(r.trial) and dict(r.router.schema) == router_schema()
     assert set(r.flows["backend"].unique()) == {"kernel"}
     assert_nothing_left(r.extra["trial_id"])
 

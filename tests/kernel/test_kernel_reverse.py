@@ -13,7 +13,7 @@ import pytest
 from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import KernelUnavailable, choose_link_emulator, trial_problems
+from cctestbed.kernel.checks import KernelUnavailable, choose_link_emulator, trial_problems
 from cctestbed.runner import run_trial
 
 #: 80 Mbit/s down, 10 Mbit/s up with a 100 KB up queue: 80 ms of standing delay when full.

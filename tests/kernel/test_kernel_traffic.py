@@ -11,7 +11,8 @@ import pytest
 from kernelutil import check_on_quiet_host, has_bbr, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.backend import TrialRefused, run_kernel_trial, trial_problems
+from cctestbed.kernel.checks import TrialRefused, trial_problems
+from cctestbed.kernel.run import run_kernel_trial
 from cctestbed.runner import run_trial
 
 

@@ -94,7 +94,7 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
 
 
 def test_more_flows_than_source_ports_are_refused_before_start():
-    from cctestbed.kernel.backend import trial_problems
+    from cctestbed.kernel.checks import trial_problems
 
     t = parse_trial(kernel_trial(duration="60s", flows=[{"cc": "cubic", "size": "10KB",
                                                           "arrivals": {"model": "poisson", "rate": 1000.0}}]))

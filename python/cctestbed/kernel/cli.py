@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
-    from .backend import KernelRunError, KernelUnavailable, TrialRefused, run_kernel_trial
+    from .checks import KernelUnavailable, TrialRefused
+    from .run import KernelRunError, run_kernel_trial
 
     with err.status(f"kernel: [bold]{escape(trial.name)}[/] ...", spinner="dots") as st:
         try:
