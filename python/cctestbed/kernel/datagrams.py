@@ -38,13 +38,12 @@ import heapq
 import json
 import math
 import select
-import signal
 import socket
 import struct
 import sys
 from typing import Any, Optional
 
-from .traffic import Stop, _on_signal, _save, _sleep_until, mono_ns, wait_t0
+from .traffic import Clock, Stop, _save, _sleep_until, mono_ns, program_main, wait_t0
 
 #: IPv4 and UDP headers: a datagram's payload is its IP size less these.
 UDP_HEADERS = 28
@@ -137,8 +136,6 @@ def run_sender(spec: dict[str, Any], ping: bool) -> int:
     the replies."""
     wait_t0(spec)
     t0: int = spec["t0_ns"]
-    interval: int = spec["interval_ns"]
-    end: int = t0 + spec["duration_ns"]
     sources = [Source(f, t0, spec["seed"], spec["duration_ns"]) for f in spec["flows"]]
     by_fd: dict[int, Source] = {}
     pad = b"\0" * 65536
@@ -177,39 +174,37 @@ def run_sender(spec: dict[str, Any], ping: bool) -> int:
                 s.counters.arrived(seq, n)
                 s.counters.delay(now - sent)
 
-    tick = 1
+    def send_due(now: int, next_ns: int) -> None:
+        while pending and sources[pending[0]].start_ns <= min(now, next_ns):
+            open_flow(pending.pop(0))
+        # what is due up to the next sample time goes first, so a sample counts exactly the
+        # datagrams due before it even when the loop runs late
+        while due and due[0][0] <= min(now, next_ns):
+            _, i = heapq.heappop(due)
+            sources[i].send(pad)
+            heapq.heappush(due, (sources[i].due(), i))
+
+    def sample(tick: int, now: int) -> None:
+        for i, s in enumerate(sources):
+            _sample(cols, tick, now - t0, s.id, s.counters, i in started, i in started and s.is_on(now))
+
+    def wait(now: int, next_ns: int) -> None:
+        wake = next_ns
+        if due:
+            wake = min(wake, due[0][0])
+        if pending:
+            wake = min(wake, sources[pending[0]].start_ns)
+        timeout = max(0.0, (wake - mono_ns()) / 1e9)
+        socks = [s.sock for s in sources if s.sock is not None] if ping else []
+        if socks:
+            ready, _, _ = select.select(socks, [], [], timeout)
+            replies(ready)
+        elif timeout > 0:
+            select.select([], [], [], timeout)
+
     try:
         _sleep_until(t0)
-        while True:
-            now = mono_ns()
-            next_tick = t0 + tick * interval
-            while pending and sources[pending[0]].start_ns <= min(now, next_tick):
-                open_flow(pending.pop(0))
-            # what is due up to the next sample time goes first, so a sample counts exactly the
-            # datagrams due before it even when the loop runs late
-            while due and due[0][0] <= min(now, next_tick):
-                _, i = heapq.heappop(due)
-                sources[i].send(pad)
-                heapq.heappush(due, (sources[i].due(), i))
-            if now >= next_tick:
-                for i, s in enumerate(sources):
-                    _sample(cols, tick, now - t0, s.id, s.counters, i in started, i in started and s.is_on(now))
-                tick += 1
-                if next_tick >= end:
-                    break
-                continue
-            wake = next_tick
-            if due:
-                wake = min(wake, due[0][0])
-            if pending:
-                wake = min(wake, sources[pending[0]].start_ns)
-            timeout = max(0.0, (wake - mono_ns()) / 1e9)
-            socks = [s.sock for s in sources if s.sock is not None] if ping else []
-            if socks:
-                ready, _, _ = select.select(socks, [], [], timeout)
-                replies(ready)
-            elif timeout > 0:
-                select.select([], [], [], timeout)
+        Clock(spec).run(sample, wait, due=send_due)
     except Stop:
         pass
     finally:
@@ -226,7 +221,6 @@ def run_sender(spec: dict[str, Any], ping: bool) -> int:
 def run_receiver(spec: dict[str, Any], echo: bool) -> int:
     """``udp-sink`` and ``echo``: one socket for every flow of the group, flows told apart by
     source port; ``echo`` returns each probe at once, ``udp-sink`` times each datagram."""
-    interval: int = spec["interval_ns"]
     port_base: int = spec["port_base"]
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
@@ -237,38 +231,33 @@ def run_receiver(spec: dict[str, Any], echo: bool) -> int:
     buf = bytearray(65536)
     wait_t0(spec)
     t0: int = spec["t0_ns"]
-    end: int = t0 + spec["duration_ns"]
-    tick = 1
-    try:
-        while True:
-            now = mono_ns()
-            next_tick = t0 + tick * interval
-            if now >= next_tick and now >= t0:
-                for flow, c in sorted(flows.items()):
-                    _sample(cols, tick, now - t0, flow, c, True, True)
-                tick += 1
-                if next_tick >= end:
-                    break
-                continue
-            ready, _, _ = select.select([sock], [], [], max(0.0, (next_tick - now) / 1e9))
-            while ready:
+    def sample(tick: int, now: int) -> None:
+        for flow, c in sorted(flows.items()):
+            _sample(cols, tick, now - t0, flow, c, True, True)
+
+    def receive(now: int, next_ns: int) -> None:
+        ready, _, _ = select.select([sock], [], [], max(0.0, (next_ns - now) / 1e9))
+        while ready:
+            try:
+                n, peer = sock.recvfrom_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            arrived = mono_ns()
+            if echo:
                 try:
-                    n, peer = sock.recvfrom_into(buf)
-                except (BlockingIOError, InterruptedError):
-                    break
-                arrived = mono_ns()
-                if echo:
-                    try:
-                        sock.sendto(memoryview(buf)[:n], peer)
-                    except OSError:
-                        pass
-                if n < HEADER.size:
-                    continue
-                seq, sent = HEADER.unpack_from(buf)
-                c = flows.setdefault(peer[1] - port_base, Counters())
-                c.arrived(seq, n)
-                if not echo:
-                    c.delay(arrived - sent)
+                    sock.sendto(memoryview(buf)[:n], peer)
+                except OSError:
+                    pass
+            if n < HEADER.size:
+                continue
+            seq, sent = HEADER.unpack_from(buf)
+            c = flows.setdefault(peer[1] - port_base, Counters())
+            c.arrived(seq, n)
+            if not echo:
+                c.delay(arrived - sent)
+
+    try:
+        Clock(spec).run(sample, receive)
     except Stop:
         pass
     finally:
@@ -277,24 +266,13 @@ def run_receiver(spec: dict[str, Any], echo: bool) -> int:
     return 0
 
 
-COMMANDS = ("udp-send", "udp-sink", "ping", "echo")
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in COMMANDS:
-        print(f"usage: python -m cctestbed.kernel.datagrams {'|'.join(COMMANDS)} SPEC.json", file=sys.stderr)
-        return 2
-    with open(argv[1]) as fh:
-        spec = json.load(fh)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    cmd = argv[0]
-    try:
-        if cmd in ("udp-send", "ping"):
-            return run_sender(spec, ping=cmd == "ping")
-        return run_receiver(spec, echo=cmd == "echo")
-    except Stop:
-        return 0
+    return program_main(argv, "datagrams", {
+        "udp-send": lambda spec: run_sender(spec, ping=False),
+        "udp-sink": lambda spec: run_receiver(spec, echo=False),
+        "ping": lambda spec: run_sender(spec, ping=True),
+        "echo": lambda spec: run_receiver(spec, echo=True),
+    })
 
 
 if __name__ == "__main__":

@@ -13,16 +13,14 @@ sojourn come from that file alone. Samples are written as
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
-import signal
 import socket
 import struct
 import sys
 from typing import Any, Optional
 
-from .traffic import Stop, _on_signal, _save, _sleep_until, mono_ns, wait_t0
+from .traffic import Clock, Stop, _save, _sleep_until, mono_ns, program_main, wait_t0
 
 RTM_NEWQDISC = 36
 RTM_GETQDISC = 38
@@ -194,7 +192,6 @@ def emu_ready(path: str) -> bool:
 
 
 def run(spec: dict[str, Any]) -> int:
-    interval: int = spec["interval_ns"]
     reader = QdiscReader()
     # with the full emulator there is no bottleneck qdisc: its queue is in the emulator's slots
     key = (socket.if_nametoindex(spec["bottleneck_dev"]), int(spec["bottleneck_handle"])) \
@@ -213,7 +210,6 @@ def run(spec: dict[str, Any]) -> int:
     cols: dict[str, list[Any]] = {k: [] for k in names}
     wait_t0(spec)
     t0: int = spec["t0_ns"]
-    end: int = t0 + spec["duration_ns"]
 
     def sample(tick: int) -> None:
         now = mono_ns()
@@ -237,17 +233,10 @@ def run(spec: dict[str, Any]) -> int:
         for k in EMU_SLOTS[1:]:
             cols[f"emu_{k}"].append(e[k] if e else -1)
 
-    tick = 1
     try:
         _sleep_until(t0)
         sample(0)
-        while True:
-            next_tick = t0 + tick * interval
-            _sleep_until(next_tick)
-            sample(tick)
-            tick += 1
-            if next_tick >= end:
-                break
+        Clock(spec).run(lambda tick, now: sample(tick), lambda now, next_ns: _sleep_until(next_ns))
     except Stop:
         pass
     finally:
@@ -256,17 +245,7 @@ def run(spec: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m cctestbed.kernel.routerstats SPEC.json", file=sys.stderr)
-        return 2
-    with open(argv[0]) as fh:
-        spec = json.load(fh)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    try:
-        return run(spec)
-    except Stop:
-        return 0
+    return program_main(argv, "routerstats", {"": run})
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 TCP_INFO = getattr(socket, "TCP_INFO", 11)
@@ -148,6 +148,53 @@ def _save(path: str, cols: dict[str, list[Any]]) -> None:
     arrays: dict[str, Any] = {k: np.asarray(v) for k, v in cols.items()}
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
+
+
+class Clock:
+    """A program's sample times, from the start time (:func:`wait_t0`): tick ``k`` at
+    ``t0 + k * interval``; the last is the first at or after the trial's end."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.t0: int = spec["t0_ns"]
+        self.interval: int = spec["interval_ns"]
+        self.end: int = self.t0 + spec["duration_ns"]
+
+    def run(self, sample: Callable[[int, int], None], wait: Callable[[int, int], None],
+            due: Callable[[int, int], None] = lambda now, next_ns: None) -> None:
+        """The programs' one loop. Each turn first does what is ``due(now, next_ns)`` (by now,
+        and no later than the next sample time), then takes the next sample once its time has
+        come, ``sample(tick, now)``, or else waits for its I/O until then at the latest,
+        ``wait(now, next_ns)``. It returns after the last sample."""
+        tick = 1
+        while True:
+            now = mono_ns()
+            next_ns = self.t0 + tick * self.interval
+            due(now, next_ns)
+            if now >= next_ns:
+                sample(tick, now)
+                tick += 1
+                if next_ns >= self.end:
+                    return
+                continue
+            wait(now, next_ns)
+
+
+def program_main(argv: list[str], module: str, commands: Mapping[str, Callable[[dict[str, Any]], int]]) -> int:
+    """The entry point of a program run in a namespace, ``python -m cctestbed.kernel.<module>
+    COMMAND SPEC.json`` (without COMMAND where the module has one program, named ``""``): reads
+    the JSON spec and runs the command, SIGTERM and SIGINT stopping it (:class:`Stop`)."""
+    named = "|".join(c for c in commands if c)
+    if len(argv) != (2 if named else 1) or (named and argv[0] not in commands):
+        print(f"usage: python -m cctestbed.kernel.{module} {named + ' ' if named else ''}SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[-1]) as fh:
+        spec = json.load(fh)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return commands[argv[0] if named else ""](spec)
+    except Stop:
+        return 0
 
 
 # --- sender -----------------------------------------------------------------------------------
@@ -254,54 +301,50 @@ def run_sender(spec: dict[str, Any]) -> int:
         f.closed = True
 
     pending = collections.deque(sorted(flows, key=lambda f: f.start_ns))
-    tick = 1
-    try:
-        _sleep_until(t0)
-        while True:
-            now = mono_ns()
-            while pending and pending[0].start_ns <= now:
-                f = pending.popleft()
-                start(f)
-                open_flows.append(f)
-            next_tick = t0 + tick * interval
-            if now >= next_tick:
-                sample(tick)
-                tick += 1
-                if next_tick >= end:
-                    break
-                continue
-            wake = next_tick if not pending else min(next_tick, pending[0].start_ns)
-            timeout = max(0.0, (wake - now) / 1e9)
-            for fd, ev in ep.poll(timeout):
-                f = by_fd[fd]
-                assert f.sock is not None
-                if not f.connected:
-                    err = f.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err:
-                        f.error = f"connect: {os.strerror(err)}"
-                        ep.unregister(fd)
-                        continue
-                    f.connected = True
-                if f.done_sending:
-                    continue
-                want = len(chunk) if f.size is None else min(len(chunk), f.size - f.sent)
-                try:
-                    n = f.sock.send(chunk[:want])
-                except BlockingIOError:
-                    continue
-                except OSError as e:
-                    # The sinks close their sockets at the same end tick; a reset in the last
-                    # two sample intervals is the end of the trial, not a failure.
-                    if mono_ns() < end - 2 * interval:
-                        f.error = f"send: {e.strerror}"
-                    f.done_sending = True
+
+    def start_due(now: int, next_ns: int) -> None:
+        while pending and pending[0].start_ns <= now:
+            f = pending.popleft()
+            start(f)
+            open_flows.append(f)
+
+    def pump(now: int, next_ns: int) -> None:
+        wake = next_ns if not pending else min(next_ns, pending[0].start_ns)
+        timeout = max(0.0, (wake - now) / 1e9)
+        for fd, ev in ep.poll(timeout):
+            f = by_fd[fd]
+            assert f.sock is not None
+            if not f.connected:
+                err = f.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    f.error = f"connect: {os.strerror(err)}"
                     ep.unregister(fd)
                     continue
-                f.sent += n
-                if f.size is not None and f.sent >= f.size:
-                    f.done_sending = True
-                    f.sock.shutdown(socket.SHUT_WR)
-                    ep.modify(fd, 0)
+                f.connected = True
+            if f.done_sending:
+                continue
+            want = len(chunk) if f.size is None else min(len(chunk), f.size - f.sent)
+            try:
+                n = f.sock.send(chunk[:want])
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                # The sinks close their sockets at the same end tick; a reset in the last
+                # two sample intervals is the end of the trial, not a failure.
+                if mono_ns() < end - 2 * interval:
+                    f.error = f"send: {e.strerror}"
+                f.done_sending = True
+                ep.unregister(fd)
+                continue
+            f.sent += n
+            if f.size is not None and f.sent >= f.size:
+                f.done_sending = True
+                f.sock.shutdown(socket.SHUT_WR)
+                ep.modify(fd, 0)
+
+    try:
+        _sleep_until(t0)
+        Clock(spec).run(lambda tick, now: sample(tick), pump, due=start_due)
     except Stop:
         pass
     finally:
@@ -330,7 +373,6 @@ def run_sender(spec: dict[str, Any]) -> int:
 
 def run_sink(spec: dict[str, Any]) -> int:
     raise_fd_limit()
-    interval: int = spec["interval_ns"]
     port_base: int = spec["port_base"]
     rwnd: dict[int, int] = {int(k): v for k, v in (spec.get("rwnd") or {}).items()}
     #: Flows with a size: when the application has read them whole (CLOCK_MONOTONIC ns).
@@ -355,7 +397,6 @@ def run_sink(spec: dict[str, Any]) -> int:
     cols: dict[str, list[Any]] = {k: [] for k in ("tick", "t_ns", "flow", "bytes_received", "app_bytes", "closed")}
     wait_t0(spec)
     t0: int = spec["t0_ns"]
-    end: int = t0 + spec["duration_ns"]
 
     def sample(tick: int) -> None:
         now = mono_ns()
@@ -375,52 +416,45 @@ def run_sink(spec: dict[str, Any]) -> int:
                 del conns[fd]
                 s.close()
 
-    tick = 1
-    try:
-        while True:
-            now = mono_ns()
-            next_tick = t0 + tick * interval
-            if now >= next_tick and now >= t0:
-                sample(tick)
-                tick += 1
-                if next_tick >= end:
-                    break
-                continue
-            for fd, ev in ep.poll(max(0.0, (next_tick - now) / 1e9)):
-                if fd == ls.fileno():
-                    while True:
-                        try:
-                            s, peer = ls.accept()
-                        except BlockingIOError:
-                            break
-                        flow = peer[1] - port_base
-                        if flow in rwnd:
-                            s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])
-                        s.setblocking(False)
-                        conns[s.fileno()] = (s, flow)
-                        app_bytes[flow] = 0
-                        ep.register(s.fileno(), select.EPOLLIN)
-                    continue
-                s, flow = conns[fd]
+    def receive(now: int, next_ns: int) -> None:
+        for fd, ev in ep.poll(max(0.0, (next_ns - now) / 1e9)):
+            if fd == ls.fileno():
                 while True:
                     try:
-                        n = s.recv_into(buf)
+                        s, peer = ls.accept()
                     except BlockingIOError:
                         break
-                    except OSError:
-                        n = 0
-                    if n == 0:
-                        # Keep the socket for TCP_INFO but stop polling it.
-                        closed[flow] = app_bytes[flow]
-                        ep.unregister(fd)
-                        break
-                    app_bytes[flow] += n
-                    if flow in sizes and flow not in done_ns and app_bytes[flow] >= sizes[flow]:
-                        done_ns[flow] = mono_ns()
-                    if n < len(buf):
-                        break
-                if flow in rwnd and flow not in closed:
-                    s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])  # see the module doc
+                    flow = peer[1] - port_base
+                    if flow in rwnd:
+                        s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])
+                    s.setblocking(False)
+                    conns[s.fileno()] = (s, flow)
+                    app_bytes[flow] = 0
+                    ep.register(s.fileno(), select.EPOLLIN)
+                continue
+            s, flow = conns[fd]
+            while True:
+                try:
+                    n = s.recv_into(buf)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    n = 0
+                if n == 0:
+                    # Keep the socket for TCP_INFO but stop polling it.
+                    closed[flow] = app_bytes[flow]
+                    ep.unregister(fd)
+                    break
+                app_bytes[flow] += n
+                if flow in sizes and flow not in done_ns and app_bytes[flow] >= sizes[flow]:
+                    done_ns[flow] = mono_ns()
+                if n < len(buf):
+                    break
+            if flow in rwnd and flow not in closed:
+                s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])  # see the module doc
+
+    try:
+        Clock(spec).run(lambda tick, now: sample(tick), receive)
     except Stop:
         pass
     finally:
@@ -433,17 +467,7 @@ def run_sink(spec: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("send", "sink"):
-        print("usage: python -m cctestbed.kernel.traffic send|sink SPEC.json", file=sys.stderr)
-        return 2
-    with open(argv[1]) as fh:
-        spec = json.load(fh)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    try:
-        return run_sender(spec) if argv[0] == "send" else run_sink(spec)
-    except Stop:
-        return 0
+    return program_main(argv, "traffic", {"send": run_sender, "sink": run_sink})
 
 
 if __name__ == "__main__":
