@@ -7,7 +7,8 @@ from typing_extensions import NotRequired
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["StopFlag", "TrialFailed", "simulate", "validate", "algorithms", "columns", "analyze", "tseq", "__version__"]
+__all__ = ["StopFlag", "DatagramClock", "TrialFailed", "simulate", "validate", "algorithms", "columns", "analyze", "tseq",
+           "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -50,11 +51,12 @@ class StopFlag:
     def set(self) -> None: ...
     def is_set(self) -> bool: ...
 
+@final
 class DatagramClock:
     """One datagram flow's send times as the simulator sends them (the kernel backend's udp and
     ping senders follow it)."""
 
-    def __init__(self, traffic_json: str, seed: int, flow: int, start_ns: int, duration_ns: int) -> None: ...
+    def __new__(cls, traffic_json: str, seed: int, flow: int, start_ns: int, duration_ns: int) -> "DatagramClock": ...
     def pop(self) -> Optional[int]: ...
     def is_on(self, t_ns: int) -> bool: ...
 
