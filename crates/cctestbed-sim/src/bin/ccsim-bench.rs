@@ -153,7 +153,10 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().expect("own path");
-    println!("{:<48} {:>8} {:>10} {:>10} {:>10} {:>9}", "scenario", "wall s", "sim s/s", "M ev/s", "M pkt/s", "peak MiB");
+    println!(
+        "{:<48} {:>8} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9}",
+        "scenario", "wall s", "sim s/s", "M ev/s", "M pkt/s", "ev/pkt", "ns/pkt", "peak MiB"
+    );
     let mut walls: Vec<(&str, f64)> = Vec::new();
     for (i, s) in SCENARIOS.iter().enumerate() {
         if s.cc == ccsim::cc::bpf::NAME && bbr_object().is_none() {
@@ -168,12 +171,14 @@ fn main() {
             std::process::exit(1);
         };
         println!(
-            "{:<48} {:>8.3} {:>10.1} {:>10.2} {:>10.2} {:>9.1}",
+            "{:<48} {:>8.3} {:>10.1} {:>10.2} {:>10.2} {:>7.2} {:>7.0} {:>9.1}",
             s.name,
             wall,
             s.secs as f64 / wall,
             events / wall / 1e6,
             pkts / wall / 1e6,
+            events / pkts,
+            wall * 1e9 / pkts,
             mib
         );
         walls.push((s.name, wall));
