@@ -81,7 +81,7 @@ impl DataPacket {
 
     /// The id of the ACK this packet stands for, if it is an [`Self::ack_carrier`].
     pub fn carried_ack(&self) -> Option<u64> {
-        (self.seq >= ACK_CARRIER_TAG && self.seq < HANDSHAKE_ACK_SEQ).then_some(self.seq - ACK_CARRIER_TAG)
+        (self.seq >= ACK_CARRIER_TAG && self.seq < HANDSHAKE_ACK_SEQ).then(|| self.seq - ACK_CARRIER_TAG)
     }
 
     pub fn is_handshake_ack(&self) -> bool {
