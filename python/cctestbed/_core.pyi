@@ -1,14 +1,14 @@
 """The compiled simulator core (Rust, crates/cctestbed-py)."""
 
-from typing import Any, Optional, TypedDict, final, type_check_only
+from typing import Any, Optional, TypedDict, Union, final, type_check_only
 
 from typing_extensions import NotRequired
 
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["StopFlag", "DatagramClock", "TrialFailed", "simulate", "validate", "algorithms", "columns", "analyze", "tseq",
-           "__version__"]
+__all__ = ["StopFlag", "DatagramClock", "TrialFailed", "simulate", "validate", "algorithms", "disciplines", "defaults",
+           "columns", "analyze", "tseq", "__version__"]
 
 @type_check_only
 class FlowFinal(TypedDict):
@@ -75,6 +75,35 @@ def algorithms() -> dict[str, dict[str, float]]:
     """Algorithm name -> {parameter name: default value}."""
 
 @type_check_only
+class Param(TypedDict):
+    #: the name in trial files (``tc``'s) and the key in the core's JSON
+    name: str
+    key: str
+    #: time, size, rate, count, whole, real, fraction or flag
+    kind: str
+    min: Optional[float]
+    min_open: bool
+    max: Optional[float]
+    #: a number (ns, bytes, bit/s), on/off, or how it is worked out
+    default: Union[float, bool, str]
+    unit: str
+    doc: str
+
+@type_check_only
+class Discipline(TypedDict):
+    doc: str
+    params: list[Param]
+    #: ("below", a, b): a below b, by their keys
+    rules: list[tuple[str, str, str]]
+
+def disciplines() -> dict[str, Discipline]:
+    """The queue disciplines besides drop-tail as the core declares them, in its order."""
+
+def defaults() -> dict[str, Any]:
+    """The core's defaults of the settings a trial writes out in full (sample_interval_ns, mtu,
+    mss, initial_cwnd, delayed_ack, capture, udp_headers)."""
+
+@type_check_only
 class Columns(TypedDict):
     #: (name, dtype, unit, doc): dtype one of f64, u64, u32, u16; unit "label" for codes into
     #: ``state_labels``
@@ -86,8 +115,9 @@ def columns(config_json: Optional[str] = None) -> Columns:
     """The output columns in order, as the core declares them (telemetry.rs); given a trial's
     JSON config, its algorithms' ``cc.<key>`` columns too."""
 
-def validate(config_json: str) -> list[str]:
-    """Problems the core finds in a JSON config (empty when it is valid)."""
+def validate(config_json: str) -> list[tuple[list[Union[str, int]], str]]:
+    """Problems the core finds in a JSON config (empty when it is valid), each as (path, message):
+    the path as keys and indices, the message giving the value and what is valid."""
 
 @type_check_only
 class Analysis(TypedDict):

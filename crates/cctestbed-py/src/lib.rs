@@ -5,6 +5,8 @@
 //! or a raised [`StopFlag`], so Ctrl-C stops it within a fraction of a second with
 //! `KeyboardInterrupt`.
 
+use ccsim::problem::{Key, Path};
+use ccsim::qdisc::param::{Fallback, Rule};
 use ccsim::sim::SimOutput;
 use ccsim::telemetry::{algorithm_columns, Column, ColumnData, CompletionSeries, FlowSeries, RouterSeries};
 use ccsim::{SimConfig, Simulation};
@@ -64,7 +66,9 @@ impl StopFlag {
 #[pyo3(signature = (config_json, stop=None))]
 fn simulate(py: Python<'_>, config_json: &str, stop: Option<&StopFlag>) -> PyResult<PyObject> {
     let cfg = parse(config_json)?;
-    let sim = Simulation::new(cfg).map_err(|errs| PyValueError::new_err(errs.join("\n")))?;
+    let sim = Simulation::new(cfg).map_err(|errs| {
+        PyValueError::new_err(errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+    })?;
     let mut interrupted: Option<PyErr> = None;
     let out = py.allow_threads(|| match stop {
         Some(flag) => sim.run_checked(CHECK_EVERY, || !flag.is_set()),
@@ -86,11 +90,92 @@ fn simulate(py: Python<'_>, config_json: &str, stop: Option<&StopFlag>) -> PyRes
     }
 }
 
-/// Problems the core finds in a normalised configuration (empty when valid).
+/// Problems the core finds in a normalised configuration (empty when valid), each as (path,
+/// message): the path as its keys and indices (`["flows", 3, "params", "beta"]`), the message
+/// giving the value and what is valid.
 #[pyfunction]
-fn validate(config_json: &str) -> PyResult<Vec<String>> {
+fn validate(py: Python<'_>, config_json: &str) -> PyResult<PyObject> {
     let cfg = parse(config_json)?;
-    Ok(cfg.validate().err().unwrap_or_default())
+    let out = PyList::empty_bound(py);
+    for p in cfg.validate().err().unwrap_or_default() {
+        let path = PyList::empty_bound(py);
+        for k in &p.path.0 {
+            match k {
+                Key::Field(name) => path.append(name)?,
+                Key::Index(i) => path.append(i)?,
+            }
+        }
+        out.append((path, p.message))?;
+    }
+    Ok(out.into())
+}
+
+/// The queue disciplines besides drop-tail, as the core declares them (qdisc/): name -> {doc,
+/// params, rules}; each parameter with its trial-file name, the core's key, kind, range,
+/// default and meaning.
+#[pyfunction]
+fn disciplines(py: Python<'_>) -> PyResult<PyObject> {
+    let d = PyDict::new_bound(py);
+    for q in ccsim::qdisc::disciplines() {
+        let params = PyList::empty_bound(py);
+        for p in q.params {
+            let e = PyDict::new_bound(py);
+            e.set_item("name", p.name)?;
+            e.set_item("key", p.key)?;
+            e.set_item("kind", p.kind.name())?;
+            e.set_item("min", p.min)?;
+            e.set_item("min_open", p.min_open)?;
+            e.set_item("max", p.max)?;
+            match p.default {
+                Fallback::Number(v) => e.set_item("default", v)?,
+                Fallback::Flag(v) => e.set_item("default", v)?,
+                Fallback::Derived(how) => e.set_item("default", how)?,
+            }
+            e.set_item("unit", p.unit)?;
+            e.set_item("doc", p.doc.trim())?;
+            params.append(e)?;
+        }
+        let rules = PyList::empty_bound(py);
+        for r in q.rules {
+            let Rule::Below(a, b) = *r;
+            rules.append(("below", a, b))?;
+        }
+        let e = PyDict::new_bound(py);
+        e.set_item("doc", q.doc.trim())?;
+        e.set_item("params", params)?;
+        e.set_item("rules", rules)?;
+        d.set_item(q.name, e)?;
+    }
+    Ok(d.into())
+}
+
+/// The defaults of the settings the front end writes out in full (`ccsim::config::defaults`).
+#[pyfunction]
+fn defaults(py: Python<'_>) -> PyResult<PyObject> {
+    to_py(py, &ccsim::config::defaults())
+}
+
+/// A JSON value as the Python object `json.loads` would give.
+fn to_py(py: Python<'_>, v: &serde_json::Value) -> PyResult<PyObject> {
+    use serde_json::Value;
+    Ok(match v {
+        Value::Null => py.None(),
+        Value::Bool(b) => b.into_py(py),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u.into_py(py),
+            (None, Some(i)) => i.into_py(py),
+            _ => n.as_f64().unwrap_or(f64::NAN).into_py(py),
+        },
+        Value::String(s) => s.into_py(py),
+        Value::Array(a) => PyList::new_bound(py, a.iter().map(|x| to_py(py, x)).collect::<PyResult<Vec<_>>>()?).into(),
+        Value::Object(o) => {
+            let d = PyDict::new_bound(py);
+            for (k, x) in o {
+                d.set_item(k, to_py(py, x)?)?;
+            }
+            d.into()
+        }
+    })
 }
 
 /// Algorithm name -> {parameter: default}.
@@ -160,7 +245,8 @@ fn columns(py: Python<'_>, config_json: Option<&str>) -> PyResult<PyObject> {
                     per_flow.push(&[][..]);
                     continue;
                 }
-                let cc = ccsim::cc::build(&f.cc, &f.params).map_err(|e| PyValueError::new_err(format!("flows[{i}].{e}")))?;
+                let cc = ccsim::cc::build(&f.cc, &f.params)
+                    .map_err(|e| PyValueError::new_err(e.under(&Path::of(&["flows"]).index(i)).to_string()))?;
                 per_flow.push(cc.telemetry_keys());
             }
             algorithm_columns(per_flow).0
@@ -345,8 +431,8 @@ fn tseq(py: Python<'_>, inputs: Vec<(String, String)>, flow: u32, time_zero_ns: 
 /// columns, after the run, so that a caller can load NumPy on another thread while the core
 /// runs. A Ctrl-C that interrupts the loading (or is pending) is raised as `KeyboardInterrupt`
 /// instead of the conversion's panic; any other failure is left for the first conversion to
-/// report. Not at import: `validate` and `algorithms` need no NumPy, and importing it costs a
-/// command a tenth of a second.
+/// report. Not at import: `validate`, `algorithms`, `disciplines` and `defaults` need no
+/// NumPy, and importing it costs a command a tenth of a second.
 fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
     py.check_signals()?;
     let hook = std::panic::take_hook();
@@ -406,6 +492,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(disciplines, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(tseq, m)?)?;

@@ -16,22 +16,97 @@
 //! Sizes are IP packets; the payload is the size less the IPv4 and UDP headers
 //! ([`UDP_HEADERS`]). Datagrams are never ECN-capable and never retransmitted.
 
-use crate::config::{PingConfig, Traffic, UdpConfig};
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
+use crate::problem::{Path, Problem};
 use crate::rng::{stream, SimRng};
 use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
 
 /// IPv4 (20) and UDP (8) header bytes.
 pub const UDP_HEADERS: u32 = 28;
 
-/// Range check of a datagram size, shared by the configuration and the kernel backend's
-/// description (a datagram is one IP packet: headers plus at least one byte, at most the MTU).
-pub fn check_size(at: &str, size: u32, mtu: u32, errs: &mut Vec<String>) {
+/// What a flow sends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Traffic {
+    /// A TCP connection (the flow's `cc`, window and ACK settings).
+    #[default]
+    Tcp,
+    /// A UDP stream: constant bit rate, or on/off.
+    Udp(UdpConfig),
+    /// Isochronous echo probes measuring the round trip through the queues.
+    Ping(PingConfig),
+}
+
+impl Traffic {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Traffic::Tcp => "tcp",
+            Traffic::Udp(_) => "udp",
+            Traffic::Ping(_) => "ping",
+        }
+    }
+}
+
+/// A UDP stream sending `size_bytes` IP packets at `rate_bps` (IP level, as the link's
+/// capacity), continuously or in on periods separated by off periods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpConfig {
+    pub rate_bps: u64,
+    pub size_bytes: u32,
+    /// Mean length of an on period; `None` sends all the time (constant bit rate).
+    #[serde(default)]
+    pub on_ns: Option<Nanos>,
+    /// Mean length of an off period; with `on_ns`.
+    #[serde(default)]
+    pub off_ns: Option<Nanos>,
+    /// Period lengths drawn from exponential distributions of those means (the trial seed's
+    /// stream for the flow), instead of fixed.
+    #[serde(default)]
+    pub exponential: bool,
+}
+
+/// One probe of `size_bytes` (IP packet) every `interval_ns`, echoed by the receiver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PingConfig {
+    pub interval_ns: Nanos,
+    pub size_bytes: u32,
+}
+
+impl UdpConfig {
+    /// A rate, a size that fits the `mtu`, and both periods or neither; problems are at `at`
+    /// (`flows[2].traffic`).
+    pub fn check(&self, at: &Path, mtu: u32, out: &mut Vec<Problem>) {
+        if self.rate_bps == 0 {
+            out.push(at.field("rate_bps").problem("0: must be > 0"));
+        }
+        check_size(at, self.size_bytes, mtu, out);
+        match (self.on_ns, self.off_ns) {
+            (None, None) => {}
+            (Some(on), Some(off)) if on > 0 && off > 0 => {}
+            (on, off) => out.push(at.problem(format!("on_ns {on:?}, off_ns {off:?}: give both, each > 0, or neither"))),
+        }
+    }
+}
+
+impl PingConfig {
+    pub fn check(&self, at: &Path, mtu: u32, out: &mut Vec<Problem>) {
+        if self.interval_ns <= 0 {
+            out.push(at.field("interval_ns").problem(format!("{}: must be > 0", self.interval_ns)));
+        }
+        check_size(at, self.size_bytes, mtu, out);
+    }
+}
+
+/// A datagram is one IP packet: its headers plus at least one byte, at most the MTU.
+fn check_size(at: &Path, size: u32, mtu: u32, out: &mut Vec<Problem>) {
     if size <= UDP_HEADERS || size > mtu {
-        errs.push(format!(
-            "{at}.size_bytes: {size}: must be from {} to the mtu ({mtu}) bytes (an IP packet with its IPv4 and UDP headers)",
+        out.push(at.field("size_bytes").problem(format!(
+            "{size}: must be from {} to the mtu ({mtu}) bytes (an IP packet with its IPv4 and UDP headers)",
             UDP_HEADERS + 1
-        ));
+        )));
     }
 }
 
@@ -143,8 +218,6 @@ impl DatagramFlow {
         }
     }
 
-    /// The search for an on/off stream's next packet stops past `end` (the trial's end), where
-    /// periods too short to send in would otherwise be skipped one by one without bound.
     /// Flow `flow`'s source for `traffic` (None for tcp), on the trial seed's stream for that
     /// flow, in a trial of `duration`: the simulator and the kernel backend's sender
     /// ([`DatagramClock`]) both build it here, so both send the same datagrams at the same
@@ -158,6 +231,8 @@ impl DatagramFlow {
         }
     }
 
+    /// The search for an on/off stream's next packet stops past `end` (the trial's end), where
+    /// periods too short to send in would otherwise be skipped one by one without bound.
     pub fn until(mut self, end: Nanos) -> Self {
         self.horizon = end;
         self

@@ -24,6 +24,7 @@ pub mod event;
 pub mod jiffies;
 pub mod link;
 pub mod packet;
+pub mod problem;
 pub mod qdisc;
 pub mod ranges;
 pub mod rng;
@@ -36,6 +37,6 @@ pub use config::SimConfig;
 pub use sim::{SimOutput, Simulation};
 
 /// Validates and runs one trial.
-pub fn simulate(cfg: SimConfig) -> Result<SimOutput, Vec<String>> {
+pub fn simulate(cfg: SimConfig) -> Result<SimOutput, Vec<problem::Problem>> {
     Ok(Simulation::new(cfg)?.run())
 }

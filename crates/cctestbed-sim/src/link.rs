@@ -17,13 +17,305 @@
 //! All arithmetic is in integers (nanoseconds, bits x nanoseconds), so long runs do not drift.
 //! The model is driven by time passed in; it never reads a clock.
 
-use crate::config::{AckAggregationConfig, LinkConfig, LossConfig, TokenBucketConfig, TraceConfig};
 use crate::packet::DataPacket;
-use crate::time::Nanos;
+use crate::problem::{Path, Problem};
+use crate::qdisc::{AqmConfig, Qdisc, QueueConfig, Queued};
 pub use crate::qdisc::{Counters, DropCause, FlowRouterStats, MarkCause, RouterStats};
-use crate::qdisc::{Qdisc, Queued};
 use crate::rng::SimRng;
+use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+
+// --- settings -------------------------------------------------------------------------------
+
+/// The link's settings (`link` in the trial): the bottleneck's rate, propagation delays, queue
+/// and discipline, and what else shapes the path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Bottleneck rate at the IP level: a `mtu`-byte packet takes mtu*8/capacity seconds.
+    pub capacity_bps: u64,
+    /// One-way propagation delay sender -> receiver (through the router).
+    pub delay_fwd_ns: Nanos,
+    /// One-way propagation delay receiver -> sender (the uncongested ACK path).
+    pub delay_rev_ns: Nanos,
+    pub queue: QueueConfig,
+    #[serde(default)]
+    pub loss: LossConfig,
+    /// Optional token-bucket shaper in front of the link (like `tc tbf`): packets wait for tokens.
+    #[serde(default)]
+    pub shaper: Option<TokenBucketConfig>,
+    /// Optional token-bucket policer at the router's ingress: non-conforming packets are dropped.
+    #[serde(default)]
+    pub policer: Option<TokenBucketConfig>,
+    /// Capacity changes over time: at `at_ns` the link rate becomes `capacity_bps`.
+    #[serde(default)]
+    pub schedule: Vec<CapacityChange>,
+    /// Propagation-delay changes over time (a route change): from `at_ns` on, packets
+    /// entering the forward or ACK path take the new delay; none overtakes an earlier one.
+    #[serde(default)]
+    pub delay_schedule: Vec<DelayChange>,
+    /// Sender access-link rate (NIC); `None` means packets reach the router back to back
+    /// with no serialisation of their own.
+    #[serde(default)]
+    pub access_rate_bps: Option<u64>,
+    /// Host jitter: each ACK is delayed by an extra uniform [0, jitter) on its way back
+    /// (order kept), as interrupt and scheduling delays do on real hosts. 0 = none.
+    #[serde(default)]
+    pub jitter_ns: Nanos,
+    /// Active queue management at the bottleneck; `None` is drop-tail. `queue` stays the
+    /// hard limit under every discipline.
+    #[serde(default)]
+    pub aqm: Option<AqmConfig>,
+    /// Capacity from a trace of delivery opportunities (Mahimahi's link traces) instead of
+    /// `capacity_bps`, which then only sizes BDP-relative quantities.
+    #[serde(default)]
+    pub trace: Option<TraceConfig>,
+    /// ACKs held and released in bursts on their way back (Wi-Fi, cellular, cable uplinks).
+    #[serde(default)]
+    pub ack_aggregation: Option<AckAggregationConfig>,
+    /// The right-to-left path's own bottleneck, which reverse flows' data and forward flows'
+    /// ACKs cross; `None` leaves that path unconstrained (a plain delay line).
+    #[serde(default)]
+    pub reverse: Option<ReverseLinkConfig>,
+}
+
+/// The reverse path's bottleneck: the same router model as the forward one ([`Bottleneck`])
+/// with its own rate, queue limit, queue discipline and random loss.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseLinkConfig {
+    pub capacity_bps: u64,
+    pub queue: QueueConfig,
+    #[serde(default)]
+    pub loss: LossConfig,
+    #[serde(default)]
+    pub aqm: Option<AqmConfig>,
+}
+
+impl ReverseLinkConfig {
+    /// Its rate, queue, loss and discipline; problems are at `at` (`link.reverse`).
+    pub fn check(&self, at: &Path, mtu: u32, out: &mut Vec<Problem>) {
+        if self.capacity_bps == 0 {
+            out.push(at.field("capacity_bps").problem("0: must be > 0"));
+        }
+        self.queue.check(&at.field("queue"), mtu, out);
+        self.loss.check(&at.field("loss"), out);
+        if let Some(a) = &self.aqm {
+            a.check(&at.field("aqm"), out);
+        }
+    }
+
+    /// The reverse bottleneck as a [`LinkConfig`] for [`Bottleneck::new`]: its own
+    /// rate, queue, loss and discipline, none of the forward link's shaping or schedules.
+    pub fn as_link(&self, fwd: &LinkConfig) -> LinkConfig {
+        LinkConfig {
+            loss: self.loss.clone(),
+            aqm: self.aqm.clone(),
+            ..LinkConfig::plain(self.capacity_bps, fwd.delay_rev_ns, fwd.delay_fwd_ns, self.queue.clone())
+        }
+    }
+}
+
+impl LinkConfig {
+    /// Every setting of the link in range and consistent with the others, a packet being `mtu`
+    /// bytes; problems are at `at` (`link`).
+    pub fn check(&self, at: &Path, mtu: u32, out: &mut Vec<Problem>) {
+        if self.capacity_bps == 0 {
+            out.push(at.field("capacity_bps").problem("0: must be > 0"));
+        }
+        if let Some(t) = &self.trace {
+            t.check(&at.field("trace"), out);
+            if !self.schedule.is_empty() || self.shaper.is_some() {
+                out.push(at.field("trace").problem("a trace sets the capacity over time; it takes no schedule and no shaper"));
+            }
+        }
+        if let Some(a) = &self.ack_aggregation {
+            a.check(&at.field("ack_aggregation"), out);
+        }
+        if self.delay_fwd_ns < 0 || self.delay_rev_ns < 0 {
+            out.push(at.field("delay").problem("must be >= 0"));
+        }
+        if self.jitter_ns < 0 {
+            out.push(at.field("jitter_ns").problem(format!("{}: must be >= 0", self.jitter_ns)));
+        }
+        self.queue.check(&at.field("queue"), mtu, out);
+        self.loss.check(&at.field("loss"), out);
+        if let Some(r) = &self.reverse {
+            r.check(&at.field("reverse"), mtu, out);
+        }
+        for (name, tb) in [("shaper", &self.shaper), ("policer", &self.policer)] {
+            if let Some(tb) = tb {
+                tb.check(&at.field(name), mtu, out);
+            }
+        }
+        for (i, c) in self.schedule.iter().enumerate() {
+            let at = at.field("schedule").index(i);
+            if c.capacity_bps == 0 {
+                out.push(at.field("capacity_bps").problem("0: must be > 0"));
+            }
+            if c.at_ns < 0 {
+                out.push(at.field("at_ns").problem(format!("{}: must be >= 0", c.at_ns)));
+            }
+        }
+        for (i, c) in self.delay_schedule.iter().enumerate() {
+            if c.at_ns < 0 || c.delay_fwd_ns < 0 || c.delay_rev_ns < 0 {
+                out.push(at.field("delay_schedule").index(i).problem("times and delays must be >= 0"));
+            }
+        }
+        if let Some(a) = &self.aqm {
+            a.check(&at.field("aqm"), out);
+        }
+    }
+
+    /// A fixed-rate drop-tail link with no loss, shaping, schedule, trace or reverse
+    /// bottleneck: what every other setting adds to.
+    pub fn plain(capacity_bps: u64, delay_fwd_ns: Nanos, delay_rev_ns: Nanos, queue: QueueConfig) -> Self {
+        LinkConfig {
+            capacity_bps,
+            delay_fwd_ns,
+            delay_rev_ns,
+            queue,
+            loss: LossConfig::None,
+            shaper: None,
+            policer: None,
+            schedule: vec![],
+            delay_schedule: vec![],
+            access_rate_bps: None,
+            jitter_ns: 0,
+            aqm: None,
+            trace: None,
+            ack_aggregation: None,
+            reverse: None,
+        }
+    }
+}
+
+/// A link trace in Mahimahi's format: one delivery opportunity of
+/// [`TRACE_OPPORTUNITY_BYTES`] per entry, at that many milliseconds from the
+/// start of the trace; the trace repeats with the last entry's time as its period.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    pub opportunities_ms: Vec<u64>,
+}
+
+impl TraceConfig {
+    /// At least one opportunity after 0 ms, in time order.
+    pub fn check(&self, at: &Path, out: &mut Vec<Problem>) {
+        let o = &self.opportunities_ms;
+        if o.last().is_none_or(|&last| last == 0) {
+            out.push(at.problem("needs at least one opportunity after 0 ms (the last one is the period)"));
+        } else if let Some(i) = o.windows(2).position(|w| w[1] < w[0]) {
+            out.push(at.problem(format!("entry {}: {} ms after {} ms: times must not decrease", i + 2, o[i + 1], o[i])));
+        }
+    }
+}
+
+/// How the ACK path aggregates: every ACK of a flow waits, and the waiting ACKs leave together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AckAggregationConfig {
+    /// ACKs wait for the next multiple of `interval_ns` (from time 0) and leave together, as
+    /// behind a link that grants its uplink at a fixed period (DOCSIS request-grant, LTE
+    /// scheduling).
+    Periodic { interval_ns: Nanos },
+    /// Wi-Fi-like: the first waiting ACK starts a channel access of random length, uniform in
+    /// [0, `interval_ns`); then up to `max_acks` waiting ACKs leave together (one A-MPDU) and
+    /// the rest wait for the next access.
+    Wifi { interval_ns: Nanos, max_acks: u32 },
+}
+
+impl AckAggregationConfig {
+    pub fn check(&self, at: &Path, out: &mut Vec<Problem>) {
+        match *self {
+            AckAggregationConfig::Periodic { interval_ns } | AckAggregationConfig::Wifi { interval_ns, .. } if interval_ns <= 0 => {
+                out.push(at.field("interval_ns").problem(format!("{interval_ns}: must be > 0")))
+            }
+            AckAggregationConfig::Wifi { max_acks: 0, .. } => out.push(at.field("max_acks").problem("0: must be >= 1")),
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossConfig {
+    #[default]
+    None,
+    /// Independent loss with probability `p` per packet (netem `loss random p`).
+    Bernoulli { p: f64 },
+    /// Gilbert-Elliott bursts (netem `loss gemodel p r 1-h 1-k`): `p` good->bad, `r`
+    /// bad->good transition probabilities per packet; loss probability `loss_good` in the good
+    /// state and `loss_bad` in the bad state.
+    GilbertElliott {
+        p: f64,
+        r: f64,
+        #[serde(default)]
+        loss_good: f64,
+        #[serde(default = "one")]
+        loss_bad: f64,
+    },
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl LossConfig {
+    /// Probabilities in [0, 1]; problems are at `at` (`link.loss`, `link.reverse.loss`).
+    pub fn check(&self, at: &Path, out: &mut Vec<Problem>) {
+        let probabilities: &[(&str, f64)] = match *self {
+            LossConfig::None => &[],
+            LossConfig::Bernoulli { p } => &[("p", p)],
+            LossConfig::GilbertElliott { p, r, loss_good, loss_bad } => {
+                &[("p", p), ("r", r), ("loss_good", loss_good), ("loss_bad", loss_bad)]
+            }
+        };
+        for &(n, v) in probabilities {
+            if !(0.0..=1.0).contains(&v) {
+                out.push(at.field(n).problem(format!("{v}: must be in [0, 1]")));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucketConfig {
+    pub rate_bps: u64,
+    pub burst_bytes: u64,
+}
+
+impl TokenBucketConfig {
+    /// A rate, and a bucket that holds a packet of `mtu` bytes.
+    pub fn check(&self, at: &Path, mtu: u32, out: &mut Vec<Problem>) {
+        if self.rate_bps == 0 {
+            out.push(at.field("rate_bps").problem("0: must be > 0"));
+        }
+        if self.burst_bytes < mtu as u64 {
+            out.push(at.field("burst_bytes").problem(format!("{}: must be at least one packet ({mtu} bytes)", self.burst_bytes)));
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityChange {
+    pub at_ns: Nanos,
+    pub capacity_bps: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayChange {
+    pub at_ns: Nanos,
+    pub delay_fwd_ns: Nanos,
+    pub delay_rev_ns: Nanos,
+}
+
+
+// --- the model ------------------------------------------------------------------------------
 
 const NS_PER_S: u128 = 1_000_000_000;
 
@@ -390,6 +682,8 @@ pub struct Bottleneck {
     /// Capacity from a trace instead of `rate_bps`.
     trace: Option<TraceLink>,
     loss: LossModel,
+    /// The discipline's name (`fifo`, `codel`, ...).
+    kind: &'static str,
     /// Drop, mark and per-flow counters, written by the router and its queue discipline.
     pub counters: Counters,
     pub sojourn: Sojourn,
@@ -416,6 +710,7 @@ impl Bottleneck {
             policer: cfg.policer.as_ref().map(TokenBucket::new),
             trace: cfg.trace.as_ref().map(TraceLink::new),
             loss: LossModel::new(cfg.loss.clone(), loss_rng),
+            kind: crate::qdisc::kind(cfg.aqm.as_ref()),
             counters: Counters::new(n_flows),
             sojourn: Sojourn::default(),
         }
@@ -431,7 +726,7 @@ impl Bottleneck {
 
     /// The queue discipline's name (`fifo`, `codel`, ...).
     pub fn qdisc_kind(&self) -> &'static str {
-        self.qdisc.kind()
+        self.kind
     }
 
     pub fn rate_bps(&self) -> u64 {
@@ -555,12 +850,9 @@ impl Bottleneck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::QueueConfig;
 
     fn cfg(rate: u64, limit_bytes: u64) -> LinkConfig {
-        let mut link = crate::config::SimConfig::dumbbell(rate, 0, 1.0).link;
-        link.queue = QueueConfig { limit_bytes: Some(limit_bytes), limit_packets: None };
-        link
+        LinkConfig::plain(rate, 0, 0, QueueConfig { limit_bytes: Some(limit_bytes), limit_packets: None })
     }
 
     fn pkt(seq: u64) -> DataPacket {

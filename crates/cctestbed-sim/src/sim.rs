@@ -25,7 +25,7 @@
 //! Every flow id indexes every per-flow vector: a datagram flow's TCP sender and receiver
 //! exist but are never opened.
 
-use crate::capture::{CaptureFile, Recorder};
+use crate::capture::{CaptureFile, Connection, Recorder};
 use crate::cc::bpf;
 use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
@@ -136,7 +136,7 @@ pub struct Simulation {
 
 impl Simulation {
     /// Builds the dumbbell; the configuration must have passed [`SimConfig::validate`].
-    pub fn new(cfg: SimConfig) -> Result<Self, Vec<String>> {
+    pub fn new(cfg: SimConfig) -> Result<Self, Vec<crate::problem::Problem>> {
         cfg.validate()?;
         let n = cfg.flows.len();
         let mut senders = Vec::with_capacity(n);
@@ -157,14 +157,14 @@ impl Simulation {
                 let object = match bpf_objects.iter().find(|(k, _)| *k == key) {
                     Some((_, o)) => std::sync::Arc::clone(o),
                     None => {
-                        let o = bpf::load(f.bpf_object.as_ref()).map_err(|e| vec![format!("flows[{i}].{e}")])?;
+                        let o = bpf::load(f.bpf_object.as_ref()).expect("checked by validate");
                         bpf_objects.push((key, std::sync::Arc::clone(&o)));
                         o
                     }
                 };
                 Box::new(bpf::BpfCc::new(object, bpf_fault.clone()))
             } else {
-                crate::cc::build(cc_name, &f.params).map_err(|e| vec![format!("flows[{i}].{e}")])?
+                crate::cc::build(cc_name, &f.params).expect("checked by validate")
             };
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             let wants_ce = cc.wants_ce_events();
@@ -223,7 +223,11 @@ impl Simulation {
             q.push(c.at_ns, Event::DelayChange(i as u32));
         }
         q.push(cfg.sample_interval_ns, Event::Sample);
-        let capture = cfg.capture.as_ref().map(|c| Box::new(Recorder::new(c, &cfg.flows, cfg.mss, cfg.mtu)));
+        let capture = cfg.capture.as_ref().map(|c| {
+            let flows: Vec<Connection> =
+                cfg.flows.iter().map(|f| Connection { size_bytes: f.size_bytes, rwnd_bytes: f.rwnd_bytes, ecn: f.ecn }).collect();
+            Box::new(Recorder::new(c, &flows, cfg.mss, cfg.mtu))
+        });
         let sizes = cfg.flows.iter().map(|f| f.size_bytes).collect();
         Ok(Simulation {
             capture,

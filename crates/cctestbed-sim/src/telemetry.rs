@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use crate::cc::CaState;
 use crate::datagram::DatagramFlow;
 use crate::link::Bottleneck;
-use crate::qdisc::{DropCause, MarkCause};
+use crate::qdisc::{CauseSet, DropCause, MarkCause};
 use crate::tcp::receiver::Receiver;
 use crate::tcp::sender::Sender;
 use crate::time::Nanos;
@@ -91,11 +91,6 @@ impl<T: Scalar> Columnar for Vec<T> {
     fn export(self, name: &str, out: &mut Vec<(String, ColumnData)>) {
         out.push((name.into(), T::wrap(self)));
     }
-}
-
-/// A keyed set of causes ([`crate::qdisc`]'s `causes!`), for one column per cause.
-pub trait CauseSet {
-    fn names() -> &'static [&'static str];
 }
 
 /// One cumulative counter column per cause of `C`, named `<field>_<cause>`, in `C`'s order.

@@ -200,7 +200,7 @@ fn tcp_only_settings_on_datagram_flows_and_bad_datagrams_are_refused() {
     ];
     for (f, want) in cases {
         let errs = ccsim::simulate(with_flows(dumbbell(10_000_000, 10 * MS, 1.0), vec![f])).err().expect("refused");
-        assert!(errs.iter().any(|e| e.starts_with(want)), "{want:?} not in {errs:?}");
+        assert!(errs.iter().any(|e| e.to_string().starts_with(want)), "{want:?} not in {errs:?}");
     }
 }
 

@@ -21,8 +21,8 @@
 pub mod analyze;
 pub mod wire;
 
-use crate::config::FlowConfig;
 use crate::packet::{AckPacket, DataPacket};
+use crate::problem::{Path, Problem};
 use crate::time::Nanos;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
@@ -82,15 +82,33 @@ fn default_snaplen() -> u32 {
 
 /// Smallest snap length that keeps every header the simulator writes (14 + 20 + 60).
 pub const MIN_SNAPLEN: u32 = 94;
+/// Largest snap length (tcpdump's `MAXIMUM_SNAPLEN`).
+pub const MAX_SNAPLEN: u32 = 262_144;
+
+/// No capture point, the default snap length and format.
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig { senders: false, receivers: false, ingress: false, egress: false, snaplen: default_snaplen(), format: Format::Pcap }
+    }
+}
 
 impl CaptureConfig {
-    pub fn validate(&self) -> Vec<String> {
-        let mut p = vec![];
-        if !(MIN_SNAPLEN..=262_144).contains(&self.snaplen) {
-            p.push(format!("capture.snaplen: {} out of range; valid are {MIN_SNAPLEN} to 262144", self.snaplen));
+    /// A snap length that keeps every header; problems are at `at` (`capture`).
+    pub fn check(&self, at: &Path, out: &mut Vec<Problem>) {
+        if !(MIN_SNAPLEN..=MAX_SNAPLEN).contains(&self.snaplen) {
+            out.push(at.field("snaplen").problem(format!("{}: out of range; valid are {MIN_SNAPLEN} to {MAX_SNAPLEN}", self.snaplen)));
         }
-        p
     }
+}
+
+/// What the capture of a flow's connection shows besides its packets: the bytes it will send
+/// (`None`: until the end), the receive window it advertises (`None`: unlimited) and whether it
+/// negotiates ECN.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection {
+    pub size_bytes: Option<u64>,
+    pub rwnd_bytes: Option<u64>,
+    pub ecn: bool,
 }
 
 /// A written capture: its file name and bytes.
@@ -228,7 +246,7 @@ fn data_ip_id(p: &DataPacket) -> u16 {
 }
 
 impl Recorder {
-    pub fn new(cfg: &CaptureConfig, flows: &[FlowConfig], mss: u32, mtu: u32) -> Self {
+    pub fn new(cfg: &CaptureConfig, flows: &[Connection], mss: u32, mtu: u32) -> Self {
         let mss_option = (mss + if mtu - mss >= 52 { 12 } else { 0 }).min(65535) as u16;
         let n = flows.len();
         let files = |on: bool, prefix: &str| -> Vec<PointFile> {

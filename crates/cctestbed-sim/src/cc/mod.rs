@@ -12,6 +12,7 @@
 //!   set cwnd and pacing themselves in [`CongestionControl::cong_control`], called on every ACK
 //!   with the shared [`RateSample`] (Linux `cong_control`).
 
+use crate::problem::{Path, Problem};
 use crate::time::Nanos;
 use std::collections::BTreeMap;
 
@@ -344,9 +345,9 @@ pub fn algorithms() -> Vec<(&'static str, BTreeMap<&'static str, f64>)> {
     ]
 }
 
-/// Builds an algorithm by name, checking its parameters. Errors read
-/// "cc: 'x': valid are ..." or "params.name: value: ..." so callers can prefix the field path.
-pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn CongestionControl>, String> {
+/// Builds an algorithm by name, checking its parameters. A problem is at `cc` or
+/// `params.<name>`, relative to the flow, which callers place under the flow's path.
+pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn CongestionControl>, Problem> {
     match name {
         "reno" => Ok(Box::new(reno::Reno::new(reno::RenoParams::from_map(params)?))),
         "cubic" => Ok(Box::new(cubic::Cubic::new(cubic::CubicParams::from_map(params)?))),
@@ -362,7 +363,7 @@ pub fn build(name: &str, params: &BTreeMap<String, f64>) -> Result<Box<dyn Conge
         }
         _ => {
             let names: Vec<_> = algorithms().iter().map(|(n, _)| *n).collect();
-            Err(format!("cc: '{name}': unknown algorithm; valid are {}", names.join(", ")))
+            Err(Path::of(&["cc"]).problem(format!("'{name}': unknown algorithm; valid are {}", names.join(", "))))
         }
     }
 }
@@ -387,24 +388,25 @@ macro_rules! cc_params {
                 m
             }
             #[allow(unused_mut, unused_variables)]
-            pub fn from_map(p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
+            pub fn from_map(p: &std::collections::BTreeMap<String, f64>) -> Result<Self, $crate::problem::Problem> {
                 Self::default().with_map(p)
             }
-            /// These parameters with the given overrides applied.
+            /// These parameters with the given overrides applied; a problem is at `params.<name>`.
             #[allow(unused_mut, unused_variables)]
-            pub fn with_map(self, p: &std::collections::BTreeMap<String, f64>) -> Result<Self, String> {
+            pub fn with_map(self, p: &std::collections::BTreeMap<String, f64>) -> Result<Self, $crate::problem::Problem> {
                 let mut out = self;
                 for (k, v) in p {
+                    let at = $crate::problem::Path::of(&["params", k]);
                     match k.as_str() {
                         $( stringify!($field) => {
                             if !(*v >= $lo && *v <= $hi) {
-                                return Err(format!("params.{}: {}: must be in [{}, {}]", k, v, $lo, $hi));
+                                return Err(at.problem(format!("{}: must be in [{}, {}]", v, $lo, $hi)));
                             }
                             out.$field = *v;
                         } )*
-                        _ => return Err(format!(
-                            "params.{}: unknown parameter; valid are {}", k,
-                            if Self::NAMES.is_empty() { "none".to_string() } else { Self::NAMES.join(", ") })),
+                        _ => return Err(at.problem(format!(
+                            "unknown parameter; valid are {}",
+                            if Self::NAMES.is_empty() { "none".to_string() } else { Self::NAMES.join(", ") }))),
                     }
                 }
                 Ok(out)

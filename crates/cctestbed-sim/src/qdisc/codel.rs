@@ -28,9 +28,54 @@
 //! comparisons are a little finer; the newest kernels' cap on drops per dequeue
 //! (`CODEL_MAX_DROPS_PER_DEQUEUE`) is not modelled.
 
+use super::param::{Kind, Param};
+use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, MarkCause, PeekDequeued, Qdisc, Queued, Setup};
+use crate::rng::SimRng;
 use crate::time::Nanos;
-use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
 use std::collections::VecDeque;
+
+/// `codel_params_init`: target 5 ms, interval 100 ms.
+pub const TARGET_NS: Nanos = 5_000_000;
+pub const INTERVAL_NS: Nanos = 100_000_000;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... codel`: Controlled Delay (RFC 8289), one FIFO whose packets are dropped or
+    /// marked once their sojourn time has stayed above target for an interval.
+    pub struct CodelConfig {
+        /// The sojourn time CoDel keeps packets under.
+        target_ns: Nanos = Param::new("target", Kind::Time).min(1.0).default(TARGET_NS as f64),
+        /// How long the sojourn may stay above target before CoDel acts; about a worst-case RTT.
+        interval_ns: Nanos = Param::new("interval", Kind::Time).min(1.0).default(INTERVAL_NS as f64),
+        /// Mark ECN-capable packets instead of dropping them.
+        ecn: bool = Param::new("ecn", Kind::Flag).default_flag(false),
+        /// Mark every ECN-capable packet whose sojourn exceeds this, whatever the control law says.
+        ce_threshold_ns: Nanos = Param::new("ce_threshold", Kind::Time).min(0.0),
+    }
+}
+
+impl CodelConfig {
+    /// The parameters with defaults filled in; `ecn_default` is the discipline's.
+    pub fn resolve_with(&self, mtu: u32, ecn_default: bool) -> CodelParams {
+        CodelParams {
+            target: self.target_ns.unwrap_or(TARGET_NS),
+            interval: self.interval_ns.unwrap_or(INTERVAL_NS),
+            ecn: self.ecn.unwrap_or(ecn_default),
+            ce_threshold: self.ce_threshold_ns,
+            mtu: mtu as u64,
+        }
+    }
+
+    /// For `codel` (sch_codel.c leaves ECN off).
+    pub fn resolve(&self, mtu: u32) -> CodelParams {
+        self.resolve_with(mtu, false)
+    }
+}
+
+impl Discipline for CodelConfig {
+    fn build(&self, setup: &Setup, _rng: SimRng) -> Box<dyn Qdisc> {
+        Box::new(PeekDequeued::new(Codel::new(setup.limit, self.resolve(setup.mtu))))
+    }
+}
 
 /// `REC_INV_SQRT_BITS`: rec_inv_sqrt is a 16-bit fraction.
 const REC_INV_SQRT_BITS: u32 = 16;
@@ -194,7 +239,6 @@ pub struct Codel {
     params: CodelParams,
     vars: CodelVars,
     fifo: Fifo,
-    peeked: Peeked,
 }
 
 struct Fifo {
@@ -215,7 +259,7 @@ impl CodelSource for Fifo {
 
 impl Codel {
     pub fn new(limit: Limit, params: CodelParams) -> Self {
-        Codel { limit, params, vars: CodelVars::default(), fifo: Fifo { q: VecDeque::new(), bytes: 0 }, peeked: Peeked::default() }
+        Codel { limit, params, vars: CodelVars::default(), fifo: Fifo { q: VecDeque::new(), bytes: 0 } }
     }
 
     pub fn vars(&self) -> &CodelVars {
@@ -223,14 +267,10 @@ impl Codel {
     }
 }
 
-impl Qdisc for Codel {
-    fn kind(&self) -> &'static str {
-        "codel"
-    }
-
+impl DequeueDecides for Codel {
     /// `codel_qdisc_enqueue`: tail drop beyond the limit (`drop_overlimit`), else stamp and queue.
-    fn enqueue(&mut self, _now: Nanos, q: Queued, c: &mut Counters) {
-        let (n, b) = self.backlog();
+    fn enqueue(&mut self, _now: Nanos, q: Queued, held: (u64, u64), c: &mut Counters) {
+        let (n, b) = (self.fifo.q.len() as u64 + held.0, self.fifo.bytes + held.1);
         if self.limit.holds(n + 1, b + q.pkt.size as u64) {
             self.fifo.bytes += q.pkt.size as u64;
             self.fifo.q.push_back(q);
@@ -240,20 +280,11 @@ impl Qdisc for Codel {
     }
 
     fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
-        if let Some(q) = self.peeked.take() {
-            return Some(q);
-        }
         codel_dequeue(&mut self.fifo, now, &self.params, &mut self.vars, c)
     }
 
-    fn peek(&mut self, now: Nanos, c: &mut Counters) -> Option<&Queued> {
-        let (fifo, params, vars) = (&mut self.fifo, &self.params, &mut self.vars);
-        self.peeked.get_or_fill(|| codel_dequeue(fifo, now, params, vars, c))
-    }
-
     fn backlog(&self) -> (u64, u64) {
-        let (pn, pb) = self.peeked.len();
-        (self.fifo.q.len() as u64 + pn, self.fifo.bytes + pb)
+        (self.fifo.q.len() as u64, self.fifo.bytes)
     }
 }
 

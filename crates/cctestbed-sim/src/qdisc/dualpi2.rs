@@ -25,8 +25,8 @@
 //! `drop_early`, no tc filters, no GSO splitting (the simulator's packets are single
 //! segments); random numbers come from the trial seed.
 
-use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
-use crate::config::DualPi2Config;
+use super::param::{Kind, Param};
+use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, MarkCause, PeekDequeued, Qdisc, Queued, Setup};
 use crate::packet::Ecn;
 use crate::rng::SimRng;
 use crate::time::Nanos;
@@ -34,6 +34,46 @@ use std::collections::VecDeque;
 
 /// Weights are percentages: wc + wl = MAX_WC.
 const MAX_WC: i64 = 100;
+
+/// `dualpi2_reset_default`.
+const TARGET_NS: Nanos = 15_000_000;
+const TUPDATE_NS: Nanos = 16_000_000;
+const ALPHA: f64 = 41.0 / 256.0;
+const BETA: f64 = 819.0 / 256.0;
+const STEP_THRESH_NS: Nanos = 1_000_000;
+const COUPLING_FACTOR: u8 = 2;
+const C_PROTECTION: u8 = 10;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... dualpi2`: the coupled dual-queue AQM for L4S (RFC 9332), a PI2 controller
+    /// over a classic queue and a low-latency queue for ECT(1) traffic.
+    pub struct DualPi2Config {
+        /// The queueing delay the PI controller aims at.
+        target_ns: Nanos = Param::new("target", Kind::Time).min(1.0).default(TARGET_NS as f64),
+        /// Time between two updates of the base probability.
+        tupdate_ns: Nanos = Param::new("tupdate", Kind::Time).min(1.0).default(TUPDATE_NS as f64),
+        /// Integral gain of the PI controller.
+        alpha: f64 = Param::new("alpha", Kind::Real).above(0.0).unit("Hz").default(ALPHA),
+        /// Proportional gain of the PI controller.
+        beta: f64 = Param::new("beta", Kind::Real).above(0.0).unit("Hz").default(BETA),
+        /// The L queue's step AQM marks packets whose sojourn exceeds this.
+        step_thresh_ns: Nanos = Param::new("step_thresh", Kind::Time).min(1.0).default(STEP_THRESH_NS as f64),
+        /// Packets the L queue must hold before the step AQM marks.
+        min_qlen_step: u32 = Param::new("min_qlen_step", Kind::Count).range(0.0, u32::MAX as f64).default(0.0),
+        /// k, the coupling of the L queue's marking to the classic probability (p_L = k p').
+        coupling_factor: u8 = Param::new("coupling_factor", Kind::Count).range(1.0, 255.0).default(COUPLING_FACTOR as f64),
+        /// Under overload, drop L packets rather than mark them.
+        drop_overload: bool = Param::new("drop_overload", Kind::Flag).default_flag(true),
+        /// The classic queue's share of the round robin.
+        c_protection: u8 = Param::new("c_protection", Kind::Count).range(0.0, 100.0).unit("percent").default(C_PROTECTION as f64),
+    }
+}
+
+impl Discipline for DualPi2Config {
+    fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
+        Box::new(PeekDequeued::new(DualPi2::new(setup.limit, DualPi2Params::resolve(self, setup.mtu), rng)))
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct DualPi2Params {
@@ -54,15 +94,15 @@ pub struct DualPi2Params {
 impl DualPi2Params {
     pub fn resolve(cfg: &DualPi2Config, mtu: u32) -> Self {
         DualPi2Params {
-            target: cfg.target_ns.unwrap_or(15_000_000),
-            tupdate: cfg.tupdate_ns.unwrap_or(16_000_000),
-            alpha: cfg.alpha.unwrap_or(41.0 / 256.0),
-            beta: cfg.beta.unwrap_or(819.0 / 256.0),
-            step_thresh: cfg.step_thresh_ns.unwrap_or(1_000_000),
+            target: cfg.target_ns.unwrap_or(TARGET_NS),
+            tupdate: cfg.tupdate_ns.unwrap_or(TUPDATE_NS),
+            alpha: cfg.alpha.unwrap_or(ALPHA),
+            beta: cfg.beta.unwrap_or(BETA),
+            step_thresh: cfg.step_thresh_ns.unwrap_or(STEP_THRESH_NS),
             min_qlen_step: cfg.min_qlen_step.unwrap_or(0) as u64,
-            coupling: cfg.coupling_factor.unwrap_or(2) as f64,
+            coupling: cfg.coupling_factor.unwrap_or(COUPLING_FACTOR) as f64,
             drop_overload: cfg.drop_overload.unwrap_or(true),
-            c_protection: cfg.c_protection.unwrap_or(10) as i64,
+            c_protection: cfg.c_protection.unwrap_or(C_PROTECTION) as i64,
             mtu: mtu as u64,
         }
     }
@@ -88,7 +128,6 @@ pub struct DualPi2 {
     credit_init: i64,
     next_update: Nanos,
     rng: SimRng,
-    peeked: Peeked,
 }
 
 fn is_l4s(e: Ecn) -> bool {
@@ -111,7 +150,6 @@ impl DualPi2 {
             credit_init,
             next_update: p.tupdate,
             rng,
-            peeked: Peeked::default(),
         }
     }
 
@@ -179,7 +217,7 @@ impl DualPi2 {
     }
 
     /// `dualpi2_qdisc_dequeue`: WRR between the queues, PI2 drops/marks, the L step AQM.
-    fn dequeue_inner(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
+    fn dequeue_dualpi2(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
         self.catch_up(now);
         loop {
             let (l_len, c_len) = (self.l.len(), self.c.len());
@@ -212,15 +250,12 @@ impl DualPi2 {
     }
 }
 
-impl Qdisc for DualPi2 {
-    fn kind(&self) -> &'static str {
-        "dualpi2"
-    }
-
+/// Drops at dequeue, so peeked by dequeuing (`qdisc_peek_dequeued`).
+impl DequeueDecides for DualPi2 {
     /// `dualpi2_enqueue_skb`: classify by the ECN field, tail drop beyond the limit.
-    fn enqueue(&mut self, now: Nanos, q: Queued, c: &mut Counters) {
+    fn enqueue(&mut self, now: Nanos, q: Queued, held: (u64, u64), c: &mut Counters) {
         self.catch_up(now);
-        let (n, b) = self.backlog();
+        let (n, b) = (self.qlen() + held.0, self.bytes + held.1);
         if !self.limit.holds(n + 1, b + q.pkt.size as u64) {
             c.drop_queued(&q.pkt, DropCause::Overflow);
             return;
@@ -235,22 +270,10 @@ impl Qdisc for DualPi2 {
     }
 
     fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
-        if let Some(q) = self.peeked.take() {
-            return Some(q);
-        }
-        self.dequeue_inner(now, c)
-    }
-
-    fn peek(&mut self, now: Nanos, c: &mut Counters) -> Option<&Queued> {
-        if self.peeked.len().0 == 0 {
-            let q = self.dequeue_inner(now, c);
-            return self.peeked.get_or_fill(|| q);
-        }
-        self.peeked.get_or_fill(|| None)
+        self.dequeue_dualpi2(now, c)
     }
 
     fn backlog(&self) -> (u64, u64) {
-        let (pn, pb) = self.peeked.len();
-        (self.qlen() + pn, self.bytes + pb)
+        (self.qlen(), self.bytes)
     }
 }

@@ -19,10 +19,6 @@ impl DropTail {
 }
 
 impl Qdisc for DropTail {
-    fn kind(&self) -> &'static str {
-        "fifo"
-    }
-
     fn enqueue(&mut self, _now: Nanos, q: Queued, c: &mut Counters) {
         if self.limit.holds(self.q.len() as u64 + 1, self.bytes + q.pkt.size as u64) {
             self.bytes += q.pkt.size as u64;

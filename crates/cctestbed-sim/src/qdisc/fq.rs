@@ -22,11 +22,39 @@
 //! traffic, fq's main use on a sending host, is the TCP sender's own
 //! ([`crate::tcp::sender`]).
 
-use super::{Counters, DropCause, Limit, MarkCause, Peeked, Qdisc, Queued};
-use crate::config::FqConfig;
+use super::fq_codel::{mix, perturbation};
+use super::param::{Kind, Param};
+use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, MarkCause, PeekDequeued, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
 use crate::time::Nanos;
 use std::collections::VecDeque;
+
+/// `fq_init` defaults.
+const FLOW_LIMIT: u32 = 100;
+const REFILL_DELAY_NS: Nanos = 40_000_000;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... fq`: Linux's fair-queue scheduler, deficit round robin over per-flow queues
+    /// (forwarded packets are not paced).
+    pub struct FqConfig {
+        /// Most packets one flow may hold.
+        flow_limit: u32 = Param::new("flow_limit", Kind::Count).range(1.0, u32::MAX as f64).default(FLOW_LIMIT as f64),
+        /// Bytes a flow may send per round.
+        quantum: u32 = Param::new("quantum", Kind::Size).range(256.0, u32::MAX as f64).derived("2 x the device MTU"),
+        /// Credit of a flow seen for the first time, bytes.
+        initial_quantum: u32 = Param::new("initial_quantum", Kind::Size).range(1.0, u32::MAX as f64).derived("10 x the device MTU"),
+        /// Idle time after which a flow gets at least a quantum of credit back.
+        flow_refill_delay_ns: Nanos = Param::new("refill_delay", Kind::Time).min(0.0).default(REFILL_DELAY_NS as f64),
+        /// Mark ECN-capable packets that waited longer than this.
+        ce_threshold_ns: Nanos = Param::new("ce_threshold", Kind::Time).min(0.0),
+    }
+}
+
+impl Discipline for FqConfig {
+    fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
+        Box::new(PeekDequeued::new(Fq::new(setup.limit, self, setup.mtu, rng)))
+    }
+}
 
 /// `orphan_mask` default: 1024 buckets.
 const ORPHAN_MASK: u64 = 1024 - 1;
@@ -58,38 +86,28 @@ pub struct Fq {
     qlen: u64,
     bytes: u64,
     perturbation: u64,
-    peeked: Peeked,
-}
-
-/// SplitMix64's finaliser, as fq_codel's flow hash.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 impl Fq {
     pub fn new(limit: Limit, cfg: &FqConfig, mtu: u32, mut rng: SimRng) -> Self {
-        let perturbation = ((rng.below(u32::MAX) as u64) << 32) | rng.below(u32::MAX) as u64;
         Fq {
             limit,
-            flow_plimit: cfg.flow_limit.unwrap_or(100) as u64,
+            flow_plimit: cfg.flow_limit.unwrap_or(FLOW_LIMIT) as u64,
             quantum: cfg.quantum.unwrap_or(2 * mtu) as i64,
             initial_quantum: cfg.initial_quantum.unwrap_or(10 * mtu) as i64,
-            flow_refill_delay: cfg.flow_refill_delay_ns.unwrap_or(40_000_000),
+            flow_refill_delay: cfg.flow_refill_delay_ns.unwrap_or(REFILL_DELAY_NS),
             ce_threshold: cfg.ce_threshold_ns,
             flows: (0..=ORPHAN_MASK).map(|_| Flow { q: VecDeque::new(), credit: 0, list: None, age: None }).collect(),
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
             qlen: 0,
             bytes: 0,
-            perturbation,
-            peeked: Peeked::default(),
+            perturbation: perturbation(&mut rng),
         }
     }
 
     /// `fq_dequeue` without pacing (no socket, no EDT time on forwarded packets).
-    fn dequeue_inner(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
+    fn dequeue_fq(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
         loop {
             let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
                 (Some(&i), _) => (true, i),
@@ -143,14 +161,11 @@ impl Fq {
     }
 }
 
-impl Qdisc for Fq {
-    fn kind(&self) -> &'static str {
-        "fq"
-    }
-
+/// Peeked as sch_fq peeks, `qdisc_peek_dequeued`.
+impl DequeueDecides for Fq {
     /// `fq_enqueue`.
-    fn enqueue(&mut self, now: Nanos, q: Queued, c: &mut Counters) {
-        let (n, b) = self.backlog();
+    fn enqueue(&mut self, now: Nanos, q: Queued, held: (u64, u64), c: &mut Counters) {
+        let (n, b) = (self.qlen + held.0, self.bytes + held.1);
         if !self.limit.holds(n + 1, b + q.pkt.size as u64) {
             c.drop_queued(&q.pkt, DropCause::Overflow);
             return;
@@ -178,23 +193,10 @@ impl Qdisc for Fq {
     }
 
     fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
-        if let Some(q) = self.peeked.take() {
-            return Some(q);
-        }
-        self.dequeue_inner(now, c)
-    }
-
-    /// `qdisc_peek_dequeued`, as sch_fq uses: dequeue and hold the packet.
-    fn peek(&mut self, now: Nanos, c: &mut Counters) -> Option<&Queued> {
-        if self.peeked.len().0 == 0 {
-            let q = self.dequeue_inner(now, c);
-            return self.peeked.get_or_fill(|| q);
-        }
-        self.peeked.get_or_fill(|| None)
+        self.dequeue_fq(now, c)
     }
 
     fn backlog(&self) -> (u64, u64) {
-        let (pn, pb) = self.peeked.len();
-        (self.qlen + pn, self.bytes + pb)
+        (self.qlen, self.bytes)
     }
 }

@@ -24,12 +24,53 @@
 //! lengths, giving the same packets per round); no external classifiers or
 //! `skb->priority` steering.
 
-use super::codel::{codel_dequeue, CodelParams, CodelSource, CodelVars};
-use super::{Counters, DropCause, Limit, Peeked, Qdisc, Queued};
-use crate::config::FqCodelConfig;
+use super::codel::{codel_dequeue, CodelConfig, CodelParams, CodelSource, CodelVars, INTERVAL_NS, TARGET_NS};
+use super::param::{Kind, Param};
+use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, PeekDequeued, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
 use crate::time::Nanos;
 use std::collections::VecDeque;
+
+/// `fq_codel_init` defaults.
+const FLOWS: u32 = 1024;
+const DROP_BATCH: u32 = 64;
+const MEMORY_LIMIT: u64 = 32 << 20;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... fq_codel`: flow queueing with CoDel (RFC 8290), a CoDel queue per flow
+    /// hash served in deficit round robin, new flows first.
+    pub struct FqCodelConfig {
+        /// The sojourn time each queue's CoDel keeps packets under.
+        target_ns: Nanos = Param::new("target", Kind::Time).min(1.0).default(TARGET_NS as f64),
+        /// How long the sojourn may stay above target before CoDel acts.
+        interval_ns: Nanos = Param::new("interval", Kind::Time).min(1.0).default(INTERVAL_NS as f64),
+        /// Mark ECN-capable packets instead of dropping them.
+        ecn: bool = Param::new("ecn", Kind::Flag).default_flag(true),
+        /// Mark every ECN-capable packet whose sojourn exceeds this, whatever the control law says.
+        ce_threshold_ns: Nanos = Param::new("ce_threshold", Kind::Time).min(0.0),
+        /// Number of queues the flows hash into.
+        flows: u32 = Param::new("flows", Kind::Count).range(1.0, 65536.0).default(FLOWS as f64),
+        /// Bytes a queue may send per round.
+        quantum: u32 = Param::new("quantum", Kind::Size).range(256.0, u32::MAX as f64).derived("the device MTU"),
+        /// Most packets dropped at once from the fattest queue when over a limit.
+        drop_batch: u32 = Param::new("drop_batch", Kind::Count).range(1.0, u32::MAX as f64).default(DROP_BATCH as f64),
+        /// Bytes of packets the discipline may hold.
+        memory_limit: u64 = Param::new("memory_limit", Kind::Size).range(1.0, (1u64 << 31) as f64).default(MEMORY_LIMIT as f64),
+    }
+}
+
+impl FqCodelConfig {
+    /// The CoDel part of the parameters.
+    pub fn codel(&self) -> CodelConfig {
+        CodelConfig { target_ns: self.target_ns, interval_ns: self.interval_ns, ecn: self.ecn, ce_threshold_ns: self.ce_threshold_ns }
+    }
+}
+
+impl Discipline for FqCodelConfig {
+    fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
+        Box::new(PeekDequeued::new(FqCodel::new(setup.limit, self, setup.mtu, rng)))
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum List {
@@ -86,28 +127,33 @@ pub struct FqCodel {
     qlen: u64,
     backlog: u64,
     perturbation: u64,
-    peeked: Peeked,
     /// Queues that became active (`new_flow_count`).
     pub new_flow_count: u64,
 }
 
-/// A 64-bit mixing function (SplitMix64's finaliser); the flow hash before scaling.
-fn mix(mut x: u64) -> u64 {
+/// A 64-bit mixing function (SplitMix64's finaliser); the flow hash before scaling (fq's too).
+pub(super) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
 }
 
+/// The flow hash's perturbation, drawn from the discipline's stream (standing in for the
+/// kernel's boot-time hash key).
+pub(super) fn perturbation(rng: &mut SimRng) -> u64 {
+    ((rng.below(u32::MAX) as u64) << 32) | rng.below(u32::MAX) as u64
+}
+
 impl FqCodel {
     pub fn new(limit: Limit, cfg: &FqCodelConfig, mtu: u32, mut rng: SimRng) -> Self {
-        let n = cfg.flows as usize;
-        let perturbation = ((rng.below(u32::MAX) as u64) << 32) | rng.below(u32::MAX) as u64;
+        let n = cfg.flows.unwrap_or(FLOWS) as usize;
+        let perturbation = perturbation(&mut rng);
         FqCodel {
             limit,
             params: cfg.codel().resolve_with(mtu, true),
             quantum: cfg.quantum.unwrap_or(mtu) as i64,
-            drop_batch_size: cfg.drop_batch,
-            memory_limit: cfg.memory_limit,
+            drop_batch_size: cfg.drop_batch.unwrap_or(DROP_BATCH),
+            memory_limit: cfg.memory_limit.unwrap_or(MEMORY_LIMIT),
             flows: (0..n).map(|_| FlowQueue::default()).collect(),
             cvars: vec![CodelVars::default(); n],
             backlogs: vec![0; n],
@@ -117,7 +163,6 @@ impl FqCodel {
             qlen: 0,
             backlog: 0,
             perturbation,
-            peeked: Peeked::default(),
             new_flow_count: 0,
         }
     }
@@ -166,13 +211,9 @@ impl FqCodel {
     }
 }
 
-impl Qdisc for FqCodel {
-    fn kind(&self) -> &'static str {
-        "fq_codel"
-    }
-
+impl DequeueDecides for FqCodel {
     /// `fq_codel_enqueue`.
-    fn enqueue(&mut self, _now: Nanos, q: Queued, c: &mut Counters) {
+    fn enqueue(&mut self, _now: Nanos, q: Queued, held: (u64, u64), c: &mut Counters) {
         let idx = self.classify(q.pkt.flow);
         let len = q.pkt.size as u64;
         let flow = &mut self.flows[idx];
@@ -188,8 +229,7 @@ impl Qdisc for FqCodel {
         self.memory_usage += len;
         let memory_limited = self.memory_usage > self.memory_limit;
         self.qlen += 1;
-        let (pn, pb) = self.peeked.len();
-        if self.limit.holds(self.qlen + pn, self.backlog + pb) && !memory_limited {
+        if self.limit.holds(self.qlen + held.0, self.backlog + held.1) && !memory_limited {
             return;
         }
         self.drop_fattest(self.drop_batch_size, c);
@@ -197,9 +237,6 @@ impl Qdisc for FqCodel {
 
     /// `fq_codel_dequeue`.
     fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
-        if let Some(q) = self.peeked.take() {
-            return Some(q);
-        }
         loop {
             let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
                 (Some(&i), _) => (true, i),
@@ -249,16 +286,7 @@ impl Qdisc for FqCodel {
         }
     }
 
-    fn peek(&mut self, now: Nanos, c: &mut Counters) -> Option<&Queued> {
-        if self.peeked.len().0 == 0 {
-            let q = self.dequeue(now, c);
-            return self.peeked.get_or_fill(|| q);
-        }
-        self.peeked.get_or_fill(|| None)
-    }
-
     fn backlog(&self) -> (u64, u64) {
-        let (pn, pb) = self.peeked.len();
-        (self.qlen + pn, self.backlog + pb)
+        (self.qlen, self.backlog)
     }
 }

@@ -24,8 +24,8 @@
 //! (it only changes at those events, so the result is the same); random numbers come from the
 //! trial seed.
 
-use super::{Counters, DropCause, Limit, MarkCause, Qdisc, Queued};
-use crate::config::PieConfig;
+use super::param::{Kind, Param};
+use super::{Counters, Discipline, DropCause, Limit, MarkCause, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
 use crate::time::Nanos;
 use std::collections::VecDeque;
@@ -38,6 +38,37 @@ const FIRST_UPDATE_NS: Nanos = 500_000_000;
 const MAX_BURST_NS: Nanos = 150_000_000;
 /// Above this delay p grows by 2 % per update regardless (section 4.2's non-linear boost).
 const QDELAY_BOOST_NS: Nanos = 250_000_000;
+
+/// `pie_params_init`: target 15 ms, tupdate 15 ms, alpha 2/16, beta 20/16.
+const TARGET_NS: Nanos = 15_000_000;
+const TUPDATE_NS: Nanos = 15_000_000;
+const ALPHA: u32 = 2;
+const BETA: u32 = 20;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... pie`: Proportional Integral controller Enhanced (RFC 8033), a drop
+    /// probability updated from the queueing delay, applied as packets arrive.
+    pub struct PieConfig {
+        /// The queueing delay PIE aims at.
+        target_ns: Nanos = Param::new("target", Kind::Time).min(1.0).default(TARGET_NS as f64),
+        /// Time between two updates of the drop probability (whole jiffies, rounded up).
+        tupdate_ns: Nanos = Param::new("tupdate", Kind::Time).min(1.0).default(TUPDATE_NS as f64),
+        /// Weight of the delay's distance from target in each update.
+        alpha: u32 = Param::new("alpha", Kind::Whole).range(0.0, 32.0).unit("sixteenths").default(ALPHA as f64),
+        /// Weight of the delay's change since the last update.
+        beta: u32 = Param::new("beta", Kind::Whole).range(0.0, 32.0).unit("sixteenths").default(BETA as f64),
+        /// Mark ECN-capable packets instead of dropping them while the probability is at most 10 %.
+        ecn: bool = Param::new("ecn", Kind::Flag).default_flag(false),
+        /// Scale the probability by packet size.
+        bytemode: bool = Param::new("bytemode", Kind::Flag).default_flag(false),
+    }
+}
+
+impl Discipline for PieConfig {
+    fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
+        Box::new(Pie::new(setup.limit, PieParams::resolve(self, setup.mtu), rng))
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct PieParams {
@@ -53,12 +84,12 @@ pub struct PieParams {
 
 impl PieParams {
     pub fn resolve(cfg: &PieConfig, mtu: u32) -> Self {
-        let tupdate = cfg.tupdate_ns.unwrap_or(15_000_000);
+        let tupdate = cfg.tupdate_ns.unwrap_or(TUPDATE_NS);
         PieParams {
-            target: cfg.target_ns.unwrap_or(15_000_000),
+            target: cfg.target_ns.unwrap_or(TARGET_NS),
             tupdate: ((tupdate + JIFFY_NS - 1) / JIFFY_NS).max(1) * JIFFY_NS,
-            alpha: cfg.alpha.unwrap_or(2),
-            beta: cfg.beta.unwrap_or(20),
+            alpha: cfg.alpha.unwrap_or(ALPHA),
+            beta: cfg.beta.unwrap_or(BETA),
             ecn: cfg.ecn.unwrap_or(false),
             bytemode: cfg.bytemode.unwrap_or(false),
             mtu: mtu as u64,
@@ -195,10 +226,6 @@ impl Pie {
 }
 
 impl Qdisc for Pie {
-    fn kind(&self) -> &'static str {
-        "pie"
-    }
-
     /// `pie_qdisc_enqueue`.
     fn enqueue(&mut self, now: Nanos, mut q: Queued, c: &mut Counters) {
         self.catch_up(now);

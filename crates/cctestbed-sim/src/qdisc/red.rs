@@ -22,8 +22,8 @@
 //! decay is computed as (1 - W)^m directly, not through tc's 256-entry `Stab` lookup table;
 //! the random numbers come from the trial seed.
 
-use super::{Counters, DropCause, Limit, MarkCause, Qdisc, Queued};
-use crate::config::RedConfig;
+use super::param::{Kind, Param, Rule};
+use super::{Counters, Discipline, DropCause, Limit, MarkCause, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
 use crate::time::Nanos;
 use std::collections::VecDeque;
@@ -35,6 +35,44 @@ const MAX_P_MIN: f64 = 0.01;
 const MAX_P_MAX: f64 = 0.50;
 /// `MAX_P_BETA`: the multiplicative decrease.
 const MAX_P_BETA: f64 = 0.9;
+
+/// `tc-red`'s defaults: max_P 2 %, avpkt 1000 bytes.
+const PROBABILITY: f64 = 0.02;
+const AVPKT: u64 = 1000;
+
+crate::qdisc_params! {
+    /// `tc qdisc ... red`: Random Early Detection (Floyd and Jacobson 1993), drops or marks
+    /// arrivals with a probability rising with the average queue; adaptive (Floyd et al. 2001)
+    /// tunes max_P.
+    pub struct RedConfig {
+        /// Average queue, bytes, above which packets may be dropped or marked.
+        min: u64 = Param::new("min", Kind::Size).min(1.0).derived("a third of max"),
+        /// Average queue, bytes, at which the probability reaches max_P.
+        max: u64 = Param::new("max", Kind::Size).min(1.0).derived("3 x min, else a quarter of the queue limit"),
+        /// max_P, the probability at max.
+        probability: f64 = Param::new("probability", Kind::Fraction).above(0.0).max(1.0).default(PROBABILITY),
+        /// The average packet size, bytes, for the average's ageing and the burst.
+        avpkt: u64 = Param::new("avpkt", Kind::Size).min(1.0).default(AVPKT as f64),
+        /// Packets of avpkt the average lets through at once (sets the averaging weight).
+        burst: u64 = Param::new("burst", Kind::Count).range(1.0, u32::MAX as f64).derived("(2 min + max) / (3 avpkt)"),
+        /// Rate used to age the average over idle periods.
+        bandwidth_bps: u64 = Param::new("bandwidth", Kind::Rate).min(1.0).derived("the link's capacity"),
+        /// Mark ECN-capable packets instead of dropping them.
+        ecn: bool = Param::new("ecn", Kind::Flag).default_flag(false),
+        /// Drop rather than mark above max, even with ecn.
+        harddrop: bool = Param::new("harddrop", Kind::Flag).default_flag(false),
+        /// Adapt max_P to keep the average between min and max.
+        adaptive: bool = Param::new("adaptive", Kind::Flag).default_flag(false),
+    }
+    rules: &[Rule::Below("min", "max")];
+}
+
+impl Discipline for RedConfig {
+    fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
+        let p = RedParams::resolve(self, &setup.limit, setup.mtu, setup.capacity_bps);
+        Box::new(Red::new(setup.limit, p, rng))
+    }
+}
 
 /// RED's parameters, resolved (bytes, fractions).
 #[derive(Debug, Clone, Copy)]
@@ -66,15 +104,15 @@ pub fn eval_ewma(min: f64, burst: f64, avpkt: f64) -> u32 {
 
 impl RedParams {
     pub fn resolve(cfg: &RedConfig, limit: &Limit, mtu: u32, capacity_bps: u64) -> Self {
-        let limit_bytes = if limit.bytes != u64::MAX { limit.bytes as f64 } else { limit.packets as f64 * mtu as f64 };
+        let limit_bytes = limit.bytes_at(mtu);
         let max = cfg.max.map(|v| v as f64).or(cfg.min.map(|m| 3.0 * m as f64)).unwrap_or(limit_bytes / 4.0);
         let min = cfg.min.map(|v| v as f64).unwrap_or(max / 3.0);
-        let avpkt = cfg.avpkt.unwrap_or(1000) as f64;
+        let avpkt = cfg.avpkt.unwrap_or(AVPKT) as f64;
         let burst = cfg.burst.map(|b| b as f64).unwrap_or(((2.0 * min + max) / (3.0 * avpkt)).floor().max(1.0));
         RedParams {
             min,
             max,
-            max_p: cfg.probability.unwrap_or(0.02),
+            max_p: cfg.probability.unwrap_or(PROBABILITY),
             wlog: eval_ewma(min, burst, avpkt),
             avpkt,
             bandwidth_bps: cfg.bandwidth_bps.unwrap_or(capacity_bps) as f64,
@@ -195,10 +233,6 @@ impl Red {
 }
 
 impl Qdisc for Red {
-    fn kind(&self) -> &'static str {
-        "red"
-    }
-
     /// `red_enqueue`.
     fn enqueue(&mut self, now: Nanos, mut q: Queued, c: &mut Counters) {
         self.state.adapt(now);

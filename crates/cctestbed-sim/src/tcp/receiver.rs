@@ -66,11 +66,70 @@
 //! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
 //! algorithm as both hosts run the same one. No AccECN.
 
-use crate::config::DelayedAckConfig;
 use crate::jiffies;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
+use crate::problem::{Path, Problem};
 use crate::ranges::RangeSet;
 use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
+
+/// Linux `TCP_ATO_MIN` (= `TCP_DELACK_MIN`, HZ/25): the shortest delayed-ACK timeout.
+pub const TCP_ATO_MIN_NS: Nanos = 40_000_000;
+/// Linux `TCP_MAX_QUICKACKS`.
+pub const TCP_MAX_QUICKACKS: u32 = 16;
+
+/// The receiver's delayed-ACK settings (a flow's `delayed_ack`), Linux's by default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayedAckConfig {
+    /// Off: every segment is ACKed at once.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Minimum ACK timeout (Linux TCP_ATO_MIN = TCP_DELACK_MIN, 40 ms); the receiver adapts its
+    /// timeout from there as Linux does (this module's header).
+    #[serde(default = "default_delack")]
+    pub timeout_ns: Nanos,
+    /// Segments covered by one ACK outside quick-ack mode (Linux: 2; more makes stretch ACKs).
+    #[serde(default = "two")]
+    pub segments_per_ack: u32,
+    /// Most quick ACKs at a time (Linux TCP_MAX_QUICKACKS, 16); the count is
+    /// rcv_wnd / (2 * MSS) up to this.
+    #[serde(default = "sixteen")]
+    pub quickacks: u32,
+}
+
+impl Default for DelayedAckConfig {
+    fn default() -> Self {
+        DelayedAckConfig {
+            enabled: true,
+            timeout_ns: default_delack(),
+            segments_per_ack: two(),
+            quickacks: sixteen(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_delack() -> Nanos {
+    TCP_ATO_MIN_NS
+}
+fn two() -> u32 {
+    2
+}
+fn sixteen() -> u32 {
+    TCP_MAX_QUICKACKS
+}
+
+impl DelayedAckConfig {
+    /// Problems are at `at` (`flows[1].delayed_ack`).
+    pub fn check(&self, at: &Path, out: &mut Vec<Problem>) {
+        if self.segments_per_ack == 0 {
+            out.push(at.field("segments_per_ack").problem("0: must be >= 1"));
+        }
+    }
+}
 
 /// One jiffy at the reference kernel's CONFIG_HZ.
 pub const JIFFY_NS: Nanos = jiffies::jiffy_ns(jiffies::CONFIG_HZ);
