@@ -58,6 +58,40 @@ def test_aqm_refusals_name_field_value_and_what_is_valid(trial_dict, aqm, fragme
     assert any(fragment in p for p in ps), ps
 
 
+def test_the_aqm_schema_is_built_from_the_core_declaration():
+    from cctestbed import _core
+    from cctestbed.config import DISCIPLINES, Aqm
+
+    assert DISCIPLINES == _core.disciplines()
+    assert list(Aqm.model_fields) == ["kind", *dict.fromkeys(p["name"] for d in DISCIPLINES.values() for p in d["params"])]
+    pie = {p["name"]: p for p in DISCIPLINES["pie"]["params"]}
+    assert pie["alpha"]["key"] == "alpha" and pie["alpha"]["default"] == 2 and pie["alpha"]["max"] == 32
+    assert {p["name"]: p["key"] for p in DISCIPLINES["fq"]["params"]}["refill_delay"] == "flow_refill_delay_ns"
+    assert DISCIPLINES["red"]["rules"] == [("below", "min", "max")]
+
+
+def test_a_discipline_the_core_registers_needs_no_change_to_the_schema():
+    """The shape the core's test-only discipline (qdisc/toy.rs) exports: the schema takes it,
+    checks its range and refuses other disciplines' parameters, with nothing written for it."""
+    from pydantic import ValidationError
+
+    from cctestbed.config import DISCIPLINES, aqm_model, format_errors
+
+    toy = {"doc": "drop-tail at a packet limit of its own", "rules": [],
+           "params": [{"name": "packets", "key": "packets", "kind": "count", "min": 1.0, "min_open": False,
+                       "max": 1000.0, "default": 10.0, "unit": "", "doc": "Most packets queued."}]}
+    model = aqm_model({**DISCIPLINES, "toy": toy})
+    assert model.model_validate({"kind": "toy", "packets": 3}).to_core() == {"kind": "toy", "packets": 3}
+    for given, fragment in [({"packets": 0}, "packets: 0: must be a whole number from 1 to 1000"),
+                            ({"target": "5ms"}, "target: not a parameter of toy; it takes packets")]:
+        with pytest.raises(ValidationError) as e:
+            model.model_validate({"kind": "toy", **given})
+        assert any(fragment in p for p in format_errors(e.value)), format_errors(e.value)
+    with pytest.raises(ValidationError) as e:
+        model.model_validate({"kind": "toy2"})
+    assert "valid are codel, fq_codel, red, pie, fq, dualpi2, toy" in format_errors(e.value)[0]
+
+
 def test_the_aqm_sweep_puts_drop_tail_beside_each_discipline():
     from cctestbed.sweep.spec import load_sweep
 

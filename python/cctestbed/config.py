@@ -21,7 +21,7 @@ import typing
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -36,12 +36,13 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from . import traces, units, workload
+from . import _core, traces, units, workload
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -90,9 +91,13 @@ def _bpf_object_hex(cc: str, params: dict[str, float], index: int) -> str:
 @functools.lru_cache(maxsize=None)
 def algorithms() -> dict[str, dict[str, float]]:
     """Congestion-control algorithms the core provides: name -> {parameter: default}."""
-    from . import _core
-
     return {name: dict(params) for name, params in _core.algorithms().items()}
+
+
+#: The core's defaults for the settings a trial writes out in full (sampling, MTU and MSS, a
+#: flow's initial window, delayed ACKs, captures, the datagram headers), taken from the core
+#: so that both sides hold one value; the disciplines' come with :data:`DISCIPLINES`.
+CORE_DEFAULTS: dict[str, Any] = _core.defaults()
 
 
 # --- field types ------------------------------------------------------------------------------
@@ -240,17 +245,13 @@ class Loss(_Model):
         return f"Gilbert-Elliott loss p={units.format_percent(self.p or 0)} r={units.format_percent(self.r or 0)}"
 
 
-#: Queue disciplines the simulator offers besides drop-tail, each with the ``tc`` parameters it
-#: takes (Linux's names; absent ones take Linux's defaults, see the README).
-AQM_PARAMS: dict[str, tuple[str, ...]] = {
-    "codel": ("target", "interval", "ecn", "ce_threshold"),
-    "fq_codel": ("target", "interval", "ecn", "ce_threshold", "flows", "quantum", "drop_batch", "memory_limit"),
-    "red": ("min", "max", "probability", "avpkt", "burst", "bandwidth", "ecn", "harddrop", "adaptive"),
-    "pie": ("target", "tupdate", "alpha", "beta", "ecn", "bytemode"),
-    "fq": ("flow_limit", "quantum", "initial_quantum", "refill_delay", "ce_threshold"),
-    "dualpi2": ("target", "tupdate", "alpha", "beta", "step_thresh", "min_qlen_step", "coupling_factor",
-                "drop_overload", "c_protection"),
-}
+#: The queue disciplines the core offers besides drop-tail, as it declares them (each in its own
+#: module of the core's ``qdisc``): name -> ``{"doc", "params", "rules"}``, each parameter with its
+#: name in trial files (``tc``'s), its key in the core's JSON, its kind (``time``, ``size``,
+#: ``rate``, ``count``, ``whole``, ``real``, ``fraction``, ``flag``), its range (``min``,
+#: ``min_open``, ``max``: None for what the kind holds), its ``default``, ``unit`` and ``doc``;
+#: ``rules`` as ``("below", a, b)``. The schema of ``link.aqm`` is built from it.
+DISCIPLINES: dict[str, Any] = _core.disciplines()
 
 
 def _aqm_shorthand(v: Any) -> Any:
@@ -261,39 +262,112 @@ def _aqm_shorthand(v: Any) -> Any:
     return {"kind": v} if isinstance(v, str) else v
 
 
-class Aqm(_Model):
-    """Active queue management at the bottleneck (``link.aqm``); ``link.queue`` stays the hard limit."""
+#: How a trial file writes each kind of parameter, and the largest value the core holds of it.
+_PARAM_TYPES: dict[str, Any] = {
+    "time": (Time, MAX_TIME_NS, units.format_time),
+    "size": (Size, MAX_SIZE_BYTES, units.format_size),
+    "rate": (Rate, MAX_RATE_BPS, units.format_rate),
+    "count": (Annotated[int, Strict()], U32_MAX, str),
+    "whole": (float, None, str),
+    "real": (float, None, str),
+    "fraction": (Probability, None, str),
+    "flag": (StrictBool, None, str),
+}
+
+
+def _spec_words(spec: dict[str, Any], kind: str | None = None) -> str:
+    """The unit of a parameter's range, as its message adds it: ``(Hz)``, or with the discipline
+    whose own range it is, ``(Hz, as tc-dualpi2)``."""
+    words = [w for w in (spec["unit"], kind and f"as tc-{kind}") if w]
+    return f" ({', '.join(words)})" if words else ""
+
+
+def _spec_check(spec: dict[str, Any], kind: str | None = None) -> Any:
+    """The range check of a parameter as the core declares it, raising the message that says
+    what is valid; ``kind`` when the range is that discipline's own (the same name has another
+    range in another discipline)."""
+    lo, hi, is_open, what = spec["min"], spec["max"], spec["min_open"], spec["kind"]
+    unit = _spec_words(spec, kind)
+    if what in ("time", "size", "rate", "count"):
+        first = int(lo) + 1 if is_open else int(lo)
+        if what == "count" or (what == "size" and hi is not None):
+            plain = _int_range(first, int(hi) if hi is not None else U32_MAX)
+        else:
+            plain = _range(first, int(hi) if hi is not None else _PARAM_TYPES[what][1], _PARAM_TYPES[what][2])
+
+        def whole_in_range(v: int) -> int:
+            try:
+                return plain(v)
+            except ValueError as e:
+                raise ValueError(f"{e}{unit}") from None
+
+        return whole_in_range
+
+    def number_in_range(v: Any) -> Any:
+        if what == "flag":
+            return v
+        x = float(v)
+        bounds = (x > lo if is_open else x >= lo) if lo is not None else True
+        if hi is not None:
+            bounds = bounds and x <= hi
+        if what == "whole" and not (x.is_integer() and bounds):
+            raise ValueError(f"must be a whole number from {lo:g} to {hi:g}{unit}")
+        if not (math.isfinite(x) and bounds):
+            if hi is None:
+                raise ValueError(f"must be {'>' if is_open else '>='} {lo:g}{unit}")
+            if is_open:
+                raise ValueError(f"must be > {lo:g} and at most {hi:g}{unit}")
+            raise ValueError(f"must be from {lo:g} to {hi:g}{unit}")
+        return v
+
+    return number_in_range
+
+
+def _same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a[k] == b[k] for k in ("kind", "min", "min_open", "max", "unit"))
+
+
+def _aqm_fields(disciplines: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The fields of ``link.aqm``: one per parameter name across the disciplines, in the order
+    they are first declared, typed by its kind; a range every discipline with that name shares
+    is checked on the field, the others once the discipline is known (returned by name, then
+    discipline)."""
+    specs: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind, d in disciplines.items():
+        for spec in d["params"]:
+            specs.setdefault(spec["name"], {})[kind] = spec
+    fields: dict[str, Any] = {}
+    per_kind: dict[str, dict[str, Any]] = {}
+    for name, by_kind in specs.items():
+        first = next(iter(by_kind.values()))
+        kinds = {s["kind"] for s in by_kind.values()}
+        if len(kinds) > 1 and not kinds <= {"whole", "real"}:
+            raise TypeError(f"link.aqm.{name} is a {' and a '.join(sorted(kinds))}: one name, one kind of value")
+        base = _PARAM_TYPES[first["kind"]][0]
+        if all(_same_spec(first, s) for s in by_kind.values()):
+            fields[name] = (Optional[Annotated[base, AfterValidator(_spec_check(first))]], None)
+        else:
+            fields[name] = (Optional[base], None)
+            per_kind[name] = by_kind
+    return fields, per_kind
+
+
+def _core_value(spec: dict[str, Any], v: Any) -> Any:
+    """A parameter's value as the core's JSON holds it."""
+    if spec["kind"] == "real" or spec["kind"] == "fraction":
+        return float(v)
+    return v if spec["kind"] == "flag" else int(v)
+
+
+class _AqmBase(_Model):
+    """Active queue management at the bottleneck (``link.aqm``); ``link.queue`` stays the hard
+    limit. Its parameters are the fields of :data:`Aqm`, made from :data:`DISCIPLINES`."""
+
+    #: The disciplines it takes, and the ranges that are one discipline's own (by name, then kind).
+    disciplines: ClassVar[dict[str, Any]] = {}
+    own_ranges: ClassVar[dict[str, dict[str, Any]]] = {}
 
     kind: str
-    target: Optional[PositiveTime] = None
-    interval: Optional[PositiveTime] = None
-    ecn: Optional[StrictBool] = None
-    ce_threshold: Optional[NonNegativeTime] = None
-    flows: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, 65536))]] = None
-    quantum: Optional[Annotated[Size, AfterValidator(_int_range(256, U32_MAX))]] = None
-    drop_batch: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, U32_MAX))]] = None
-    memory_limit: Optional[Annotated[Size, AfterValidator(_int_range(1, 2**31))]] = None
-    min: Optional[PositiveSize] = None
-    max: Optional[PositiveSize] = None
-    probability: Optional[Probability] = None
-    avpkt: Optional[PositiveSize] = None
-    burst: Optional[PositiveU32] = None
-    bandwidth: Optional[PositiveRate] = None
-    harddrop: Optional[StrictBool] = None
-    adaptive: Optional[StrictBool] = None
-    tupdate: Optional[PositiveTime] = None
-    #: pie: whole sixteenths 0-32 (tc-pie's integers); dualpi2: Hz (tc-dualpi2's 0.16, 3.2).
-    alpha: Optional[float] = None
-    beta: Optional[float] = None
-    bytemode: Optional[StrictBool] = None
-    flow_limit: Optional[PositiveU32] = None
-    initial_quantum: Optional[Annotated[Size, AfterValidator(_int_range(1, U32_MAX))]] = None
-    refill_delay: Optional[NonNegativeTime] = None
-    step_thresh: Optional[PositiveTime] = None
-    min_qlen_step: Optional[U32] = None
-    coupling_factor: Optional[Annotated[int, Strict(), AfterValidator(_int_range(1, 255))]] = None
-    drop_overload: Optional[StrictBool] = None
-    c_protection: Optional[Annotated[int, Strict(), AfterValidator(_int_range(0, 100))]] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -307,73 +381,118 @@ class Aqm(_Model):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str) -> str:
-        if v not in AQM_PARAMS:
+        if v not in cls.disciplines:
             raise ValueError(
-                f"unknown queue discipline; valid are {', '.join(AQM_PARAMS)} (leave aqm out for drop-tail)"
+                f"unknown queue discipline; valid are {', '.join(cls.disciplines)} (leave aqm out for drop-tail)"
             )
         return v
 
     @model_validator(mode="after")
-    def _fields_fit_kind(self) -> "Aqm":
-        if self.kind not in AQM_PARAMS:
+    def _fields_fit_kind(self) -> "_AqmBase":
+        if self.kind not in self.disciplines:
             return self
-        allowed = AQM_PARAMS[self.kind]
-        given = [k for k in type(self).model_fields if k != "kind" and getattr(self, k) is not None]
+        params = self.disciplines[self.kind]["params"]
+        allowed = [p["name"] for p in params]
+        given = {k: getattr(self, k) for k in type(self).model_fields if k != "kind" and getattr(self, k) is not None}
         wrong = [k for k in given if k not in allowed]
         if wrong:
             raise _field_errors(
                 [(k, None, f"not a parameter of {self.kind}; it takes {', '.join(allowed)}") for k in wrong]
             )
-        for name in ("alpha", "beta"):
-            v = getattr(self, name)
-            if v is None:
-                continue
-            if self.kind == "pie" and not (float(v).is_integer() and 0 <= v <= 32):
-                raise _field_error(name, v, "must be a whole number from 0 to 32 (sixteenths, as tc-pie)")
-            if self.kind == "dualpi2" and not (math.isfinite(v) and v > 0):
-                raise _field_error(name, v, "must be > 0 (Hz, as tc-dualpi2)")
-        if self.min is not None and self.max is not None and self.min >= self.max:
-            raise _field_error("min", units.format_size(self.min), f"must be below max ({units.format_size(self.max)})")
+        for name, v in given.items():
+            spec = self.own_ranges.get(name, {}).get(self.kind)
+            if spec is not None:
+                try:
+                    _spec_check(spec, self.kind)(v)
+                except ValueError as e:
+                    raise _field_error(name, v, str(e)) from None
+        by_key = {p["key"]: p for p in params}
+        for rule, a, b in self.disciplines[self.kind]["rules"]:
+            first, second = by_key[a], by_key[b]
+            x, y = given.get(first["name"]), given.get(second["name"])
+            if rule == "below" and x is not None and y is not None and x >= y:
+                shown = _PARAM_TYPES[first["kind"]][2]
+                raise _field_error(first["name"], shown(x), f"must be below {second['name']} ({shown(y)})")
         return self
 
     def to_core(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        for name, core in (("target", "target_ns"), ("interval", "interval_ns"), ("ce_threshold", "ce_threshold_ns"),
-                           ("tupdate", "tupdate_ns"), ("refill_delay", "flow_refill_delay_ns"),
-                           ("step_thresh", "step_thresh_ns")):
-            if getattr(self, name) is not None:
-                out[core] = getattr(self, name)
-        if self.bandwidth is not None:
-            out["bandwidth_bps"] = self.bandwidth
-        for name in ("ecn", "flows", "quantum", "drop_batch", "memory_limit", "min", "max", "probability", "avpkt",
-                     "burst", "harddrop", "adaptive", "bytemode", "flow_limit", "initial_quantum", "min_qlen_step",
-                     "coupling_factor", "drop_overload", "c_protection"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        for name in ("alpha", "beta"):
-            v = getattr(self, name)
+        for spec in self.disciplines[self.kind]["params"]:
+            v = getattr(self, spec["name"])
             if v is not None:
-                out[name] = int(v) if self.kind == "pie" else float(v)
+                out[spec["key"]] = _core_value(spec, v)
         return out
 
     def describe(self) -> str:
-        extra = [f"{k} {units.format_time(getattr(self, k))}" for k in ("target", "interval") if getattr(self, k)]
+        extra = [f"{k} {units.format_time(getattr(self, k))}" for k in ("target", "interval") if getattr(self, k, None)]
         return self.kind + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _canonical_queue(v: Any) -> str:
-    kind, amount = units.parse_queue(v)
-    if amount <= 0:
-        raise ValueError("must be > 0 (and hold at least one packet)")
-    if kind == "packets" and amount > MAX_SIZE_BYTES:
-        raise ValueError(f"out of range; valid are 1pkts to {MAX_SIZE_BYTES}pkts")
-    if kind == "bytes" and amount > MAX_SIZE_BYTES:
-        raise ValueError(f"out of range; valid are 1B to {units.format_size(MAX_SIZE_BYTES)}")
-    if kind == "bdp":
-        return f"{Decimal(repr(amount)).normalize():f}bdp"
-    if kind == "packets":
-        return f"{int(amount)}pkts"
-    return units.format_size(int(amount))
+def aqm_model(disciplines: dict[str, Any]) -> type[_AqmBase]:
+    """The model of ``link.aqm`` for ``disciplines`` as the core exports them: ``kind`` and every
+    discipline's parameters, each kind taking its own."""
+    fields, own_ranges = _aqm_fields(disciplines)
+    model = create_model("Aqm", __base__=_AqmBase, __module__=__name__, **fields)
+    model.__doc__ = _AqmBase.__doc__
+    model.disciplines, model.own_ranges = disciplines, own_ranges
+    return model
+
+
+if typing.TYPE_CHECKING:
+    Aqm = _AqmBase
+else:
+    Aqm = aqm_model(DISCIPLINES)
+
+
+class QueueSize(str):
+    """``link.queue``, parsed once: its canonical text (``"2bdp"``, ``"100pkts"``, ``"300KB"``),
+    which is how it reads, compares and is written, with the parsed ``kind`` (``bdp``,
+    ``packets``, ``bytes``) and ``amount`` it stands for."""
+
+    kind: str
+    amount: float
+
+    def __new__(cls, text: str, kind: str, amount: float) -> "QueueSize":
+        q = super().__new__(cls, text)
+        q.kind, q.amount = kind, amount
+        return q
+
+    @classmethod
+    def parse(cls, v: Any) -> "QueueSize":
+        if isinstance(v, QueueSize):
+            return v
+        kind, amount = units.parse_queue(v)
+        if amount <= 0:
+            raise ValueError("must be > 0 (and hold at least one packet)")
+        if kind == "packets" and amount > MAX_SIZE_BYTES:
+            raise ValueError(f"out of range; valid are 1pkts to {MAX_SIZE_BYTES}pkts")
+        if kind == "bytes" and amount > MAX_SIZE_BYTES:
+            raise ValueError(f"out of range; valid are 1B to {units.format_size(MAX_SIZE_BYTES)}")
+        if kind == "bdp":
+            text = f"{Decimal(repr(amount)).normalize():f}bdp"
+        elif kind == "packets":
+            text = f"{int(amount)}pkts"
+        else:
+            text = units.format_size(int(amount))
+        return cls(text, kind, amount)
+
+    def limits(self, capacity: int, rtprop_ns: int) -> tuple[Optional[int], Optional[int]]:
+        """(limit_bytes, limit_packets); a BDP multiple is of ``capacity`` over ``rtprop_ns``,
+        rounded to the byte."""
+        if self.kind == "packets":
+            return None, int(self.amount)
+        if self.kind == "bytes":
+            return int(self.amount), None
+        exact = Fraction(Decimal(repr(self.amount))) * capacity * rtprop_ns / (8 * 10**9)
+        return int(exact + Fraction(1, 2)), None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(
+            cls.parse, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
 
 
 class _Delays(_Model):
@@ -449,25 +568,13 @@ class AckAggregation(_Model):
         return {"model": "wifi", "interval_ns": self.interval, "max_acks": self.max_acks or 64}
 
 
-def _queue_limits(queue: str, capacity: int, rtprop_ns: int) -> tuple[Optional[int], Optional[int]]:
-    """(limit_bytes, limit_packets) of a canonical queue size; a BDP multiple is of ``capacity``
-    over ``rtprop_ns``, rounded to the byte."""
-    kind, amount = units.parse_queue(queue)
-    if kind == "packets":
-        return None, int(amount)
-    if kind == "bytes":
-        return int(amount), None
-    exact = Fraction(Decimal(repr(amount))) * capacity * rtprop_ns / (8 * 10**9)
-    return int(exact + Fraction(1, 2)), None
-
-
 class ReverseLink(_Model):
     """The reverse path's own bottleneck (``link.reverse``): what goes right to left, the reverse
     flows' data and the forward flows' ACKs, queues here, on the same router model as the
     forward link (rate, hard limit, random loss, queue discipline)."""
 
     capacity: PositiveRate
-    queue: Annotated[str, BeforeValidator(_canonical_queue)]
+    queue: QueueSize
     loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
     aqm: Annotated[Optional[Aqm], BeforeValidator(_aqm_shorthand)] = None
 
@@ -481,7 +588,7 @@ class Link(_Delays):
     """The bottleneck: capacity, propagation delay, queue, loss and optional extras."""
 
     capacity: PositiveRate
-    queue: Annotated[str, BeforeValidator(_canonical_queue)]
+    queue: QueueSize
     loss: Annotated[Loss, BeforeValidator(_loss_shorthand)] = Field(default_factory=Loss)
     shaper: Optional[TokenBucket] = None
     policer: Optional[TokenBucket] = None
@@ -545,23 +652,23 @@ class Link(_Delays):
 
     def queue_limits(self) -> tuple[Optional[int], Optional[int]]:
         """(limit_bytes, limit_packets) for the core."""
-        return _queue_limits(self.queue, self.capacity, self.rtprop_ns)
+        return self.queue.limits(self.capacity, self.rtprop_ns)
 
     def reverse_queue_limits(self) -> tuple[Optional[int], Optional[int]]:
         """The reverse bottleneck's (limit_bytes, limit_packets); a BDP multiple is of the
         reverse capacity over the same RTprop. (None, None) without ``link.reverse``."""
         if self.reverse is None:
             return None, None
-        return _queue_limits(self.reverse.queue, self.reverse.capacity, self.rtprop_ns)
+        return self.reverse.queue.limits(self.reverse.capacity, self.rtprop_ns)
 
 
 class DelayedAck(_Model):
-    """Receiver delayed ACKs (Linux defaults); ``delayed_ack = false`` turns them off."""
+    """Receiver delayed ACKs (Linux defaults, the core's); ``delayed_ack = false`` turns them off."""
 
-    enabled: StrictBool = True
-    timeout: PositiveTime = 40_000_000
-    segments_per_ack: PositiveU32 = 2
-    quickacks: U32 = 16
+    enabled: StrictBool = CORE_DEFAULTS["delayed_ack"]["enabled"]
+    timeout: PositiveTime = CORE_DEFAULTS["delayed_ack"]["timeout_ns"]
+    segments_per_ack: PositiveU32 = CORE_DEFAULTS["delayed_ack"]["segments_per_ack"]
+    quickacks: U32 = CORE_DEFAULTS["delayed_ack"]["quickacks"]
 
 
 def _delack_shorthand(v: Any) -> Any:
@@ -696,7 +803,7 @@ FlowDirection = Literal["forward", "reverse"]
 PING_PACKET_SIZE = 84
 PING_INTERVAL_NS = 10_000_000
 #: IPv4 and UDP headers: a datagram's payload is its packet size less these.
-UDP_HEADERS = 28
+UDP_HEADERS: int = CORE_DEFAULTS["udp_headers"]
 
 
 class FlowGroup(_Model):
@@ -714,7 +821,7 @@ class FlowGroup(_Model):
     arrivals: Annotated[Optional[Arrivals], BeforeValidator(_arrivals_shorthand)] = None
     rwnd: Optional[PositiveSize] = None
     pacing: Optional[StrictBool] = None
-    initial_cwnd: PositiveU32 = 10
+    initial_cwnd: PositiveU32 = CORE_DEFAULTS["initial_cwnd"]
     delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
     group: Optional[str] = None
     #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed;
@@ -867,6 +974,9 @@ CAPTURE_POINTS: tuple[CapturePoint, ...] = typing.get_args(CapturePoint)
 DEFAULT_CAPTURE_POINTS: tuple[CapturePoint, ...] = ("senders", "receivers")
 
 
+_SNAPLEN = CORE_DEFAULTS["capture"]
+
+
 class Capture(_Model):
     """Packet captures: which points record and how much of each frame (``capture = true``
     is every sender and receiver host with the default snap length)."""
@@ -875,9 +985,11 @@ class Capture(_Model):
     #: bottleneck router's, before and after its queue (simulator only).
     points: list[CapturePoint] = Field(default_factory=lambda: list(DEFAULT_CAPTURE_POINTS), min_length=1)
     #: Bytes kept of each frame (tcpdump's ``-s``); every header the simulator writes fits in 94.
-    snaplen: Annotated[int, Strict(), AfterValidator(_int_range(94, 262144))] = 128
+    snaplen: Annotated[int, Strict(), AfterValidator(_int_range(_SNAPLEN["snaplen_min"], _SNAPLEN["snaplen_max"]))] = (
+        _SNAPLEN["snaplen"]
+    )
     #: ``pcap`` (nanosecond timestamps) or ``pcapng``.
-    format: Literal["pcap", "pcapng"] = "pcap"
+    format: Literal["pcap", "pcapng"] = _SNAPLEN["format"]
 
     @field_validator("points")
     @classmethod
@@ -937,9 +1049,9 @@ class Trial(_Model):
     duration: PositiveTime
     steady: Optional[tuple[NonNegativeTime, NonNegativeTime]] = None
     seed: Annotated[int, Strict(), AfterValidator(_int_range(0, U64_MAX))] = 1
-    sample_interval: PositiveTime = 10_000_000
-    mtu: Annotated[int, Strict(), AfterValidator(_int_range(68, 65535))] = 1500
-    mss: Annotated[int, Strict(), AfterValidator(_int_range(1, 65535))] = 1448
+    sample_interval: PositiveTime = CORE_DEFAULTS["sample_interval_ns"]
+    mtu: Annotated[int, Strict(), AfterValidator(_int_range(68, 65535))] = CORE_DEFAULTS["mtu"]
+    mss: Annotated[int, Strict(), AfterValidator(_int_range(1, 65535))] = CORE_DEFAULTS["mss"]
     link: Link
     flows: list[FlowGroup] = Field(min_length=1)
     #: Where the trial runs: the simulator (default) or real Linux TCP (cctestbed.kernel).
@@ -978,13 +1090,13 @@ class Trial(_Model):
             problems.append(
                 (
                     "link.queue",
-                    self.link.queue,
+                    str(self.link.queue),
                     f"is {limit_bytes} B; out of range; valid are up to {units.format_size(MAX_SIZE_BYTES)}",
                 )
             )
         elif limit_bytes is not None and limit_bytes < self.mtu:
             problems.append(
-                ("link.queue", self.link.queue, f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)")
+                ("link.queue", str(self.link.queue), f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)")
             )
         problems += self._reverse_problems()
         for name in ("shaper", "policer"):
@@ -1065,10 +1177,10 @@ class Trial(_Model):
         if rev is not None:
             limit_bytes, _ = self.link.reverse_queue_limits()
             if limit_bytes is not None and limit_bytes > MAX_SIZE_BYTES:
-                problems.append(("link.reverse.queue", rev.queue,
+                problems.append(("link.reverse.queue", str(rev.queue),
                                  f"is {limit_bytes} B; out of range; valid are up to {units.format_size(MAX_SIZE_BYTES)}"))
             elif limit_bytes is not None and limit_bytes < self.mtu:
-                problems.append(("link.reverse.queue", rev.queue,
+                problems.append(("link.reverse.queue", str(rev.queue),
                                  f"holds {limit_bytes} B; must hold at least one packet ({self.mtu} B)"))
         for i, g in enumerate(self.flows):
             if g.flow_direction != "reverse":
@@ -1314,8 +1426,8 @@ class Trial(_Model):
         flows = " + ".join(f"{n} {label}" if label not in workloads else f"{label} ({self._workload_words(workloads[label])})"
                            for label, n in groups.items())
         limit_bytes, limit_pkts = self.link.queue_limits()
-        q = self.link.queue
-        if limit_bytes is not None and not q.endswith("B"):
+        q = str(self.link.queue)
+        if limit_bytes is not None and self.link.queue.kind != "bytes":
             q += f" ({units.human_size(limit_bytes)})"
         rate = units.human_rate(self.link.capacity)
         if self.link.trace is not None:
@@ -1787,9 +1899,8 @@ def parse_trial(data: dict[str, Any], source: str | None = None, allow_large: bo
 
 
 def core_problems(trial: Trial) -> list[str]:
-    """Problems the core finds that the schema does not, with flow indices mapped to groups."""
-    from . import _core
-
+    """Problems the core finds that the schema does not, each at its path (a flow's index mapped
+    to its group's)."""
     groups = [gi for gi, _, _ in trial.expanded()]
     out: list[str] = []
     core = trial.to_core()
@@ -1800,10 +1911,10 @@ def core_problems(trial: Trial) -> list[str]:
         found = _core.validate(json.dumps(core, sort_keys=True))
     except ValueError as e:  # the core could not read what the schema let through: a bug, told plainly
         return [f"(trial): the simulator core cannot represent this trial: {e}"]
-    for p in found:
-        m = re.match(r"^flows\[(\d+)\]", p)
-        if m and int(m.group(1)) < len(groups):
-            p = f"flows[{groups[int(m.group(1))]}]" + p[m.end() :]
+    for path, message in found:
+        if path[:1] == ["flows"] and len(path) > 1 and isinstance(path[1], int) and path[1] < len(groups):
+            path = ["flows", groups[path[1]], *path[2:]]  # a flow's index is its group's in the file
+        p = f"{_fmt_loc(tuple(path))}: {message}"
         if p not in out:
             out.append(p)
     return out
