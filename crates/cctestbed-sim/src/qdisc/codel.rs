@@ -31,8 +31,8 @@
 use super::param::{Kind, Param};
 use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, MarkCause, PeekDequeued, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
+use super::fifo::Fifo;
 use crate::time::Nanos;
-use std::collections::VecDeque;
 
 /// `codel_params_init`: target 5 ms, interval 100 ms.
 pub const TARGET_NS: Nanos = 5_000_000;
@@ -241,25 +241,18 @@ pub struct Codel {
     fifo: Fifo,
 }
 
-struct Fifo {
-    q: VecDeque<Queued>,
-    bytes: u64,
-}
-
 impl CodelSource for Fifo {
     fn pop(&mut self) -> Option<Queued> {
-        let q = self.q.pop_front()?;
-        self.bytes -= q.pkt.size as u64;
-        Some(q)
+        Fifo::pop(self)
     }
     fn backlog_bytes(&self) -> u64 {
-        self.bytes
+        self.bytes()
     }
 }
 
 impl Codel {
     pub fn new(limit: Limit, params: CodelParams) -> Self {
-        Codel { limit, params, vars: CodelVars::default(), fifo: Fifo { q: VecDeque::new(), bytes: 0 } }
+        Codel { limit, params, vars: CodelVars::default(), fifo: Fifo::default() }
     }
 
     pub fn vars(&self) -> &CodelVars {
@@ -270,10 +263,8 @@ impl Codel {
 impl DequeueDecides for Codel {
     /// `codel_qdisc_enqueue`: tail drop beyond the limit (`drop_overlimit`), else stamp and queue.
     fn enqueue(&mut self, _now: Nanos, q: Queued, held: (u64, u64), c: &mut Counters) {
-        let (n, b) = (self.fifo.q.len() as u64 + held.0, self.fifo.bytes + held.1);
-        if self.limit.holds(n + 1, b + q.pkt.size as u64) {
-            self.fifo.bytes += q.pkt.size as u64;
-            self.fifo.q.push_back(q);
+        if self.fifo.fits(&self.limit, &q, held) {
+            self.fifo.push(q);
         } else {
             c.drop_queued(&q.pkt, DropCause::Overflow);
         }
@@ -284,7 +275,7 @@ impl DequeueDecides for Codel {
     }
 
     fn backlog(&self) -> (u64, u64) {
-        (self.fifo.q.len() as u64, self.fifo.bytes)
+        self.fifo.backlog()
     }
 }
 

@@ -22,7 +22,7 @@
 //! traffic, fq's main use on a sending host, is the TCP sender's own
 //! ([`crate::tcp::sender`]).
 
-use super::fq_codel::{mix, perturbation};
+use super::flows::{mix, perturbation, Rounds};
 use super::param::{Kind, Param};
 use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, MarkCause, PeekDequeued, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
@@ -59,16 +59,8 @@ impl Discipline for FqConfig {
 /// `orphan_mask` default: 1024 buckets.
 const ORPHAN_MASK: u64 = 1024 - 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum List {
-    New,
-    Old,
-}
-
 struct Flow {
     q: VecDeque<Queued>,
-    credit: i64,
-    list: Option<List>,
     /// When the flow was last detached (`f->age`); `None` for a flow never seen.
     age: Option<Nanos>,
 }
@@ -76,13 +68,11 @@ struct Flow {
 pub struct Fq {
     limit: Limit,
     flow_plimit: u64,
-    quantum: i64,
     initial_quantum: i64,
     flow_refill_delay: Nanos,
     ce_threshold: Option<Nanos>,
     flows: Vec<Flow>,
-    new_flows: VecDeque<usize>,
-    old_flows: VecDeque<usize>,
+    rounds: Rounds,
     qlen: u64,
     bytes: u64,
     perturbation: u64,
@@ -93,13 +83,11 @@ impl Fq {
         Fq {
             limit,
             flow_plimit: cfg.flow_limit.unwrap_or(FLOW_LIMIT) as u64,
-            quantum: cfg.quantum.unwrap_or(2 * mtu) as i64,
             initial_quantum: cfg.initial_quantum.unwrap_or(10 * mtu) as i64,
             flow_refill_delay: cfg.flow_refill_delay_ns.unwrap_or(REFILL_DELAY_NS),
             ce_threshold: cfg.ce_threshold_ns,
-            flows: (0..=ORPHAN_MASK).map(|_| Flow { q: VecDeque::new(), credit: 0, list: None, age: None }).collect(),
-            new_flows: VecDeque::new(),
-            old_flows: VecDeque::new(),
+            flows: (0..=ORPHAN_MASK).map(|_| Flow { q: VecDeque::new(), age: None }).collect(),
+            rounds: Rounds::new(ORPHAN_MASK as usize + 1, cfg.quantum.unwrap_or(2 * mtu) as i64),
             qlen: 0,
             bytes: 0,
             perturbation: perturbation(&mut rng),
@@ -109,25 +97,7 @@ impl Fq {
     /// `fq_dequeue` without pacing (no socket, no EDT time on forwarded packets).
     fn dequeue_fq(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
         loop {
-            let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
-                (Some(&i), _) => (true, i),
-                (None, Some(&i)) => (false, i),
-                (None, None) => return None,
-            };
-            let pop_head = |s: &mut Self| {
-                if from_new {
-                    s.new_flows.pop_front();
-                } else {
-                    s.old_flows.pop_front();
-                }
-            };
-            if self.flows[idx].credit <= 0 {
-                self.flows[idx].credit += self.quantum;
-                pop_head(self);
-                self.old_flows.push_back(idx);
-                self.flows[idx].list = Some(List::Old);
-                continue;
-            }
+            let (from_new, idx) = self.rounds.next()?;
             match self.flows[idx].q.pop_front() {
                 Some(mut q) => {
                     self.qlen -= 1;
@@ -137,19 +107,14 @@ impl Fq {
                             c.mark(&mut q.pkt, MarkCause::Threshold);
                         }
                     }
-                    self.flows[idx].credit -= q.pkt.size as i64;
+                    self.rounds.spend(idx, q.pkt.size);
                     return Some(q);
                 }
+                // A new flow that empties passes through old flows once (starvation guard).
+                None if from_new => self.rounds.rotate(from_new),
                 None => {
-                    pop_head(self);
-                    // A new flow that empties passes through old flows once (starvation guard).
-                    if from_new {
-                        self.old_flows.push_back(idx);
-                        self.flows[idx].list = Some(List::Old);
-                    } else {
-                        self.flows[idx].list = None;
-                        self.flows[idx].age = Some(now);
-                    }
+                    self.rounds.detach(from_new);
+                    self.flows[idx].age = Some(now);
                 }
             }
         }
@@ -176,16 +141,17 @@ impl DequeueDecides for Fq {
             c.drop_queued(&q.pkt, DropCause::Overflow);
             return;
         }
-        if f.list.is_none() {
+        if !self.rounds.is_listed(idx) {
             match f.age {
                 // A flow seen for the first time starts with the initial quantum.
-                None => f.credit = self.initial_quantum,
+                None => self.rounds.credit[idx] = self.initial_quantum,
                 // One idle for long enough gets at least a quantum back.
-                Some(age) if now > age + self.flow_refill_delay => f.credit = f.credit.max(self.quantum),
+                Some(age) if now > age + self.flow_refill_delay => {
+                    self.rounds.credit[idx] = self.rounds.credit[idx].max(self.rounds.quantum())
+                }
                 Some(_) => {}
             }
-            f.list = Some(List::New);
-            self.new_flows.push_back(idx);
+            self.rounds.push_new(idx);
         }
         self.qlen += 1;
         self.bytes += q.pkt.size as u64;

@@ -24,6 +24,7 @@
 //! lengths, giving the same packets per round); no external classifiers or
 //! `skb->priority` steering.
 
+use super::flows::{mix, perturbation, Rounds};
 use super::codel::{codel_dequeue, CodelConfig, CodelParams, CodelSource, CodelVars, INTERVAL_NS, TARGET_NS};
 use super::param::{Kind, Param};
 use super::{Counters, DequeueDecides, Discipline, DropCause, Limit, PeekDequeued, Qdisc, Queued, Setup};
@@ -72,18 +73,9 @@ impl Discipline for FqCodelConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum List {
-    New,
-    Old,
-}
-
 #[derive(Default)]
 struct FlowQueue {
     q: VecDeque<Queued>,
-    deficit: i64,
-    /// Which round-robin list holds this queue (`flowchain`), if any.
-    list: Option<List>,
 }
 
 /// The borrowed state `codel_dequeue` pops from: one queue and the discipline's totals.
@@ -114,34 +106,19 @@ impl CodelSource for Source<'_> {
 pub struct FqCodel {
     limit: Limit,
     params: CodelParams,
-    quantum: i64,
     drop_batch_size: u32,
     memory_limit: u64,
     flows: Vec<FlowQueue>,
     cvars: Vec<CodelVars>,
     /// Byte backlog per queue (`q->backlogs`).
     backlogs: Vec<u64>,
-    new_flows: VecDeque<usize>,
-    old_flows: VecDeque<usize>,
+    rounds: Rounds,
     memory_usage: u64,
     qlen: u64,
     backlog: u64,
     perturbation: u64,
     /// Queues that became active (`new_flow_count`).
     pub new_flow_count: u64,
-}
-
-/// A 64-bit mixing function (SplitMix64's finaliser); the flow hash before scaling (fq's too).
-pub(super) fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The flow hash's perturbation, drawn from the discipline's stream (standing in for the
-/// kernel's boot-time hash key).
-pub(super) fn perturbation(rng: &mut SimRng) -> u64 {
-    ((rng.below(u32::MAX) as u64) << 32) | rng.below(u32::MAX) as u64
 }
 
 impl FqCodel {
@@ -151,14 +128,12 @@ impl FqCodel {
         FqCodel {
             limit,
             params: cfg.codel().resolve_with(mtu, true),
-            quantum: cfg.quantum.unwrap_or(mtu) as i64,
             drop_batch_size: cfg.drop_batch.unwrap_or(DROP_BATCH),
             memory_limit: cfg.memory_limit.unwrap_or(MEMORY_LIMIT),
             flows: (0..n).map(|_| FlowQueue::default()).collect(),
             cvars: vec![CodelVars::default(); n],
             backlogs: vec![0; n],
-            new_flows: VecDeque::new(),
-            old_flows: VecDeque::new(),
+            rounds: Rounds::new(n, cfg.quantum.unwrap_or(mtu) as i64),
             memory_usage: 0,
             qlen: 0,
             backlog: 0,
@@ -220,10 +195,9 @@ impl DequeueDecides for FqCodel {
         flow.q.push_back(q);
         self.backlogs[idx] += len;
         self.backlog += len;
-        if flow.list.is_none() {
-            flow.list = Some(List::New);
-            flow.deficit = self.quantum;
-            self.new_flows.push_back(idx);
+        if !self.rounds.is_listed(idx) {
+            self.rounds.credit[idx] = self.rounds.quantum();
+            self.rounds.push_new(idx);
             self.new_flow_count += 1;
         }
         self.memory_usage += len;
@@ -238,22 +212,7 @@ impl DequeueDecides for FqCodel {
     /// `fq_codel_dequeue`.
     fn dequeue(&mut self, now: Nanos, c: &mut Counters) -> Option<Queued> {
         loop {
-            let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
-                (Some(&i), _) => (true, i),
-                (None, Some(&i)) => (false, i),
-                (None, None) => return None,
-            };
-            if self.flows[idx].deficit <= 0 {
-                self.flows[idx].deficit += self.quantum;
-                if from_new {
-                    self.new_flows.pop_front();
-                } else {
-                    self.old_flows.pop_front();
-                }
-                self.old_flows.push_back(idx);
-                self.flows[idx].list = Some(List::Old);
-                continue;
-            }
+            let (from_new, idx) = self.rounds.next()?;
             let mut src = Source {
                 flow: &mut self.flows[idx],
                 flow_backlog: &mut self.backlogs[idx],
@@ -263,23 +222,12 @@ impl DequeueDecides for FqCodel {
             };
             let skb = codel_dequeue(&mut src, now, &self.params, &mut self.cvars[idx], c);
             match skb {
-                None => {
-                    if from_new {
-                        self.new_flows.pop_front();
-                    } else {
-                        self.old_flows.pop_front();
-                    }
-                    // A new queue that empties passes through old flows once, so that a
-                    // stream of sparse new queues cannot starve the old ones.
-                    if from_new && !self.old_flows.is_empty() {
-                        self.old_flows.push_back(idx);
-                        self.flows[idx].list = Some(List::Old);
-                    } else {
-                        self.flows[idx].list = None;
-                    }
-                }
+                // A new queue that empties passes through old flows once, so that a stream
+                // of sparse new queues cannot starve the old ones.
+                None if from_new && self.rounds.has_old() => self.rounds.rotate(from_new),
+                None => self.rounds.detach(from_new),
                 Some(q) => {
-                    self.flows[idx].deficit -= q.pkt.size as i64;
+                    self.rounds.spend(idx, q.pkt.size);
                     return Some(q);
                 }
             }

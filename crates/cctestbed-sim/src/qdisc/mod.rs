@@ -22,9 +22,12 @@
 //!
 //! Each discipline owns its settings (a struct declared with [`qdisc_params!`](crate::qdisc_params):
 //! names, meanings, defaults, ranges), resolves them, checks them and builds itself
-//! ([`Discipline`]); this module registers them in one list ([`disciplines!`]), from which come
+//! ([`Discipline`]); this module registers them in one list (`disciplines!`), from which come
 //! the trial's [`AqmConfig`], the checks and [`disciplines`], the export the Python schema builds
-//! its `link.aqm` from. A new discipline is one file here and one line in that list.
+//! its `link.aqm` from. A new discipline is one file here and one line in that list (the
+//! test-only `toy.rs` shows it). What several share: [`fifo::Fifo`] (the queue of drop-tail,
+//! codel, pie and red), [`flows`] (fq_codel's and fq's flow hash and round robin) and
+//! [`PeekDequeued`] (a peek of a discipline that decides at dequeue).
 
 use crate::packet::{DataPacket, Ecn};
 use crate::problem::{Path, Problem};
@@ -34,6 +37,7 @@ use param::{Param, Rule, Settings};
 use serde::{Deserialize, Serialize};
 
 pub mod fifo;
+pub mod flows;
 pub mod param;
 
 /// Declares a keyed set of causes: an enum, its `ALL` list and its column-name suffixes, so

@@ -27,8 +27,8 @@
 use super::param::{Kind, Param};
 use super::{Counters, Discipline, DropCause, Limit, MarkCause, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
+use super::fifo::Fifo;
 use crate::time::Nanos;
-use std::collections::VecDeque;
 
 /// One jiffy: PIE's timer runs in jiffies (`usecs_to_jiffies(tupdate)`).
 const JIFFY_NS: Nanos = crate::jiffies::jiffy_ns(crate::jiffies::CONFIG_HZ);
@@ -170,21 +170,20 @@ pub struct Pie {
     limit: Limit,
     pub params: PieParams,
     pub vars: PieVars,
-    q: VecDeque<Queued>,
-    bytes: u64,
+    fifo: Fifo,
     next_update: Nanos,
     rng: SimRng,
 }
 
 impl Pie {
     pub fn new(limit: Limit, params: PieParams, rng: SimRng) -> Self {
-        Pie { limit, params, vars: PieVars::new(), q: VecDeque::new(), bytes: 0, next_update: FIRST_UPDATE_NS, rng }
+        Pie { limit, params, vars: PieVars::new(), fifo: Fifo::default(), next_update: FIRST_UPDATE_NS, rng }
     }
 
     /// The timer's updates due by `now`, each with the backlog it would have seen.
     fn catch_up(&mut self, now: Nanos) {
         while self.next_update <= now {
-            calculate_probability(&self.params, &mut self.vars, self.bytes);
+            calculate_probability(&self.params, &mut self.vars, self.fifo.bytes());
             self.next_update += self.params.tupdate;
         }
     }
@@ -198,7 +197,7 @@ impl Pie {
         if v.qdelay < self.params.target / 2 && v.prob < 0.2 {
             return false;
         }
-        if self.bytes < 2 * self.params.mtu {
+        if self.fifo.bytes() < 2 * self.params.mtu {
             return false;
         }
         let local = if self.params.bytemode && (size as u64) <= self.params.mtu {
@@ -229,7 +228,7 @@ impl Qdisc for Pie {
     /// `pie_qdisc_enqueue`.
     fn enqueue(&mut self, now: Nanos, mut q: Queued, c: &mut Counters) {
         self.catch_up(now);
-        if !self.limit.holds(self.q.len() as u64 + 1, self.bytes + q.pkt.size as u64) {
+        if !self.fifo.fits(&self.limit, &q, (0, 0)) {
             self.vars.accu_prob = 0.0;
             c.drop_queued(&q.pkt, DropCause::Overflow);
             return;
@@ -237,8 +236,7 @@ impl Qdisc for Pie {
         let admit = !self.drop_early(q.pkt.size)
             || (self.params.ecn && self.vars.prob <= 0.1 && c.mark(&mut q.pkt, MarkCause::Aqm));
         if admit {
-            self.bytes += q.pkt.size as u64;
-            self.q.push_back(q);
+            self.fifo.push(q);
         } else {
             self.vars.accu_prob = 0.0;
             c.drop_queued(&q.pkt, DropCause::Aqm);
@@ -248,13 +246,12 @@ impl Qdisc for Pie {
     /// `pie_qdisc_dequeue` and `pie_process_dequeue` (timestamp mode).
     fn dequeue(&mut self, now: Nanos, _c: &mut Counters) -> Option<Queued> {
         self.catch_up(now);
-        let q = self.q.pop_front()?;
-        self.bytes -= q.pkt.size as u64;
+        let q = self.fifo.pop()?;
         let v = &mut self.vars;
         v.qdelay = now - q.enqueued_at;
         let dtime = v.dq_tstamp.map_or(0, |t| now - t);
         v.dq_tstamp = Some(now);
-        if self.bytes == 0 {
+        if self.fifo.bytes() == 0 {
             v.qdelay = 0;
         }
         if dtime > 0 && v.burst_time > 0 {
@@ -264,11 +261,11 @@ impl Qdisc for Pie {
     }
 
     fn peek(&mut self, _now: Nanos, _c: &mut Counters) -> Option<&Queued> {
-        self.q.front()
+        self.fifo.front()
     }
 
     fn backlog(&self) -> (u64, u64) {
-        (self.q.len() as u64, self.bytes)
+        self.fifo.backlog()
     }
 }
 

@@ -25,8 +25,8 @@
 use super::param::{Kind, Param, Rule};
 use super::{Counters, Discipline, DropCause, Limit, MarkCause, Qdisc, Queued, Setup};
 use crate::rng::SimRng;
+use super::fifo::Fifo;
 use crate::time::Nanos;
-use std::collections::VecDeque;
 
 /// `red_adaptative_algo` runs every HZ/2.
 const ADAPTIVE_PERIOD_NS: Nanos = 500_000_000;
@@ -218,13 +218,12 @@ impl RedState {
 pub struct Red {
     limit: Limit,
     state: RedState,
-    q: VecDeque<Queued>,
-    bytes: u64,
+    fifo: Fifo,
 }
 
 impl Red {
     pub fn new(limit: Limit, p: RedParams, rng: SimRng) -> Self {
-        Red { limit, state: RedState::new(p, rng), q: VecDeque::new(), bytes: 0 }
+        Red { limit, state: RedState::new(p, rng), fifo: Fifo::default() }
     }
 
     pub fn state(&self) -> &RedState {
@@ -236,7 +235,7 @@ impl Qdisc for Red {
     /// `red_enqueue`.
     fn enqueue(&mut self, now: Nanos, mut q: Queued, c: &mut Counters) {
         self.state.adapt(now);
-        self.state.update_avg(now, self.bytes);
+        self.state.update_avg(now, self.fifo.bytes());
         let signal = match self.state.action() {
             Action::DontMark => false,
             Action::ProbMark => {
@@ -256,33 +255,27 @@ impl Qdisc for Red {
         };
         if signal {
             c.drop_queued(&q.pkt, DropCause::Aqm);
-        } else if self.limit.holds(self.q.len() as u64 + 1, self.bytes + q.pkt.size as u64) {
-            self.bytes += q.pkt.size as u64;
-            self.q.push_back(q);
+        } else if self.fifo.fits(&self.limit, &q, (0, 0)) {
+            self.fifo.push(q);
         } else {
             c.drop_queued(&q.pkt, DropCause::Overflow);
         }
     }
 
     fn dequeue(&mut self, now: Nanos, _c: &mut Counters) -> Option<Queued> {
-        match self.q.pop_front() {
-            Some(q) => {
-                self.bytes -= q.pkt.size as u64;
-                Some(q)
-            }
-            None => {
-                self.state.start_idle(now);
-                None
-            }
+        let q = self.fifo.pop();
+        if q.is_none() {
+            self.state.start_idle(now);
         }
+        q
     }
 
     fn peek(&mut self, _now: Nanos, _c: &mut Counters) -> Option<&Queued> {
-        self.q.front()
+        self.fifo.front()
     }
 
     fn backlog(&self) -> (u64, u64) {
-        (self.q.len() as u64, self.bytes)
+        self.fifo.backlog()
     }
 }
 
