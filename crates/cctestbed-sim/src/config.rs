@@ -81,7 +81,7 @@ pub struct FlowConfig {
     /// field but `start_ns`, `extra_delay_ns` and `group` is TCP's and ignored by datagrams.
     #[serde(default)]
     pub traffic: Traffic,
-    /// Congestion control name (`reno`, `cubic`, ...), see [`crate::cc::ALGORITHMS`]; TCP only.
+    /// Congestion control name (`reno`, `cubic`, ...), see [`crate::cc::algorithms`]; TCP only.
     #[serde(default)]
     pub cc: String,
     /// Algorithm parameters by name; unknown names are refused.

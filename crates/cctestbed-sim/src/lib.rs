@@ -11,7 +11,10 @@
 //!   tick clock, which several of them read;
 //! - [`datagram`]: udp streams (constant bit rate, on/off) and ping probes beside the TCP flows;
 //! - [`sim`]: the dumbbell wiring and event loop; [`telemetry`]: columnar time series;
-//! - [`capture`]: the traffic written as pcap files, and captures read back into series.
+//! - [`capture`]: the traffic written as pcap files, and captures read back into series;
+//! - [`config`]: the trial as the front end hands it over, assembled from the settings each part
+//!   above owns (with their defaults, checks and resolution); a [`problem`] names a setting's
+//!   path and what is wrong with it.
 //!
 //! Time is integer nanoseconds ([`time::Nanos`]); all randomness comes from the trial seed through per-component
 //! ChaCha streams ([`rng`]), so the same configuration gives the same output, bit for bit.
