@@ -482,6 +482,7 @@ impl LossModel {
         LossModel { cfg, bad: false, rng }
     }
 
+    #[inline]
     pub fn drop_next(&mut self) -> bool {
         match self.cfg {
             LossConfig::None => false,
