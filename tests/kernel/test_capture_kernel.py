@@ -65,8 +65,9 @@ def test_router_captures_through_the_link_emulator_read_back_as_its_queue(tmp_pa
     """The router's capture points on the kernel (issue 25): asking for ``ingress`` and
     ``egress`` puts the trial on the full link emulator, which writes ``rtr-in.pcap`` and
     ``rtr-out.pcap`` as the simulator does. Read back by ``analyze``, they give the queue and
-    the drops the emulator's model counted: every drop (a drop-tail overflow of two CUBIC flows
-    in 0.5 BDP) within 2 packets, the queue's mean within one packet of the model's samples."""
+    the drops the emulator's model counted: every arrival and departure recorded once, every drop
+    (a drop-tail overflow of two CUBIC flows in 0.5 BDP) within 2 packets of the model's total,
+    the queue's mean within one packet of the model's samples."""
     if shutil.which("tcpdump") is None:
         pytest.skip("tcpdump is not installed (make kernel-deps)")
     trial = parse_trial(kernel_trial(
@@ -82,12 +83,16 @@ def test_router_captures_through_the_link_emulator_read_back_as_its_queue(tmp_pa
         a = analyze_captures(sorted(d.glob("snd*.pcap")) + sorted(d.glob("rcv*.pcap")),
                              ingress=d / "rtr-in.pcap", egress=d / "rtr-out.pcap", trial=r.trial)
         model, cap = r.router, a.router
-        model_drops = int(model["drops_overflow"][-1])
+        # the model's own totals: the captures run until the emulator stops, after the last
+        # sample of router.parquet
+        totals = r.extra["linkemu"]["model"]["forward"]["router"]
+        model_drops = int(totals["drops"]["overflow"])
         cap_drops = int(cap["drops_overflow"][-1])
         q_model, q_cap = float(model["queue_pkts"].mean()), float(cap["queue_pkts"].mean())
         emu = r.extra["linkemu"]["model"]["capture"]
         print(f"router capture: {emu['rtr_in_frames']} in, {emu['rtr_out_frames']} out; drops model "
               f"{model_drops} capture {cap_drops}; queue mean model {q_model:.2f} capture {q_cap:.2f} pkts")
+        assert (emu["rtr_in_frames"], emu["rtr_out_frames"]) == (totals["arrivals_pkts"], totals["departures_pkts"])
         assert model_drops > 10, "the queue must overflow for the check to mean anything"
         assert abs(cap_drops - model_drops) <= 2
         assert abs(q_cap - q_model) <= 1.0
