@@ -32,7 +32,9 @@ cc = "reno"
 [[base.flows]]
 cc = "bbr"
 [axes]
-"link.queue" = ["1bdp", "4bdp"]
+# (0.5 BDP: BBR holds about 94 % in every seed, so three seeds meet the rule; at 4 BDP its
+# share varies from 0.65 to 0.79 with the seed)
+"link.queue" = ["0.5bdp", "4bdp"]
 '''
 
 RULE = "ci95(groups.bbr.share) <= 0.03"
@@ -114,7 +116,7 @@ def test_one_point_converges_in_few_seeds_the_other_not_within_max_seeds(tmp_pat
         # it stopped at the first seed count that met the rule (or at the maximum)
         for k in range(2, n):
             assert ci95_half_width(vals[:k]) > 0.03
-    conv, wide = pts["1bdp"], pts["4bdp"]
+    conv, wide = pts["0.5bdp"], pts["4bdp"]
     assert conv["status"] == "converged" and conv["half_width"] <= 0.03 and conv["seeds"] < 5
     assert wide["status"] == "not converged" and wide["half_width"] > 0.03 and wide["seeds"] == 5
     assert doc["converged"] == 1 and doc["not_converged"] == 1
