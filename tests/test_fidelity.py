@@ -334,3 +334,24 @@ def test_max_trials_zero_only_brings_the_reference_up_to_date(tmp_path):
     ref = Reference(tmp_path / "ref.parquet")
     run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2, max_trials=0)
     assert Reference(tmp_path / "ref.parquet").rows[key]["utilization_pct"] > 50.0
+
+
+def test_a_trace_scenarios_key_does_not_depend_on_where_the_checkout_is(tmp_path):
+    """The reference is measured in one checkout and checked in every other (CI's clean clone):
+    a scenario naming a trace file is keyed by the path as written, relative to the suite."""
+    import shutil
+
+    keys = []
+    for where in ("a", "b/deeper"):
+        d = tmp_path / where / "fidelity"
+        d.mkdir(parents=True)
+        (d.parent / "traces").mkdir()
+        shutil.copy(Path(__file__).parent.parent / "examples" / "traces" / "step-24-6.trace", d.parent / "traces")
+        (d / "suite.toml").write_text(
+            '[[scenarios]]\nid = "t"\nduration = "10s"\n'
+            'link = { trace = "../traces/step-24-6.trace", rtt = "40ms", queue = "2bdp" }\n'
+            'flows = [{ cc = "cubic" }]\n')
+        (s,) = load_suite(d / "suite.toml").scenarios
+        assert Path(s.trial.link.trace).is_absolute()  # the trial reads the file where it is
+        keys.append(s.scenario_key(1, "kernel"))
+    assert keys[0] == keys[1]

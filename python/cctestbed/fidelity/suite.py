@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import json
 import re
 from dataclasses import dataclass, field
@@ -59,9 +60,17 @@ class Scenario:
     #: This scenario's own minimum number of reps (0: the suite's).
     min_reps: int = 0
 
+    #: The directory the suite file is in: a trace file named in the scenario is keyed by its
+    #: path from there, so a reference measured in one checkout holds in any other.
+    base: Optional[Path] = None
+
     def scenario_key(self, seed: int, backend: str) -> str:
         """Stable address of one rep of this scenario on one backend (see the module docstring)."""
-        blob = {"doc": self.doc, "seed": seed, "backend": backend, "format": KEY_FORMAT}
+        doc = self.doc
+        trace = doc.get("link", {}).get("trace") if isinstance(doc.get("link"), dict) else None
+        if isinstance(trace, str) and self.base is not None and Path(trace).is_absolute():
+            doc = {**doc, "link": {**doc["link"], "trace": os.path.relpath(trace, self.base)}}
+        blob = {"doc": doc, "seed": seed, "backend": backend, "format": KEY_FORMAT}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
     def trial_for(self, seed: int, backend: str) -> Trial:
@@ -184,7 +193,7 @@ def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
         except ConfigError as err:
             problems += [f"{where} ({sid}): {p}" for p in err.problems]
             continue
-        scenarios.append(Scenario(sid, doc, trial, own_reps))
+        scenarios.append(Scenario(sid, doc, trial, own_reps, Path(source).resolve().parent if source else None))
     if problems:
         raise SuiteError(problems, source)
     from .verdict import check_tolerances
