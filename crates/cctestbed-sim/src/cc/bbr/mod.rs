@@ -70,6 +70,7 @@ macro_rules! bbr_params {
             /// What the family's shared core reads of these parameters.
             fn family(&self) -> crate::cc::bbr::Family {
                 crate::cc::bbr::Family {
+                    extra_acked_gain: self.extra_acked_gain,
                     full_bw_thresh: self.full_bw_thresh,
                     full_bw_cnt: self.full_bw_cnt,
                     probe_rtt_duration: self.probe_rtt_duration,
@@ -137,6 +138,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    #[inline]
     pub fn name(self) -> &'static str {
         match self {
             Mode::Startup => "STARTUP",
@@ -148,12 +150,14 @@ impl Mode {
 }
 
 /// A real gain as a fraction of BBR_UNIT.
+#[inline]
 fn to_unit(x: f64) -> u32 {
     (x * BBR_UNIT as f64).round() as u32
 }
 
 /// `bbr_rate_bytes_per_sec`: a bandwidth (packets/us << BW_SCALE) times a gain, less the
 /// pacing margin, in bytes per second.
+#[inline]
 fn rate_bytes_per_sec(rate: u64, mss: u32, gain: u32, margin_percent: f64) -> u64 {
     let margin = (100.0 - margin_percent) / 100.0;
     let r = (rate as u128 * mss as u128 * gain as u128) >> BBR_SCALE;
@@ -169,6 +173,7 @@ fn rate_bytes_per_sec(rate: u64, mss: u32, gain: u32, margin_percent: f64) -> u6
 
 /// The arithmetic of `bbr_bdp`: ceil(bw * min_rtt * gain) in packets, rounded up so that a
 /// low estimate cannot feed on itself.
+#[inline]
 fn bdp_packets(bw: u64, min_rtt_us: u32, gain: u32) -> u32 {
     let w = bw as u128 * min_rtt_us as u128;
     ((((w * gain as u128) >> BBR_SCALE) + BW_UNIT as u128 - 1) / BW_UNIT as u128) as u32
@@ -177,6 +182,7 @@ fn bdp_packets(bw: u64, min_rtt_us: u32, gain: u32) -> u32 {
 /// `bbr_packets_in_net_at_edt`: packets in flight at the next departure time, less what the
 /// path delivers at `bw` until then; `edt_skb` counts the packet leaving at that time when
 /// inflight is rising.
+#[inline]
 fn packets_in_net_at_edt(info: &ConnInfo, inflight_now: u32, bw: u64, edt_skb: u32) -> u32 {
     let interval_us = ((info.wstamp_ns - info.now).max(0) / 1000) as u64;
     let interval_delivered = ((bw as u128 * interval_us as u128) >> BW_SCALE) as u64;
@@ -185,6 +191,7 @@ fn packets_in_net_at_edt(info: &ConnInfo, inflight_now: u32, bw: u64, edt_skb: u
 
 /// The bandwidth `bbr_init_pacing_rate_from_rtt` starts pacing from: cwnd per srtt, or per
 /// 1 ms before any RTT sample.
+#[inline]
 fn initial_bw(info: &ConnInfo, cwnd: u32) -> u64 {
     let rtt_us = if info.srtt_ns > 0 { ((info.srtt_ns / 1000) as u64).max(1) } else { 1000 };
     cwnd as u64 * BW_UNIT / rtt_us
@@ -202,22 +209,26 @@ struct TwoSlotMax<T> {
 
 impl<T: Copy + Ord + Default> TwoSlotMax<T> {
     /// The max over both windows.
+    #[inline]
     fn get(&self) -> T {
         self.slots[0].max(self.slots[1])
     }
 
     /// The current window's max.
+    #[inline]
     fn current(&self) -> T {
         self.slots[self.cur as usize]
     }
 
     /// A sample, into the current window.
+    #[inline]
     fn update(&mut self, v: T) {
         let slot = &mut self.slots[self.cur as usize];
         *slot = (*slot).max(v);
     }
 
     /// The current window becomes the older one, and a new one starts empty.
+    #[inline]
     fn advance(&mut self) {
         self.cur = !self.cur;
         self.slots[self.cur as usize] = T::default();
@@ -238,12 +249,14 @@ impl MinRtt {
     const NONE: MinRtt = MinRtt { us: u32::MAX, stamp: 0 };
 
     /// `bbr_init`: the handshake's RTT, if there was one, stamped now.
+    #[inline]
     fn start(info: &ConnInfo) -> MinRtt {
         let us = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { u32::MAX };
         MinRtt { us, stamp: jiffies(info.now, CONFIG_HZ) }
     }
 
     /// Whether `win_j` jiffies have passed since the last renewal (`after()`).
+    #[inline]
     fn expired(&self, now_j: u64, win_j: u64) -> bool {
         now_j > self.stamp + win_j
     }
@@ -252,6 +265,7 @@ impl MinRtt {
     /// expired and the ACK was not delayed: Linux has compared with `<` since v5.10 (commit
     /// 1b9e2a8c99a5, "tcp: only postpone PROBE_RTT if RTT is < current min_rtt estimate");
     /// `<=` let equal samples postpone PROBE_RTT forever.
+    #[inline]
     fn update(&mut self, now_j: u64, expired: bool, rs: &RateSample) {
         if rs.rtt_ns < 0 {
             return;
@@ -264,6 +278,7 @@ impl MinRtt {
     }
 
     /// The estimate in ns, if any.
+    #[inline]
     fn ns(&self) -> Option<Nanos> {
         (self.us != u32::MAX).then_some(self.us as Nanos * 1000)
     }
@@ -281,6 +296,7 @@ struct ProbeRttHold {
 
 impl ProbeRttHold {
     /// On entering PROBE_RTT: the hold starts once the flight is low enough.
+    #[inline]
     fn restart(&mut self) {
         self.done_stamp = None;
     }
@@ -288,6 +304,7 @@ impl ProbeRttHold {
     /// One ACK in PROBE_RTT; true once both the time and the round have passed. When the flight
     /// first reaches `target`, the timer starts and so does a new round (`next_rtt_delivered`).
     /// `hold_j` is the hold in jiffies (`msecs_to_jiffies(bbr_probe_rtt_mode_ms)`).
+    #[inline]
     fn on_ack(&mut self, info: &ConnInfo, target: u32, hold_j: u64, round_start: bool, next_rtt_delivered: &mut u64) -> bool {
         if self.done_stamp.is_none() && info.packets_in_flight <= target {
             self.done_stamp = Some(jiffies(info.now, CONFIG_HZ) + hold_j);
@@ -302,6 +319,7 @@ impl ProbeRttHold {
     }
 
     /// Whether the hold time has passed (`after(tcp_jiffies32, probe_rtt_done_stamp)`).
+    #[inline]
     fn time_passed(&self, now: Nanos) -> bool {
         matches!(self.done_stamp, Some(t) if jiffies(now, CONFIG_HZ) > t)
     }
@@ -320,6 +338,7 @@ struct AckAggregation {
 
 impl AckAggregation {
     /// Starts a new epoch at `now` (connection start, restart from idle).
+    #[inline]
     fn restart_epoch(&mut self, now: Nanos) {
         self.epoch_mstamp = now;
         self.epoch_acked = 0;
@@ -327,6 +346,7 @@ impl AckAggregation {
 
     /// One valid ACK of `acked` packets: a round start ages the filter once `win_rtts_thresh`
     /// rounds have passed; `bw` is the estimate the expected delivery is computed from.
+    #[inline]
     fn update(&mut self, round_start: bool, win_rtts_thresh: u32, acked: u32, delivered_mstamp: Nanos, bw: u64, cwnd: u32) {
         if round_start {
             self.win_rtts = (self.win_rtts + 1).min(0x1F);
@@ -348,6 +368,7 @@ impl AckAggregation {
 
     /// The arithmetic of `bbr_ack_aggregation_cwnd`: `gain` (BBR_UNIT) x the recent excess, at
     /// most what `bw` delivers in bbr_extra_acked_max_us.
+    #[inline]
     fn cwnd(&self, bw: u64, gain: u32) -> u32 {
         let max_aggr = (bw as u128 * EXTRA_ACKED_MAX_US as u128 / BW_UNIT as u128) as u32;
         ((gain * self.extra_acked.get()) >> BBR_SCALE).min(max_aggr)
@@ -356,6 +377,7 @@ impl AckAggregation {
 
 /// The parameters every version takes that [`Core`] reads (see [`bbr_params!`]).
 struct Family {
+    extra_acked_gain: f64,
     full_bw_thresh: f64,
     full_bw_cnt: f64,
     probe_rtt_duration: f64,
@@ -407,6 +429,8 @@ struct Core {
     /// Rounds without growth that mean the pipe is full (bbr_full_bw_cnt).
     full_bw_rounds: u32,
     aggr: AckAggregation,
+    /// bbr_extra_acked_gain, BBR_UNIT.
+    extra_acked_gain: u32,
     cycle_mstamp: Nanos,
 }
 
@@ -445,12 +469,14 @@ impl Core {
             full_bw_thresh: to_unit(p.full_bw_thresh),
             full_bw_rounds: p.full_bw_cnt as u32,
             aggr: AckAggregation::default(),
+            extra_acked_gain: to_unit(p.extra_acked_gain),
             cycle_mstamp: 0,
         }
     }
 
     /// What `bbr_init` does in both versions: no ssthresh, min_rtt from the handshake, pacing
     /// from the initial cwnd, STARTUP with its gains, a new ACK-aggregation epoch.
+    #[inline]
     fn init(&mut self, info: &ConnInfo, w: &mut Window) {
         self.mss = info.mss;
         w.ssthresh = u32::MAX;
@@ -463,32 +489,38 @@ impl Core {
     }
 
     /// min_rtt estimate in ns, if any.
+    #[inline]
     fn min_rtt_ns(&self) -> Option<Nanos> {
         self.min_rtt.ns()
     }
 
     /// A bandwidth (packets/us << BW_SCALE) in bits per second of payload.
+    #[inline]
     fn bw_to_bps(&self, bw: u64) -> f64 {
         bw as f64 * self.mss as f64 * 8.0 * 1e6 / BW_UNIT as f64
     }
 
     /// `bbr_rate_bytes_per_sec`, at this flow's MSS and pacing margin.
+    #[inline]
     fn rate_bytes_per_sec(&self, rate: u64, gain: u32) -> u64 {
         rate_bytes_per_sec(rate, self.mss, gain, self.pacing_margin_percent)
     }
 
     /// `bbr_bw_to_pacing_rate`: capped at sk_max_pacing_rate.
+    #[inline]
     fn bw_to_pacing_rate(&self, info: &ConnInfo, bw: u64, gain: u32) -> u64 {
         self.rate_bytes_per_sec(bw, gain).max(self.pacing_rate_floor).min(info.max_pacing_rate)
     }
 
     /// `bbr_init_pacing_rate_from_rtt`: STARTUP's gain x cwnd / srtt (1 ms before any sample).
+    #[inline]
     fn init_pacing_rate_from_rtt(&mut self, info: &ConnInfo, cwnd: u32) {
         self.has_seen_rtt |= info.srtt_ns > 0;
         self.pacing_rate = self.bw_to_pacing_rate(info, initial_bw(info, cwnd), self.startup_pacing_gain);
     }
 
     /// `bbr_set_pacing_rate`: never lowered before the pipe is full.
+    #[inline]
     fn set_pacing_rate(&mut self, info: &ConnInfo, w: &mut Window, bw: u64, gain: u32) {
         let rate = self.bw_to_pacing_rate(info, bw, gain);
         if !self.has_seen_rtt && info.srtt_ns > 0 {
@@ -502,12 +534,14 @@ impl Core {
 
     /// `bbr_save_cwnd`: the cwnd to restore after recovery or PROBE_RTT. Outside both the
     /// current one is good; inside, the larger of it and the one saved before.
+    #[inline]
     fn save_cwnd(&mut self, cwnd: u32) {
         let outside = matches!(self.prev_ca_state, CaState::Open | CaState::Disorder | CaState::Cwr);
         self.prior_cwnd = if outside && self.mode != Mode::ProbeRtt { cwnd } else { self.prior_cwnd.max(cwnd) };
     }
 
     /// `bbr_bdp`: ceil(bw * min_rtt * gain) in packets; the initial cwnd before any RTT sample.
+    #[inline]
     fn bdp(&self, bw: u64, gain: u32) -> u32 {
         if self.min_rtt.us == u32::MAX {
             return self.init_cwnd;
@@ -518,6 +552,7 @@ impl Core {
     /// `bbr_update_round_start` (BBRv1: the head of `bbr_update_bw`): a round ends when the
     /// packet this ACK samples was sent after the last round ended; `valid` is the version's
     /// test of the sample.
+    #[inline]
     fn update_round_start(&mut self, info: &ConnInfo, rs: &RateSample, valid: bool) {
         self.round_start = valid && rs.prior_delivered >= self.next_rtt_delivered;
         if self.round_start {
@@ -528,6 +563,7 @@ impl Core {
 
     /// The growth test of `bbr_check_full_bw_reached`: a bandwidth of at least
     /// full_bw_thresh x full_bw is still growth, and restarts the count from it.
+    #[inline]
     fn full_bw_grew(&mut self, bw: u64) -> bool {
         let thresh = ((self.full_bw as u128 * self.full_bw_thresh as u128) >> BBR_SCALE) as u64;
         if bw < thresh {
@@ -539,6 +575,7 @@ impl Core {
     }
 
     /// Counts a round without growth; true once there were bbr_full_bw_cnt of them.
+    #[inline]
     fn full_bw_stalled(&mut self) -> bool {
         self.full_bw_cnt += 1;
         self.full_bw_cnt >= self.full_bw_rounds
@@ -547,8 +584,9 @@ impl Core {
     /// PROBE_RTT entry (`bbr_update_min_rtt`), once the filter that schedules it has expired,
     /// unless PROBE_RTT is off or the flow is restarting from idle: saves cwnd and restarts the
     /// hold. Returns whether it entered.
+    #[inline]
     fn enter_probe_rtt(&mut self, expired: bool, cwnd: u32) -> bool {
-        if self.probe_rtt_mode_j == 0 || !expired || self.idle_restart || self.mode == Mode::ProbeRtt {
+        if !expired || self.probe_rtt_mode_j == 0 || self.idle_restart || self.mode == Mode::ProbeRtt {
             return false;
         }
         self.mode = Mode::ProbeRtt;
@@ -559,6 +597,7 @@ impl Core {
 
     /// One ACK in PROBE_RTT: the samples at the cut flight are not the path's rate (the flow is
     /// marked app-limited), and the flight is held at `target`. True once the hold is over.
+    #[inline]
     fn hold_probe_rtt(&mut self, info: &ConnInfo, w: &mut Window, target: u32) -> bool {
         w.set_app_limited = true;
         self.probe_rtt.on_ack(info, target, self.probe_rtt_mode_j, self.round_start, &mut self.next_rtt_delivered)
@@ -567,6 +606,7 @@ impl Core {
     /// The part of `bbr_check_probe_rtt_done` both versions share: once the hold time has
     /// passed, restore the cwnd saved on entry and return true (the version then renews its
     /// PROBE_RTT schedule and leaves).
+    #[inline]
     fn probe_rtt_done(&mut self, info: &ConnInfo, w: &mut Window) -> bool {
         if !self.probe_rtt.time_passed(info.now) {
             return false;
@@ -576,18 +616,20 @@ impl Core {
     }
 
     /// The end of `bbr_update_min_rtt`: an ACK that delivered data ends a restart from idle.
+    #[inline]
     fn update_idle_restart(&mut self, rs: &RateSample) {
         if rs.delivered > 0 {
             self.idle_restart = false;
         }
     }
 
-    /// `bbr_update_gains`, given the version's PROBE_BW pair (pacing, cwnd).
-    fn update_gains(&mut self, probe_bw: (u32, u32)) {
+    /// `bbr_update_gains`, with the version's PROBE_BW pair (pacing, cwnd).
+    #[inline]
+    fn update_gains(&mut self, probe_bw: impl FnOnce() -> (u32, u32)) {
         (self.pacing_gain, self.cwnd_gain) = match self.mode {
             Mode::Startup => (self.startup_pacing_gain, self.startup_cwnd_gain),
             Mode::Drain => (self.drain_gain, self.startup_cwnd_gain),
-            Mode::ProbeBw => probe_bw,
+            Mode::ProbeBw => probe_bw(),
             Mode::ProbeRtt => (BBR_UNIT, BBR_UNIT),
         };
     }
@@ -596,6 +638,7 @@ impl Core {
     /// once the pipe is full; before, while below it or while `early` (the version's allowance
     /// for a young flow). Never below bbr_cwnd_min_target. Also returns whether cwnd stopped at
     /// its target (v3's fast-path hint).
+    #[inline]
     fn grow_cwnd(&self, cwnd: u32, acked: u32, target: u32, early: bool) -> (u32, bool) {
         let (cwnd, at_target) = if self.full_bw_reached {
             if cwnd + acked >= target {
@@ -614,6 +657,7 @@ impl Core {
     /// `bbr_cwnd_event`: restarting from idle (the first send with nothing in flight while
     /// app-limited) starts a new ACK-aggregation epoch and, in PROBE_BW, paces at `bw`. True in
     /// PROBE_RTT, where the version checks whether it is done.
+    #[inline]
     fn cwnd_event(&mut self, info: &ConnInfo, w: &mut Window, ev: CaEvent, bw: u64) -> bool {
         if ev != CaEvent::TxStart || info.app_limited == 0 {
             return false;
@@ -628,6 +672,7 @@ impl Core {
 
     /// The telemetry both versions start with (`btlbw_bps`, `rtprop_ms`, `pacing_gain`,
     /// `cwnd_gain`), `bw` being the estimate in use.
+    #[inline]
     fn telemetry(&self, bw: u64, out: &mut Vec<f64>) {
         out.push(self.bw_to_bps(bw));
         out.push(self.min_rtt_ns().map_or(f64::NAN, |n| n as f64 / 1e6));
@@ -656,12 +701,14 @@ trait Version {
     fn probe_rtt_cwnd(&self) -> u32;
 
     /// `bbr_inflight`: the BDP at `gain`, with the quantization budget.
+    #[inline]
     fn inflight(&self, bw: u64, gain: u32) -> u32 {
         self.quantization_budget(self.core().bdp(bw, gain))
     }
 
     /// `bbr_packets_in_net_at_edt`, counting a TSO burst at the next departure while pacing
     /// above the estimate.
+    #[inline]
     fn packets_in_net_at_edt(&self, info: &ConnInfo, inflight_now: u32) -> u32 {
         let edt_skb = if self.core().pacing_gain > BBR_UNIT { self.tso_segs_goal() } else { 0 };
         packets_in_net_at_edt(info, inflight_now, self.bw(), edt_skb)
@@ -669,11 +716,13 @@ trait Version {
 
     /// The target of `bbr_set_cwnd`: the BDP at `gain` plus the aggregation allowance, with the
     /// quantization budget.
+    #[inline]
     fn cwnd_target(&self, bw: u64, gain: u32) -> u32 {
         self.quantization_budget(self.core().bdp(bw, gain) + self.ack_aggregation_cwnd())
     }
 
     /// The end of `bbr_set_cwnd`: the new cwnd, no more than the PROBE_RTT cwnd in PROBE_RTT.
+    #[inline]
     fn set_snd_cwnd(&self, w: &mut Window, cwnd: u32) {
         w.cwnd = cwnd;
         if self.core().mode == Mode::ProbeRtt {

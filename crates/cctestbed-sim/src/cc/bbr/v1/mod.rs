@@ -431,8 +431,10 @@ impl Bbr {
 
     /// `bbr_update_gains`: in PROBE_BW, the cycle's pacing gain (1 while policed).
     fn update_gains(&mut self) {
-        let pacing = if self.lt_use_bw { BBR_UNIT } else { self.pacing_gains[self.cycle_idx] };
-        self.core.update_gains((pacing, self.cwnd_gain_probe_bw));
+        self.core.update_gains(|| {
+            let pacing = if self.lt_use_bw { BBR_UNIT } else { self.pacing_gains[self.cycle_idx] };
+            (pacing, self.cwnd_gain_probe_bw)
+        });
     }
 }
 
@@ -472,7 +474,7 @@ impl Version for Bbr {
     /// `bbr_ack_aggregation_cwnd`: only once the pipe is full.
     fn ack_aggregation_cwnd(&self) -> u32 {
         if self.p.extra_acked_gain > 0.0 && self.core.full_bw_reached {
-            self.core.aggr.cwnd(self.bw(), to_unit(self.p.extra_acked_gain))
+            self.core.aggr.cwnd(self.bw(), self.core.extra_acked_gain)
         } else {
             0
         }

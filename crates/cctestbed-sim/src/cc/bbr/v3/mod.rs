@@ -253,7 +253,8 @@ pub struct Bbr3 {
     /// Pacing gains indexed by [`Phase`].
     pacing_gains: [u32; 4],
     probe_rtt_cwnd_gain: u32,
-    extra_acked_gain: u32,
+    /// bbr_ecn_thresh, BBR_UNIT.
+    ecn_thresh: u32,
     /// beta, loss_thresh and headroom in 1/FRAC_UNIT.
     beta: u64,
     loss_thresh: u64,
@@ -322,7 +323,7 @@ impl Bbr3 {
             cwnd_gain_probe_up: to_unit(p.probe_up_cwnd_gain),
             pacing_gains: [to_unit(p.probe_up_gain), to_unit(p.probe_down_gain), BBR_UNIT, BBR_UNIT],
             probe_rtt_cwnd_gain: to_unit(p.probe_rtt_cwnd_gain),
-            extra_acked_gain: to_unit(p.extra_acked_gain),
+            ecn_thresh: to_unit(p.ecn_thresh),
             beta: to_frac(p.beta),
             loss_thresh: to_frac(p.loss_thresh),
             headroom: to_frac(p.inflight_headroom),
@@ -448,9 +449,10 @@ impl Bbr3 {
 
     /// `bbr_update_gains`: in PROBE_BW, the phase's pacing gain, and a larger cwnd gain in UP.
     fn update_gains(&mut self) {
-        let pacing = self.pacing_gains[self.cycle_idx as usize];
-        let cwnd = if self.cycle_idx == Phase::Up { self.cwnd_gain_probe_up } else { self.cwnd_gain_probe_bw };
-        self.core.update_gains((pacing, cwnd));
+        self.core.update_gains(|| {
+            let pacing = self.pacing_gains[self.cycle_idx as usize];
+            (pacing, if self.cycle_idx == Phase::Up { self.cwnd_gain_probe_up } else { self.cwnd_gain_probe_bw })
+        });
     }
 
     /// `bbr_set_cwnd` (v3: no packet conservation; Startup grows while below target or below
@@ -479,7 +481,7 @@ impl Bbr3 {
 
     /// `bbr_update_ack_aggregation` (1-round slots until the pipe is full).
     fn update_ack_aggregation(&mut self, info: &ConnInfo, w: &Window, rs: &RateSample) {
-        if self.extra_acked_gain == 0 || rs.acked_sacked == 0 || rs.delivered < 0 || rs.interval_ns / 1000 <= 0 {
+        if self.core.extra_acked_gain == 0 || rs.acked_sacked == 0 || rs.delivered < 0 || rs.interval_ns / 1000 <= 0 {
             return;
         }
         let full = self.core.full_bw_reached;
@@ -531,10 +533,10 @@ impl Version for Bbr3 {
 
     /// `bbr_ack_aggregation_cwnd` (v3 adds it in every state).
     fn ack_aggregation_cwnd(&self) -> u32 {
-        if self.extra_acked_gain == 0 {
+        if self.core.extra_acked_gain == 0 {
             return 0;
         }
-        self.core.aggr.cwnd(self.bw(), self.extra_acked_gain)
+        self.core.aggr.cwnd(self.bw(), self.core.extra_acked_gain)
     }
 
     /// `bbr_probe_rtt_cwnd`: max(4, BDP/2).

@@ -148,7 +148,7 @@ impl Bbr3 {
         if lost > 0 && tx_in_flight > 0 && lost > (tx_in_flight as u64 * self.loss_thresh) >> FRAC_SCALE {
             return true;
         }
-        let thresh = to_unit(self.p.ecn_thresh);
+        let thresh = self.ecn_thresh;
         delivered_ce > 0
             && delivered > 0
             && self.ecn_eligible

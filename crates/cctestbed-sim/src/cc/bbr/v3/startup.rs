@@ -3,7 +3,7 @@
 //! much, or when rounds are CE-marked past ecn_thresh.
 
 use super::{Bbr3, MAX_LOSS_EVENTS};
-use crate::cc::bbr::{to_unit, Version, BBR_UNIT};
+use crate::cc::bbr::{Version, BBR_UNIT};
 use crate::cc::{CaState, ConnInfo, RateSample};
 
 impl Bbr3 {
@@ -51,7 +51,7 @@ impl Bbr3 {
     /// `bbr_check_ecn_too_high_in_startup`, at a round start with its CE ratio: after
     /// full_ecn_cnt rounds at or above ecn_thresh, the pipe is full.
     pub(super) fn check_ecn_too_high_in_startup(&mut self, ce_ratio: u32) {
-        let thresh = to_unit(self.p.ecn_thresh);
+        let thresh = self.ecn_thresh;
         if self.core.full_bw_reached || self.p.full_ecn_cnt == 0.0 || thresh == 0 {
             return;
         }
