@@ -3,11 +3,11 @@
  * BBR version 1 as a BPF congestion control (struct_ops tcp_congestion_ops), with the thesis'
  * variants as parameters. It follows Linux net/ipv4/tcp_bbr.c (v6.x) function by function (the
  * names below are tcp_bbr.c's) and implements the same parameters, with the same meanings, as
- * the simulator's BBRv1 (crates/cctestbed-sim/src/cc/bbr.rs, BbrParams):
+ * the simulator's BBRv1 (crates/cctestbed-sim/src/cc/bbr/v1/: BbrParams, proposals.rs):
  *
  *   cwnd_gain = 1.5      BBR Shallow (the thesis' tcp_bbrshallow.c)
- *   adaptive_cap = 1     the thesis' adaptive inflight cap (Algorithm 1), bbr.rs adapt_cwnd_gain
- *   stable_rtprop = 1    the stable RTprop estimator, bbr.rs judge_probe / update_min_rtt
+ *   adaptive_cap = 1     the thesis' adaptive inflight cap (Algorithm 1), adapt_cwnd_gain
+ *   stable_rtprop = 1    the stable RTprop estimator, judge_probe / stable_rtprop_sample
  *
  * Parameters are read-only globals (.rodata): the loader writes them into the object before it
  * is loaded, so one object serves every parameter set and each loaded instance has its own.
@@ -666,7 +666,7 @@ static __always_inline void bbr_check_drain(struct sock *sk, struct bbr_st *bbr)
 		bbr_reset_probe_bw_mode(sk, bbr);
 }
 
-/* Stable RTprop (bbr.rs judge_probe): at the end of a PROBE_RTT, adopt the probe's higher
+/* Stable RTprop (judge_probe): at the end of a PROBE_RTT, adopt the probe's higher
  * RTprop only if it jumped by more than the jump factor, or if the last N probes all measured
  * higher and agree within the tolerance. */
 static __always_inline void bbr_judge_probe(struct bbr_st *bbr)
@@ -794,7 +794,7 @@ static __always_inline void bbr_update_gains(struct bbr_st *bbr)
 	}
 }
 
-/* The adaptive inflight cap (bbr.rs adapt_cwnd_gain), once per round in PROBE_BW: lower the
+/* The adaptive inflight cap (adapt_cwnd_gain), once per round in PROBE_BW: lower the
  * cwnd gain if the round lost more than the threshold; else raise it if the round delivered
  * less than the bandwidth estimate (minus a margin); else lower it if even the round's
  * smallest RTT shows a standing queue; else keep it. */

@@ -42,10 +42,10 @@ fn trace(c: ccsim::SimConfig, step: i64) -> (Trace, Simulation) {
         tr.queue.push(sim.bottleneck.queue_len().1);
         for f in 0..n {
             let b = bbr(&sim, f);
-            tr.mode[f].push(b.mode);
+            tr.mode[f].push(b.mode());
             tr.cwnd[f].push(sim.senders[f].w.cwnd);
             tr.cycle[f].push(b.cycle_idx);
-            tr.round[f].push(b.rtt_cnt);
+            tr.round[f].push(b.rtt_cnt());
             tr.min_rtt[f].push(b.min_rtt_ns().map_or(f64::NAN, |x| x as f64 / 1e9));
         }
         true
@@ -129,10 +129,10 @@ fn probe_bw_never_starts_in_the_draining_phase() {
         let mut sim = Simulation::new(c).unwrap();
         step_through(&mut sim, end, MS, |sim, _| {
             let b = bbr(sim, 0);
-            if b.mode == Mode::ProbeBw {
+            if b.mode() == Mode::ProbeBw {
                 seen[b.cycle_idx] += 1;
             }
-            b.mode != Mode::ProbeBw
+            b.mode() != Mode::ProbeBw
         });
     }
     assert_eq!(seen[1], 0, "a flow started PROBE_BW in the 0.75 phase: {seen:?}");

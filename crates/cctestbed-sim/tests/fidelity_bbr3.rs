@@ -35,7 +35,7 @@ fn trace(c: ccsim::SimConfig, step: i64) -> Trace {
         tr.t.push(t as f64 / 1e9);
         tr.state.push(b.state());
         tr.cwnd.push(sim.senders[0].w.cwnd);
-        tr.round.push(b.round_count);
+        tr.round.push(b.round_count());
         tr.max_bw.push(b.to_bps(b.max_bw()));
         tr.min_rtt.push(b.min_rtt_ns().map_or(f64::NAN, |x| x as f64 / 1e9));
         true

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 pub mod bbr;
 pub mod bpf;
-pub mod bbr3;
+pub use bbr::v3 as bbr3;
 pub mod cubic;
 pub mod dctcp;
 pub mod htcp;
