@@ -174,10 +174,11 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
         HELPER_GETSOCKOPT => sockopt(m, a, true),
         HELPER_SK_STORAGE_GET => {
             let map = map_arg(m, a[0], "bpf_sk_storage_get")?;
-            let def = m.object.maps[map].clone();
+            let def = &m.object.maps[map];
             if def.kind != MAP_TYPE_SK_STORAGE {
                 return Err(format!("bpf_sk_storage_get on map {}, which is not BPF_MAP_TYPE_SK_STORAGE", def.name));
             }
+            let value_size = def.value_size as usize;
             if a[1] != sock_addr() || a[3] > 1 {
                 return Ok(0); // NULL socket or bad flags: the kernel returns NULL
             }
@@ -185,7 +186,7 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
                 if a[3] & 1 == 0 {
                     return Ok(0);
                 }
-                let init = if a[2] != 0 { m.slice(a[2], def.value_size as usize)?.to_vec() } else { vec![0; def.value_size as usize] };
+                let init = if a[2] != 0 { m.slice(a[2], value_size)?.to_vec() } else { vec![0; value_size] };
                 m.sk_storage[map] = Some(init);
             }
             Ok(Machine::sk_storage_addr(map))

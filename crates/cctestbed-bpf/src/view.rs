@@ -103,7 +103,9 @@ macro_rules! view_int {
         impl ViewType for $t {
             const SIZE: usize = core::mem::size_of::<$t>();
             fn register(btf: &mut TargetBtf) -> usize { btf.int(Self::SIZE, $signed) }
+            #[inline]
             fn store(&self, buf: &mut [u8]) { buf[..Self::SIZE].copy_from_slice(&self.to_le_bytes()); }
+            #[inline]
             fn load(&mut self, buf: &[u8]) {
                 let mut b = [0u8; core::mem::size_of::<$t>()];
                 b.copy_from_slice(&buf[..Self::SIZE]);
@@ -119,9 +121,11 @@ impl ViewType for bool {
     fn register(btf: &mut TargetBtf) -> usize {
         btf.int(1, false)
     }
+    #[inline]
     fn store(&self, buf: &mut [u8]) {
         buf[0] = *self as u8;
     }
+    #[inline]
     fn load(&mut self, buf: &[u8]) {
         *self = buf[0] != 0;
     }
@@ -133,12 +137,16 @@ impl<T: ViewType, const N: usize> ViewType for [T; N] {
         let elem = T::register(btf);
         btf.array(elem, N)
     }
+    #[inline]
     fn store(&self, buf: &mut [u8]) {
+        let buf = &mut buf[..Self::SIZE];
         for (i, e) in self.iter().enumerate() {
             e.store(&mut buf[i * T::SIZE..]);
         }
     }
+    #[inline]
     fn load(&mut self, buf: &[u8]) {
+        let buf = &buf[..Self::SIZE];
         for (i, e) in self.iter_mut().enumerate() {
             e.load(&buf[i * T::SIZE..]);
         }
@@ -166,10 +174,16 @@ macro_rules! view_struct {
                 }),*];
                 btf.add_struct($btf_name, Self::SIZE, members)
             }
+            // The buffer is cut to the struct's size first, so that every member's offset is
+            // checked against a constant (and the checks fold away once inlined).
+            #[inline]
             fn store(&self, buf: &mut [u8]) {
+                let buf = &mut buf[..Self::SIZE];
                 $(self.$field.store(&mut buf[core::mem::offset_of!($name, $field)..]);)*
             }
+            #[inline]
             fn load(&mut self, buf: &[u8]) {
+                let buf = &buf[..Self::SIZE];
                 $(self.$field.load(&buf[core::mem::offset_of!($name, $field)..]);)*
             }
         }

@@ -200,12 +200,19 @@ struct Scratch {
     stack: Vec<u8>,
 }
 
-/// Overwrites `buf` with the bytes of view `v`.
+/// Overwrites `buf` with the bytes of view `v` (empty for None). The buffer keeps its size
+/// from call to call, so it is zeroed only when it is (re)made: the view's padding, which no
+/// member store writes and no program may write, stays zero.
 fn fill_view<T: ViewType>(buf: &mut Vec<u8>, v: Option<&T>) {
-    buf.clear();
-    if let Some(v) = v {
-        buf.resize(T::SIZE, 0);
-        v.store(buf);
+    match v {
+        Some(v) => {
+            if buf.len() != T::SIZE {
+                buf.clear();
+                buf.resize(T::SIZE, 0);
+            }
+            v.store(buf);
+        }
+        None => buf.clear(),
     }
 }
 
