@@ -9,7 +9,7 @@ use crate::core_relo::{self, FIELD_BYTE_OFFSET};
 use crate::elf::{Elf, Rel, Symbol, SHN_UNDEF, STB_WEAK, STT_SECTION};
 use crate::kernel::{Kfunc, HELPERS};
 use crate::view::{offsets, TargetBtf};
-use crate::vm::{self, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
+use crate::vm::{self, CtxLayout, Fast, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
 use crate::{LoadError, Op};
 
 /// `STT_FUNC`: a symbol naming a function.
@@ -38,6 +38,8 @@ pub(crate) struct Program {
     pub sec_index: usize,
     pub insns: Vec<Insn>,
     pub entry: usize,
+    /// The program compiled for the fast loop ([`vm::compile`]).
+    pub fast: Vec<Fast>,
 }
 
 #[derive(Clone, Debug)]
@@ -245,7 +247,7 @@ impl Object {
                         return Err(err(format!("op {op}: program {} does not start at an instruction of {}", sym.name, psec.name)));
                     }
                     let section = program_display_name(&elf, sec, &psec.name, &sym.name);
-                    programs.push(Program { section, sec_index: sec, insns, entry: (sym.value / 8) as usize });
+                    programs.push(Program { section, sec_index: sec, insns, entry: (sym.value / 8) as usize, fast: Vec::new() });
                     programs.len() - 1
                 }
             };
@@ -270,6 +272,17 @@ impl Object {
                 var.name,
                 missing.join(" and ")
             )));
+        }
+
+        // Each program compiled once for the fast loop, for the context of the op it serves
+        // (of a program that serves several ops, only the socket is known).
+        for (pi, p) in programs.iter_mut().enumerate() {
+            let mut served = Op::ALL.into_iter().filter(|op| ops[op.index()] == Some(pi));
+            let layout = match (served.next(), served.next()) {
+                (Some(op), None) => CtxLayout::of(op),
+                _ => CtxLayout::default(),
+            };
+            p.fast = vm::compile(&p.insns, p.entry, &data, &maps, layout);
         }
 
         let shared = Shared {

@@ -11,6 +11,11 @@ use std::sync::Arc;
 
 use crate::kernel::{self, Kfunc};
 use crate::load::{DataSection, MapStore, Object, Shared, MAP_TYPE_ARRAY, MAP_TYPE_HASH};
+
+mod fast;
+pub(crate) use fast::{compile, run, CtxLayout, Fast};
+#[cfg(test)]
+use fast::run_with;
 use crate::view::ViewType;
 use crate::{AckSample, Env, LoadError, Op, RateSample, RunError, TcpSock};
 
@@ -185,8 +190,6 @@ pub struct Instance {
     pub(crate) sk_storage: Vec<Option<Vec<u8>>>,
     /// Buffers of the last call, kept to spare allocations.
     scratch: Scratch,
-    /// Each program pre-decoded for the fast loop ([`compile`]).
-    code: Vec<Vec<Fast>>,
     /// The stand-in for the object's shared state when its programs cannot change it.
     unshared: Option<Shared>,
 }
@@ -233,7 +236,8 @@ pub(crate) struct Machine<'a> {
     /// is accessible, the frames of returned callees above it are not.
     pub stack_top: usize,
     pub shared: &'a mut Shared,
-    pub sk_storage: &'a mut Vec<Option<Vec<u8>>>,
+    /// The instance's socket storage values, one per map (moved in for the call).
+    pub sk_storage: Vec<Option<Vec<u8>>>,
     pub env: &'a mut Env,
 }
 
@@ -383,7 +387,6 @@ impl<'a> Machine<'a> {
 impl Instance {
     pub(crate) fn new(object: Arc<Object>) -> Instance {
         let n = object.maps.len();
-        let code = object.programs.iter().map(|p| compile(&p.insns, &object.data)).collect();
         // Without array or hash maps and writable data, the shared state is never touched: a
         // copy of its (empty) shape stands in for it and no call takes the lock.
         let lock_free = object.maps.iter().all(|m| m.kind != MAP_TYPE_ARRAY && m.kind != MAP_TYPE_HASH) && object.data.iter().all(|d| !d.writable);
@@ -391,7 +394,7 @@ impl Instance {
             data: object.data.iter().map(|_| Vec::new()).collect(),
             maps: object.maps.iter().map(|_| MapStore::SkStorage).collect(),
         });
-        Instance { object, sock: Box::default(), sk_storage: vec![None; n], scratch: Scratch::default(), code, unshared }
+        Instance { object, sock: Box::default(), sk_storage: vec![None; n], scratch: Scratch::default(), unshared }
     }
 
     pub fn object(&self) -> &Arc<Object> {
@@ -410,10 +413,11 @@ impl Instance {
     /// their pointer argument, after `args` (so `cong_control` takes `args = [ack, flag]`); a
     /// missing sample is passed as NULL. Returns r0; an op the object lacks returns Ok(None).
     pub fn call(&mut self, op: Op, args: &[u64], ack: Option<&AckSample>, rs: Option<&RateSample>, env: &mut Env) -> Result<Option<u64>, RunError> {
-        let object = Arc::clone(&self.object);
+        let Instance { object, sock: view, sk_storage, scratch, unshared } = self;
+        let object: &Object = object;
         let Some(pi) = object.ops[op.index()] else { return Ok(None) };
         let prog = &object.programs[pi];
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut scratch = std::mem::take(scratch);
         let ctx = &mut scratch.ctx;
         ctx.clear();
         ctx.extend_from_slice(&sock_addr().to_le_bytes());
@@ -425,24 +429,23 @@ impl Instance {
             Op::CongControl => ctx.extend_from_slice(&(if rs.is_some() { addr(R_RS, 0) } else { 0 }).to_le_bytes()),
             _ => {}
         }
-        let mut guard = match self.unshared {
+        let mut guard = match unshared {
             Some(_) => None,
             None => Some(match object.shared.lock() {
                 Ok(g) => g,
                 Err(poisoned) => poisoned.into_inner(),
             }),
         };
-        let shared: &mut Shared = match (&mut guard, &mut self.unshared) {
+        let shared: &mut Shared = match (&mut guard, unshared) {
             (Some(g), _) => g,
             (None, Some(u)) => u,
             (None, None) => return Err(RunError { program: prog.section.clone(), op, insn: prog.entry, message: "no shared state".into() }),
         };
         // Kernel bit fields (read-only) go where the object's BTF puts them within their byte.
-        let mut sock = std::mem::take(&mut scratch.sock);
-        fill_view(&mut sock, Some(&*self.sock));
+        fill_view(&mut scratch.sock, Some(&**view));
         for b in &object.bitfields {
             let mask = ((1u16 << b.width) - 1) as u8;
-            sock[b.offset] = (sock[b.offset] & mask) << b.shift;
+            scratch.sock[b.offset] = (scratch.sock[b.offset] & mask) << b.shift;
         }
         fill_view(&mut scratch.ack, ack);
         fill_view(&mut scratch.rs, rs);
@@ -450,30 +453,29 @@ impl Instance {
         scratch.stack.resize(STACK_PER_FRAME * MAX_FRAMES, 0);
         scratch.stack[..STACK_PER_FRAME].fill(0);
         let mut m = Machine {
-            object: &object,
+            object,
             ctx: std::mem::take(&mut scratch.ctx),
-            sock,
+            sock: std::mem::take(&mut scratch.sock),
             ack: std::mem::take(&mut scratch.ack),
             rs: std::mem::take(&mut scratch.rs),
             stack: std::mem::take(&mut scratch.stack),
             stack_top: STACK_PER_FRAME,
             shared,
-            sk_storage: &mut self.sk_storage,
+            sk_storage: std::mem::take(sk_storage),
             env,
         };
-        let code = self.code.get(pi).map_or(&[][..], |c| &c[..]);
-        let result = run(&mut m, &prog.insns, code, prog.entry);
-        let sock_bytes = std::mem::take(&mut m.sock);
+        let result = run(&mut m, &prog.insns, &prog.fast, prog.entry);
+        scratch.sock = std::mem::take(&mut m.sock);
         scratch.ctx = std::mem::take(&mut m.ctx);
         scratch.ack = std::mem::take(&mut m.ack);
         scratch.rs = std::mem::take(&mut m.rs);
         scratch.stack = std::mem::take(&mut m.stack);
+        *sk_storage = std::mem::take(&mut m.sk_storage);
         drop(m);
         drop(guard);
         // Stores before a failure stay visible, as they would in the kernel. Only the writable
         // fields can have changed (the bit-field bytes, read-only, need no restoring).
-        crate::view::offsets::load_writable(&mut self.sock, &sock_bytes);
-        scratch.sock = sock_bytes;
+        crate::view::offsets::load_writable(view, &scratch.sock);
         self.scratch = scratch;
         match result {
             Ok(r0) => Ok(Some(r0)),
@@ -779,489 +781,6 @@ impl Cpu {
     }
 }
 
-/// The operations of the fast loop: the frequent instructions with their operands decoded
-/// (immediates sign-extended, jump targets absolute), loads and stores through `r10`
-/// specialised to the stack, and a few fused sequences. Anything else is [`K::Step`], run by
-/// the reference interpreter [`step`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum K {
-    Step,
-    Add64I, Add64R, Sub64I, Sub64R, Mul64I, Mul64R, Or64I, Or64R, And64I, And64R,
-    Lsh64I, Lsh64R, Rsh64I, Rsh64R, Xor64I, Xor64R, Mov64I, Mov64R, Arsh64I, Arsh64R,
-    Div64I, Div64R, Mod64I, Mod64R, Neg64,
-    Add32I, Add32R, Sub32I, Sub32R, Mul32I, Mul32R, Or32I, Or32R, And32I, And32R,
-    Lsh32I, Lsh32R, Rsh32I, Rsh32R, Xor32I, Xor32R, Mov32I, Mov32R, Arsh32I, Arsh32R,
-    Ja, JeqI, JeqR, JgtI, JgtR, JgeI, JgeR, JsetI, JsetR, JneI, JneR, JsgtI, JsgtR, JsgeI, JsgeR,
-    JltI, JltR, JleI, JleR, JsltI, JsltR, JsleI, JsleR,
-    LdImm64,
-    Ldx1, Ldx2, Ldx4, Ldx8, Stx1, Stx2, Stx4, Stx8, St1, St2, St4, St8,
-    LdxS1, LdxS2, LdxS4, LdxS8, StxS1, StxS2, StxS4, StxS8, StS1, StS2, StS4, StS8,
-    Exit,
-    /// `rd <<= 32; rd >>= 32` (zero-extension of the low half).
-    Zext,
-    /// `rd <<= 32; rd s>>= 32` (sign-extension of the low half).
-    Sext,
-    /// `rd = rs; rd <<= 32; rd >>= 32`.
-    MovZext,
-    /// `rd = rs; rd <<= 32; rd s>>= 32`.
-    MovSext,
-    /// `rd = &rodata + c; rd = *(rd + off)` of a read-only section: the loaded value is `imm`.
-    LdConst,
-    /// `rd = imm; if rs > rd goto off` (and the signed form).
-    MovIJgt,
-    MovIJsgt,
-    /// `rd = *(u32 *)(rs + off); if rd == / != c goto t`, with `imm` = `t << 32 | c as u32`.
-    Ldx4Jeq,
-    Ldx4Jne,
-}
-
-/// One pre-decoded instruction (16 bytes). For jumps `off` is the absolute target.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Fast {
-    k: K,
-    d: u8,
-    s: u8,
-    off: i32,
-    imm: u64,
-}
-
-/// The most instructions one fast op stands for: the fast loop leaves the last few of the
-/// budget to [`step`], so that running out of budget is reported at the same instruction.
-const MAX_WEIGHT: u64 = 4;
-
-/// Pre-decodes a program (already validated) for [`run`]. Slot `i` of the result stands for
-/// instruction `i`; a fused op at `i` leaves the instructions it covers in place after it, so a
-/// jump into the middle of a fused sequence runs them one by one.
-pub(crate) fn compile(insns: &[Insn], data: &[DataSection]) -> Vec<Fast> {
-    let mut out: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x)).collect();
-    for i in 0..insns.len() {
-        let x = &insns[i];
-        let at = |j: usize| insns.get(i + j);
-        let is = |j: usize, code: u8, dst: u8, imm: i64| at(j).is_some_and(|y| y.code == code && y.dst == dst && y.imm == imm && y.off == 0);
-        let fast = |k: K, _weight: u8, imm: u64| Fast { k, d: x.dst, s: x.src, off: 0, imm };
-        // rd = rs (64-bit mov); rd <<= 32; rd >>= 32 / s>>= 32
-        if x.code == 0xbf && x.off == 0 && is(1, 0x67, x.dst, 32) {
-            if is(2, 0x77, x.dst, 32) {
-                out[i] = fast(K::MovZext, 3, 0);
-                continue;
-            }
-            if is(2, 0xc7, x.dst, 32) {
-                out[i] = fast(K::MovSext, 3, 0);
-                continue;
-            }
-        }
-        if x.code == 0x67 && x.imm == 32 && x.off == 0 {
-            if is(1, 0x77, x.dst, 32) {
-                out[i] = fast(K::Zext, 2, 0);
-                continue;
-            }
-            if is(1, 0xc7, x.dst, 32) {
-                out[i] = fast(K::Sext, 2, 0);
-                continue;
-            }
-        }
-        // rd = imm; if rX > rd goto (jump targets of the pair are the jump's own)
-        if x.code == 0xb7 && x.off == 0 {
-            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x2d | 0x6d) && y.src == x.dst && y.dst <= 10) {
-                let k = if y.code == 0x2d { K::MovIJgt } else { K::MovIJsgt };
-                out[i] = Fast { k, d: x.dst, s: y.dst, off: (i as i64 + 2 + y.off as i64) as i32, imm: x.imm as u64 };
-                continue;
-            }
-        }
-        // rd = *(u32 *)(rs + off); if rd ==/!= c goto
-        if x.code == 0x61 && x.src != 10 {
-            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x15 | 0x55) && y.dst == x.dst) {
-                let k = if y.code == 0x15 { K::Ldx4Jeq } else { K::Ldx4Jne };
-                let target = (i as i64 + 2 + y.off as i64) as u32 as u64;
-                out[i] = Fast { k, d: x.dst, s: x.src, off: x.off as i32, imm: target << 32 | y.imm as u32 as u64 };
-                continue;
-            }
-        }
-        // rd = address in a read-only data section; rd = *(size *)(rd + off)
-        if x.code == 0x18 {
-            if let (Some(y), Some(v)) = (at(2), const_load(x, insns.get(i + 2), data)) {
-                if y.dst == x.dst {
-                    out[i] = fast(K::LdConst, 2, v);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The value `ld_imm64` `x` followed by load `y` reads, when `x` is the address of a read-only
-/// data section and `y` a plain load through it that lies inside the section.
-fn const_load(x: &Insn, y: Option<&Insn>, data: &[DataSection]) -> Option<u64> {
-    let y = y?;
-    if !matches!(y.code, 0x61 | 0x69 | 0x71 | 0x79) || y.src != x.dst {
-        return None;
-    }
-    let a = (x.imm as u64).wrapping_add(y.off as i64 as u64);
-    let region = (a >> 32) as u32;
-    let i = region.checked_sub(R_DATA).filter(|i| *i < 0x100)? as usize;
-    let d = data.get(i).filter(|d| !d.writable)?;
-    // the address must not have wrapped from another region
-    if (x.imm as u64) >> 32 != region as u64 {
-        return None;
-    }
-    let off = (a & 0xffff_ffff) as usize;
-    let n = mem_size(y.code);
-    let b = d.initial.get(off..off.checked_add(n)?)?;
-    let mut v = [0u8; 8];
-    v[..n].copy_from_slice(b);
-    Some(u64::from_le_bytes(v))
-}
-
-fn decode(i: usize, x: &Insn) -> Fast {
-    use K::*;
-    let imm = x.imm as u64;
-    let target = (i as i64 + 1 + x.off as i64) as i32;
-    let mut f = Fast { k: Step, d: x.dst, s: x.src, off: x.off as i32, imm };
-    let k = match x.code {
-        0x07 => Add64I, 0x0f => Add64R, 0x17 => Sub64I, 0x1f => Sub64R, 0x27 => Mul64I, 0x2f => Mul64R,
-        0x47 => Or64I, 0x4f => Or64R, 0x57 => And64I, 0x5f => And64R, 0x67 => Lsh64I, 0x6f => Lsh64R,
-        0x77 => Rsh64I, 0x7f => Rsh64R, 0xa7 => Xor64I, 0xaf => Xor64R, 0xc7 => Arsh64I, 0xcf => Arsh64R,
-        0xb7 if x.off == 0 => Mov64I,
-        0xbf if x.off == 0 => Mov64R,
-        0x37 if x.off == 0 => Div64I,
-        0x3f if x.off == 0 => Div64R,
-        0x97 if x.off == 0 => Mod64I,
-        0x9f if x.off == 0 => Mod64R,
-        0x87 => Neg64,
-        0x04 => Add32I, 0x0c => Add32R, 0x14 => Sub32I, 0x1c => Sub32R, 0x24 => Mul32I, 0x2c => Mul32R,
-        0x44 => Or32I, 0x4c => Or32R, 0x54 => And32I, 0x5c => And32R, 0x64 => Lsh32I, 0x6c => Lsh32R,
-        0x74 => Rsh32I, 0x7c => Rsh32R, 0xa4 => Xor32I, 0xac => Xor32R, 0xc4 => Arsh32I, 0xcc => Arsh32R,
-        0xb4 if x.off == 0 => Mov32I,
-        0xbc if x.off == 0 => Mov32R,
-        0x05 => Ja, 0x15 => JeqI, 0x1d => JeqR, 0x25 => JgtI, 0x2d => JgtR, 0x35 => JgeI, 0x3d => JgeR,
-        0x45 => JsetI, 0x4d => JsetR, 0x55 => JneI, 0x5d => JneR, 0x65 => JsgtI, 0x6d => JsgtR,
-        0x75 => JsgeI, 0x7d => JsgeR, 0xa5 => JltI, 0xad => JltR, 0xb5 => JleI, 0xbd => JleR,
-        0xc5 => JsltI, 0xcd => JsltR, 0xd5 => JsleI, 0xdd => JsleR,
-        0x18 => LdImm64,
-        0x95 => Exit,
-        0x71 if x.src == 10 => LdxS1, 0x69 if x.src == 10 => LdxS2, 0x61 if x.src == 10 => LdxS4, 0x79 if x.src == 10 => LdxS8,
-        0x73 if x.dst == 10 => StxS1, 0x6b if x.dst == 10 => StxS2, 0x63 if x.dst == 10 => StxS4, 0x7b if x.dst == 10 => StxS8,
-        0x72 if x.dst == 10 => StS1, 0x6a if x.dst == 10 => StS2, 0x62 if x.dst == 10 => StS4, 0x7a if x.dst == 10 => StS8,
-        0x71 => Ldx1, 0x69 => Ldx2, 0x61 => Ldx4, 0x79 => Ldx8,
-        0x73 => Stx1, 0x6b => Stx2, 0x63 => Stx4, 0x7b => Stx8,
-        0x72 => St1, 0x6a => St2, 0x62 => St4, 0x7a => St8,
-        _ => Step,
-    };
-    if matches!(x.code & 7, 5) && k != Step && k != Exit {
-        f.off = target;
-    }
-    if x.dst > 10 || x.src > 10 {
-        f.k = Step; // only calls may carry other numbers in src; validate refused the rest
-        return f;
-    }
-    f.k = k;
-    f
-}
-
-/// A readable region the fast loop resolves itself: the call's buffers, read-only data, socket
-/// storage. Anything else (maps, writable data) is left to [`step`].
-#[inline(always)]
-fn fast_buf<'b>(m: &'b Machine, region: u32) -> Option<&'b [u8]> {
-    match region {
-        R_SOCK => Some(&m.sock),
-        R_STACK => m.stack.get(..m.stack_top),
-        R_RS => Some(&m.rs),
-        R_CTX => Some(&m.ctx),
-        R_ACK => Some(&m.ack),
-        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get((r - R_SK_STORAGE) as usize)?.as_deref(),
-        r if r.wrapping_sub(R_DATA) < 0x100 => m.object.data.get((r - R_DATA) as usize).filter(|d| !d.writable).map(|d| &d.initial[..]),
-        _ => None,
-    }
-}
-
-#[inline(always)]
-fn fast_load<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
-    let off = (a & 0xffff_ffff) as usize;
-    let b = fast_buf(m, (a >> 32) as u32)?.get(off..off + N)?;
-    <[u8; N]>::try_from(b).ok()
-}
-
-/// A writable region the fast loop resolves itself: the stack (this frame and its callers'),
-/// the socket's writable fields, socket storage.
-#[inline(always)]
-fn fast_store<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()> {
-    let off = (a & 0xffff_ffff) as usize;
-    let end = off + N;
-    let dst = match (a >> 32) as u32 {
-        R_STACK if end <= m.stack_top => m.stack.get_mut(off..end)?,
-        R_SOCK if m.object.writable.iter().any(|(_, s, e)| off >= *s && end <= *e) => m.sock.get_mut(off..end)?,
-        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get_mut((r - R_SK_STORAGE) as usize)?.as_deref_mut()?.get_mut(off..end)?,
-        _ => return None,
-    };
-    dst.copy_from_slice(&v);
-    Some(())
-}
-
-/// The stack bytes at `r10 + off` (`r10` is the top of the current frame), readable up to the
-/// top of the current frame.
-#[inline(always)]
-fn stack_range(m: &Machine, off: i32, n: usize) -> Option<std::ops::Range<usize>> {
-    let o = m.stack_top.checked_add_signed(off as isize)?;
-    let end = o + n;
-    (end <= m.stack_top).then_some(o..end)
-}
-
-/// Runs a program from `entry` to its exit: the fast loop over `code` (from [`compile`]),
-/// which hands every instruction it does not handle itself, and every access it cannot
-/// resolve, to the reference interpreter [`step`] (which then reports any fault).
-pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize) -> Result<u64, (usize, String)> {
-    let mut cpu = Cpu::new(entry);
-    loop {
-        if let Some(r0) = run_fast(m, insns, code, &mut cpu)? {
-            return Ok(r0);
-        }
-    }
-}
-
-/// Runs a program from `entry` with `budget` instructions, through the fast loop over `code`
-/// or, when `code` is None, through the reference interpreter [`step`] alone (for the
-/// differential tests, which hold the fast loop to the reference).
-#[cfg(test)]
-pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
-    let mut cpu = Cpu::new(entry);
-    cpu.budget = budget;
-    loop {
-        let done = match code {
-            Some(code) => run_fast(m, insns, code, &mut cpu)?,
-            None => step(m, insns, &mut cpu)?,
-        };
-        if let Some(r0) = done {
-            return Ok(r0);
-        }
-    }
-}
-
-/// The fast loop; returns to [`run`] after each [`step`].
-fn run_fast(m: &mut Machine, insns: &[Insn], code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>, (usize, String)> {
-    let mut pc = cpu.pc;
-    let mut budget = cpu.budget;
-    let mut r = cpu.r;
-    macro_rules! step {
-        () => {{
-            cpu.r = r;
-            cpu.pc = pc;
-            cpu.budget = budget;
-            return step(m, insns, cpu);
-        }};
-    }
-    loop {
-        if budget <= MAX_WEIGHT {
-            step!();
-        }
-        let Some(x) = code.get(pc) else { step!() };
-        let d = (x.d & 15) as usize;
-        let s = (x.s & 15) as usize;
-        let imm = x.imm;
-        macro_rules! next {
-            ($e:expr) => {{
-                $e;
-                pc += 1;
-                budget -= 1;
-                continue;
-            }};
-        }
-        macro_rules! w {
-            ($v:expr) => {
-                next!(r[d] = ($v) as u32 as u64)
-            };
-        }
-        macro_rules! jmp {
-            ($c:expr) => {{
-                budget -= 1;
-                pc = if $c { x.off as usize } else { pc + 1 };
-                continue;
-            }};
-        }
-        macro_rules! ldx {
-            ($n:literal, $t:ty) => {{
-                match fast_load::<$n>(m, r[s].wrapping_add(x.off as i64 as u64)) {
-                    Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
-                    None => step!(),
-                }
-            }};
-        }
-        macro_rules! stx {
-            ($n:literal, $t:ty, $v:expr) => {{
-                match fast_store::<$n>(m, r[d].wrapping_add(x.off as i64 as u64), ($v as $t).to_le_bytes()) {
-                    Some(()) => next!(()),
-                    None => step!(),
-                }
-            }};
-        }
-        macro_rules! ldxs {
-            ($n:literal, $t:ty) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
-                    Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
-                    None => step!(),
-                }
-            }};
-        }
-        macro_rules! stxs {
-            ($n:literal, $t:ty, $v:expr) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get_mut(rg)) {
-                    Some(b) => next!(b.copy_from_slice(&($v as $t).to_le_bytes())),
-                    None => step!(),
-                }
-            }};
-        }
-        match x.k {
-            K::Step => step!(),
-            K::Add64I => next!(r[d] = r[d].wrapping_add(imm)),
-            K::Add64R => next!(r[d] = r[d].wrapping_add(r[s])),
-            K::Sub64I => next!(r[d] = r[d].wrapping_sub(imm)),
-            K::Sub64R => next!(r[d] = r[d].wrapping_sub(r[s])),
-            K::Mul64I => next!(r[d] = r[d].wrapping_mul(imm)),
-            K::Mul64R => next!(r[d] = r[d].wrapping_mul(r[s])),
-            K::Or64I => next!(r[d] |= imm),
-            K::Or64R => next!(r[d] |= r[s]),
-            K::And64I => next!(r[d] &= imm),
-            K::And64R => next!(r[d] &= r[s]),
-            K::Lsh64I => next!(r[d] = r[d].wrapping_shl(imm as u32 & 63)),
-            K::Lsh64R => next!(r[d] = r[d].wrapping_shl(r[s] as u32 & 63)),
-            K::Rsh64I => next!(r[d] = r[d].wrapping_shr(imm as u32 & 63)),
-            K::Rsh64R => next!(r[d] = r[d].wrapping_shr(r[s] as u32 & 63)),
-            K::Xor64I => next!(r[d] ^= imm),
-            K::Xor64R => next!(r[d] ^= r[s]),
-            K::Mov64I => next!(r[d] = imm),
-            K::Mov64R => next!(r[d] = r[s]),
-            K::Arsh64I => next!(r[d] = ((r[d] as i64) >> (imm & 63)) as u64),
-            K::Arsh64R => next!(r[d] = ((r[d] as i64) >> (r[s] & 63)) as u64),
-            K::Div64I => next!(r[d] = r[d].checked_div(imm).unwrap_or(0)),
-            K::Div64R => next!(r[d] = r[d].checked_div(r[s]).unwrap_or(0)),
-            K::Mod64I => next!(r[d] = r[d].checked_rem(imm).unwrap_or(r[d])),
-            K::Mod64R => next!(r[d] = r[d].checked_rem(r[s]).unwrap_or(r[d])),
-            K::Neg64 => next!(r[d] = (r[d] as i64).wrapping_neg() as u64),
-            K::Add32I => w!((r[d] as u32).wrapping_add(imm as u32)),
-            K::Add32R => w!((r[d] as u32).wrapping_add(r[s] as u32)),
-            K::Sub32I => w!((r[d] as u32).wrapping_sub(imm as u32)),
-            K::Sub32R => w!((r[d] as u32).wrapping_sub(r[s] as u32)),
-            K::Mul32I => w!((r[d] as u32).wrapping_mul(imm as u32)),
-            K::Mul32R => w!((r[d] as u32).wrapping_mul(r[s] as u32)),
-            K::Or32I => w!(r[d] as u32 | imm as u32),
-            K::Or32R => w!(r[d] as u32 | r[s] as u32),
-            K::And32I => w!(r[d] as u32 & imm as u32),
-            K::And32R => w!(r[d] as u32 & r[s] as u32),
-            K::Lsh32I => w!((r[d] as u32).wrapping_shl(imm as u32 & 31)),
-            K::Lsh32R => w!((r[d] as u32).wrapping_shl(r[s] as u32 & 31)),
-            K::Rsh32I => w!((r[d] as u32).wrapping_shr(imm as u32 & 31)),
-            K::Rsh32R => w!((r[d] as u32).wrapping_shr(r[s] as u32 & 31)),
-            K::Xor32I => w!(r[d] as u32 ^ imm as u32),
-            K::Xor32R => w!(r[d] as u32 ^ r[s] as u32),
-            K::Mov32I => w!(imm),
-            K::Mov32R => w!(r[s]),
-            K::Arsh32I => w!((r[d] as u32 as i32) >> (imm as u32 & 31)),
-            K::Arsh32R => w!((r[d] as u32 as i32) >> (r[s] as u32 & 31)),
-            K::Ja => jmp!(true),
-            K::JeqI => jmp!(r[d] == imm),
-            K::JeqR => jmp!(r[d] == r[s]),
-            K::JgtI => jmp!(r[d] > imm),
-            K::JgtR => jmp!(r[d] > r[s]),
-            K::JgeI => jmp!(r[d] >= imm),
-            K::JgeR => jmp!(r[d] >= r[s]),
-            K::JsetI => jmp!(r[d] & imm != 0),
-            K::JsetR => jmp!(r[d] & r[s] != 0),
-            K::JneI => jmp!(r[d] != imm),
-            K::JneR => jmp!(r[d] != r[s]),
-            K::JsgtI => jmp!(r[d] as i64 > imm as i64),
-            K::JsgtR => jmp!(r[d] as i64 > r[s] as i64),
-            K::JsgeI => jmp!(r[d] as i64 >= imm as i64),
-            K::JsgeR => jmp!(r[d] as i64 >= r[s] as i64),
-            K::JltI => jmp!(r[d] < imm),
-            K::JltR => jmp!(r[d] < r[s]),
-            K::JleI => jmp!(r[d] <= imm),
-            K::JleR => jmp!(r[d] <= r[s]),
-            K::JsltI => jmp!((r[d] as i64) < imm as i64),
-            K::JsltR => jmp!((r[d] as i64) < r[s] as i64),
-            K::JsleI => jmp!(r[d] as i64 <= imm as i64),
-            K::JsleR => jmp!(r[d] as i64 <= r[s] as i64),
-            K::LdImm64 => {
-                r[d] = imm;
-                pc += 2;
-                budget -= 1;
-            }
-            K::Ldx1 => ldx!(1, u8),
-            K::Ldx2 => ldx!(2, u16),
-            K::Ldx4 => ldx!(4, u32),
-            K::Ldx8 => ldx!(8, u64),
-            K::Stx1 => stx!(1, u8, r[s]),
-            K::Stx2 => stx!(2, u16, r[s]),
-            K::Stx4 => stx!(4, u32, r[s]),
-            K::Stx8 => stx!(8, u64, r[s]),
-            K::St1 => stx!(1, u8, imm),
-            K::St2 => stx!(2, u16, imm),
-            K::St4 => stx!(4, u32, imm),
-            K::St8 => stx!(8, u64, imm),
-            K::LdxS1 => ldxs!(1, u8),
-            K::LdxS2 => ldxs!(2, u16),
-            K::LdxS4 => ldxs!(4, u32),
-            K::LdxS8 => ldxs!(8, u64),
-            K::StxS1 => stxs!(1, u8, r[s]),
-            K::StxS2 => stxs!(2, u16, r[s]),
-            K::StxS4 => stxs!(4, u32, r[s]),
-            K::StxS8 => stxs!(8, u64, r[s]),
-            K::StS1 => stxs!(1, u8, imm),
-            K::StS2 => stxs!(2, u16, imm),
-            K::StS4 => stxs!(4, u32, imm),
-            K::StS8 => stxs!(8, u64, imm),
-            K::Exit => {
-                if cpu.frames.is_empty() {
-                    cpu.budget = budget - 1;
-                    return Ok(Some(r[0]));
-                }
-                step!()
-            }
-            K::Zext => {
-                r[d] = r[d] as u32 as u64;
-                pc += 2;
-                budget -= 2;
-            }
-            K::Sext => {
-                r[d] = r[d] as u32 as i32 as i64 as u64;
-                pc += 2;
-                budget -= 2;
-            }
-            K::MovZext => {
-                r[d] = r[s] as u32 as u64;
-                pc += 3;
-                budget -= 3;
-            }
-            K::MovSext => {
-                r[d] = r[s] as u32 as i32 as i64 as u64;
-                pc += 3;
-                budget -= 3;
-            }
-            K::LdConst => {
-                r[d] = imm;
-                pc += 3;
-                budget -= 2;
-            }
-            K::MovIJgt | K::MovIJsgt => {
-                r[d] = imm;
-                budget -= 2;
-                let taken = if x.k == K::MovIJgt { r[s] > imm } else { r[s] as i64 > imm as i64 };
-                pc = if taken { x.off as usize } else { pc + 2 };
-            }
-            K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, r[s].wrapping_add(x.off as i64 as u64)) {
-                Some(b) => {
-                    let v = u32::from_le_bytes(b) as u64;
-                    r[d] = v;
-                    budget -= 2;
-                    let c = imm as u32 as i32 as i64 as u64;
-                    let taken = (v == c) == (x.k == K::Ldx4Jeq);
-                    pc = if taken { (imm >> 32) as usize } else { pc + 2 };
-                }
-                None => step!(),
-            },
-        }
-    }
-}
-
 fn atomic(m: &mut Machine, r: &mut [u64; 16], x: Insn, a: u64, n: usize) -> Result<(), String> {
     let s = x.src as usize;
     let mask = if n == 4 { 0xffff_ffff } else { u64::MAX };
@@ -1416,7 +935,6 @@ mod tests {
         validate(insns, "test").map_err(|e| (0, e.0))?;
         let object = object();
         let mut shared = object.shared.lock().unwrap();
-        let mut sk = Vec::new();
         let mut env = Env::default();
         let mut m = Machine {
             object: &object,
@@ -1427,10 +945,10 @@ mod tests {
             stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
             stack_top: STACK_PER_FRAME,
             shared: &mut shared,
-            sk_storage: &mut sk,
+            sk_storage: Vec::new(),
             env: &mut env,
         };
-        run(&mut m, insns, &compile(insns, &[]), 0)
+        run(&mut m, insns, &compile(insns, 0, &[], &[], CtxLayout::default()), 0)
     }
 
     fn r0_after(setup: &[Insn]) -> u64 {

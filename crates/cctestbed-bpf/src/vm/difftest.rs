@@ -277,9 +277,8 @@ struct Outcome {
 
 fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
     let mut shared = Shared { data: w.shared_data.clone(), maps: Vec::new() };
-    let mut sk = w.sk_storage.clone();
     let mut env = w.env.clone();
-    let code = compile(insns, &w.object.data);
+    let code = compile(insns, 0, &w.object.data, &[], CtxLayout::default());
     let mut m = Machine {
         object: &w.object,
         ctx: w.ctx.clone(),
@@ -289,12 +288,13 @@ fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
         stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
         stack_top: STACK_PER_FRAME,
         shared: &mut shared,
-        sk_storage: &mut sk,
+        sk_storage: w.sk_storage.clone(),
         env: &mut env,
     };
     let result = run_with(&mut m, insns, fast.then_some(&code[..]), 0, budget);
     let stack = std::mem::take(&mut m.stack);
     let sock = std::mem::take(&mut m.sock);
+    let sk = std::mem::take(&mut m.sk_storage);
     drop(m);
     Outcome { result, stack, sock, data: shared.data, sk_storage: sk, env: (env.now_ns, env.jiffies, env.prandom, env.send_ack) }
 }

@@ -1,0 +1,1031 @@
+//! The fast path: each program compiled once, at load, into [`Fast`] ops that one `match`
+//! loop ([`run_fast`]) runs; whatever the loop does not handle itself it hands, one instruction
+//! at a time, to the reference interpreter ([`step`]), which also produces every error.
+//!
+//! Compilation:
+//! - **Ops**: slot `i` of a program's ops stands for instruction `i` (operands decoded,
+//!   immediates sign-extended, jump targets absolute). A few frequent sequences are fused into
+//!   the op of their first slot ([`compile`]); the instructions they cover keep their own ops,
+//!   so a jump into the middle of a sequence runs them one by one.
+//! - **Budget by runs**: a run is the straight line from an instruction to the next jump,
+//!   call or exit (included). Each op holds `cost`, the instructions from it to the end of its
+//!   run; the loop charges the budget with the cost of the run it enters (at the entry, after
+//!   every jump, call and step), not per instruction. When the budget does not cover a run,
+//!   the run goes to [`step`] instruction by instruction, so the budget runs out at the very
+//!   instruction it would in the reference; an op handed to [`step`] gets back what its run
+//!   had charged for it and the instructions after it.
+//! - **Where a pointer points**: a forward data-flow pass ([`guess_bases`]) follows, through
+//!   registers and 8-byte stack slots, the pointers a program is given or makes (the context,
+//!   the socket from the context, the `rate_sample` or `ack_sample` from the context of
+//!   `cong_control` and `pkts_acked`, socket storage from `bpf_sk_storage_get`, global data
+//!   from `ld_imm64`, the stack from `r10`). A load or store whose base register it expects to
+//!   hold such a pointer gets an op for that region: the op checks the region of the address
+//!   (for a store into the socket view, that the base register holds the exact address
+//!   expected, the field's writability having been checked at compile time) and then only the
+//!   offset against the region's length; when the check fails it does what a plain load or
+//!   store does. The pass is a guess the ops check, never trusted: a wrong guess costs time,
+//!   not correctness.
+//! - **Calls** of helpers and kfuncs run in the loop (the same functions [`step`] calls).
+//!
+//! The differential test (`vm::difftest`) holds this loop to [`step`] alone.
+
+use super::*;
+use crate::load::MapDef;
+
+/// The operations of the fast loop. Anything else is [`K::Step`], run by [`step`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum K {
+    Step,
+    Add64I, Add64R, Sub64I, Sub64R, Mul64I, Mul64R, Or64I, Or64R, And64I, And64R,
+    Lsh64I, Lsh64R, Rsh64I, Rsh64R, Xor64I, Xor64R, Mov64I, Mov64R, Arsh64I, Arsh64R,
+    Div64I, Div64R, Mod64I, Mod64R, Neg64,
+    Add32I, Add32R, Sub32I, Sub32R, Mul32I, Mul32R, Or32I, Or32R, And32I, And32R,
+    Lsh32I, Lsh32R, Rsh32I, Rsh32R, Xor32I, Xor32R, Mov32I, Mov32R, Arsh32I, Arsh32R,
+    Ja, JeqI, JeqR, JgtI, JgtR, JgeI, JgeR, JsetI, JsetR, JneI, JneR, JsgtI, JsgtR, JsgeI, JsgeR,
+    JltI, JltR, JleI, JleR, JsltI, JsltR, JsleI, JsleR,
+    LdImm64,
+    /// Loads and stores through any pointer: the region is found at run time.
+    Ldx1, Ldx2, Ldx4, Ldx8, Stx1, Stx2, Stx4, Stx8, St1, St2, St4, St8,
+    /// Loads and stores through `r10`.
+    LdxS1, LdxS2, LdxS4, LdxS8, StxS1, StxS2, StxS4, StxS8, StS1, StS2, StS4, StS8,
+    /// Loads expected in the socket view, a socket storage value (map `x`, region `aux`),
+    /// the rate sample.
+    LdxSock1, LdxSock2, LdxSock4, LdxSock8,
+    LdxSk1, LdxSk2, LdxSk4, LdxSk8,
+    LdxRs1, LdxRs2, LdxRs4, LdxRs8,
+    /// A store into a writable socket field at offset `aux`, when the base register holds
+    /// `imm` (else a plain store).
+    StxSock1, StxSock2, StxSock4, StxSock8,
+    /// Stores expected in a socket storage value (map `x`, region `aux`).
+    StxSk1, StxSk2, StxSk4, StxSk8,
+    Exit,
+    /// A helper call (`imm` the helper id) and a kfunc call (`imm` the kfunc index).
+    CallHelper,
+    CallKfunc,
+    /// `rd <<= 32; rd >>= 32` (zero-extension of the low half).
+    Zext,
+    /// `rd <<= 32; rd s>>= 32` (sign-extension of the low half).
+    Sext,
+    /// `rd = rs; rd <<= 32; rd >>= 32`.
+    MovZext,
+    /// `rd = rs; rd <<= 32; rd s>>= 32`.
+    MovSext,
+    /// `rd = &rodata + c; rd = *(rd + off)` of a read-only section: the loaded value is `imm`.
+    LdConst,
+    /// `rd = imm; if rs > rd goto off` (and the signed form).
+    MovIJgt,
+    MovIJsgt,
+    /// `rd = *(u32 *)(rs + off); if rd == / != c goto t`, with `imm` = `t << 32 | c as u32`.
+    Ldx4Jeq,
+    Ldx4Jne,
+}
+
+/// One compiled instruction (24 bytes). For jumps `off` is the absolute target.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fast {
+    k: K,
+    d: u8,
+    s: u8,
+    /// The map of a socket storage access.
+    x: u8,
+    off: i32,
+    /// Instructions from this one to the end of its run (see the module's documentation).
+    cost: u32,
+    /// The region an access expects, or the socket offset of a [`K::StxSock1`]-like store.
+    aux: u32,
+    imm: u64,
+}
+
+/// How the context array of a program's op is laid out, for [`guess_bases`]: the slot and
+/// region of its sample pointer (`rate_sample` of `cong_control`, `ack_sample` of
+/// `pkts_acked`), if any. Slot 0 is always the socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CtxLayout {
+    pub sample: Option<(usize, u32)>,
+}
+
+impl CtxLayout {
+    /// The layout [`Instance::call`] builds for `op` (with the kernel's argument counts).
+    pub(crate) fn of(op: Op) -> CtxLayout {
+        match op {
+            Op::PktsAcked => CtxLayout { sample: Some((1, R_ACK)) },
+            Op::CongControl => CtxLayout { sample: Some((3, R_RS)) },
+            _ => CtxLayout::default(),
+        }
+    }
+}
+
+/// Compiles a program (already validated) entered at `entry`, given the object's data
+/// sections and maps and the context layout of the op it serves.
+pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: &[MapDef], layout: CtxLayout) -> Vec<Fast> {
+    let bases = guess_bases(insns, entry, layout, maps);
+    let mut out: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x, bases[i])).collect();
+    fuse(insns, data, &mut out);
+    // costs, from the end: a run ends at a jump, call or exit; past the end is one more
+    // instruction (the reference's "fell off the end")
+    let n = insns.len();
+    let mut next_cost = vec![1u32; n + 2];
+    for i in (0..n).rev() {
+        let x = &insns[i];
+        let c = if x.code == 0 {
+            0
+        } else if matches!(x.code & 7, 5 | 6) {
+            1
+        } else {
+            let next = if x.code == 0x18 { i + 2 } else { i + 1 };
+            next_cost[next.min(n)].saturating_add(1)
+        };
+        next_cost[i] = c;
+        out[i].cost = c;
+    }
+    out
+}
+
+fn decode(i: usize, x: &Insn, base: Val) -> Fast {
+    use K::*;
+    let imm = x.imm as u64;
+    let target = (i as i64 + 1 + x.off as i64) as i32;
+    let mut f = Fast { k: Step, d: x.dst, s: x.src, x: 0, off: x.off as i32, cost: 0, aux: 0, imm };
+    let k = match x.code {
+        0x07 => Add64I, 0x0f => Add64R, 0x17 => Sub64I, 0x1f => Sub64R, 0x27 => Mul64I, 0x2f => Mul64R,
+        0x47 => Or64I, 0x4f => Or64R, 0x57 => And64I, 0x5f => And64R, 0x67 => Lsh64I, 0x6f => Lsh64R,
+        0x77 => Rsh64I, 0x7f => Rsh64R, 0xa7 => Xor64I, 0xaf => Xor64R, 0xc7 => Arsh64I, 0xcf => Arsh64R,
+        0xb7 if x.off == 0 => Mov64I,
+        0xbf if x.off == 0 => Mov64R,
+        0x37 if x.off == 0 => Div64I,
+        0x3f if x.off == 0 => Div64R,
+        0x97 if x.off == 0 => Mod64I,
+        0x9f if x.off == 0 => Mod64R,
+        0x87 => Neg64,
+        0x04 => Add32I, 0x0c => Add32R, 0x14 => Sub32I, 0x1c => Sub32R, 0x24 => Mul32I, 0x2c => Mul32R,
+        0x44 => Or32I, 0x4c => Or32R, 0x54 => And32I, 0x5c => And32R, 0x64 => Lsh32I, 0x6c => Lsh32R,
+        0x74 => Rsh32I, 0x7c => Rsh32R, 0xa4 => Xor32I, 0xac => Xor32R, 0xc4 => Arsh32I, 0xcc => Arsh32R,
+        0xb4 if x.off == 0 => Mov32I,
+        0xbc if x.off == 0 => Mov32R,
+        0x05 => Ja, 0x15 => JeqI, 0x1d => JeqR, 0x25 => JgtI, 0x2d => JgtR, 0x35 => JgeI, 0x3d => JgeR,
+        0x45 => JsetI, 0x4d => JsetR, 0x55 => JneI, 0x5d => JneR, 0x65 => JsgtI, 0x6d => JsgtR,
+        0x75 => JsgeI, 0x7d => JsgeR, 0xa5 => JltI, 0xad => JltR, 0xb5 => JleI, 0xbd => JleR,
+        0xc5 => JsltI, 0xcd => JsltR, 0xd5 => JsleI, 0xdd => JsleR,
+        0x18 => LdImm64,
+        0x95 => Exit,
+        0x85 if x.src == CALL_HELPER => CallHelper,
+        0x85 if x.src == CALL_KFUNC => CallKfunc,
+        0x71 if x.src == 10 => LdxS1, 0x69 if x.src == 10 => LdxS2, 0x61 if x.src == 10 => LdxS4, 0x79 if x.src == 10 => LdxS8,
+        0x73 if x.dst == 10 => StxS1, 0x6b if x.dst == 10 => StxS2, 0x63 if x.dst == 10 => StxS4, 0x7b if x.dst == 10 => StxS8,
+        0x72 if x.dst == 10 => StS1, 0x6a if x.dst == 10 => StS2, 0x62 if x.dst == 10 => StS4, 0x7a if x.dst == 10 => StS8,
+        0x71 | 0x69 | 0x61 | 0x79 => load_kind(x.code, base, &mut f),
+        0x73 | 0x6b | 0x63 | 0x7b => store_kind(x, base, &mut f),
+        0x72 => St1, 0x6a => St2, 0x62 => St4, 0x7a => St8,
+        _ => Step,
+    };
+    if matches!(x.code & 7, 5) && !matches!(k, Step | Exit | CallHelper | CallKfunc) {
+        f.off = target;
+    }
+    if x.dst > 10 || x.src > 10 && x.code != 0x85 {
+        return f; // validate refused these; Step all the same
+    }
+    f.k = k;
+    f
+}
+
+/// The op of a plain load (`code` 0x61/0x69/0x71/0x79) whose base is expected to be `base`.
+fn load_kind(code: u8, base: Val, f: &mut Fast) -> K {
+    use K::*;
+    let size = |k: [K; 4]| match code {
+        0x71 => k[0],
+        0x69 => k[1],
+        0x61 => k[2],
+        _ => k[3],
+    };
+    match base.region() {
+        Some(R_SOCK) => size([LdxSock1, LdxSock2, LdxSock4, LdxSock8]),
+        Some(R_RS) => size([LdxRs1, LdxRs2, LdxRs4, LdxRs8]),
+        Some(r) if r.wrapping_sub(R_SK_STORAGE) < 0x100 => {
+            f.x = (r - R_SK_STORAGE) as u8;
+            f.aux = r;
+            size([LdxSk1, LdxSk2, LdxSk4, LdxSk8])
+        }
+        _ => size([Ldx1, Ldx2, Ldx4, Ldx8]),
+    }
+}
+
+/// The op of a plain register store whose base is expected to be `base`.
+fn store_kind(x: &Insn, base: Val, f: &mut Fast) -> K {
+    use K::*;
+    let n = mem_size(x.code);
+    let size = |k: [K; 4]| match n {
+        1 => k[0],
+        2 => k[1],
+        4 => k[2],
+        _ => k[3],
+    };
+    match base {
+        Val::Ptr(R_SOCK, Some(o)) => {
+            let expected = ((R_SOCK as u64) << 32).wrapping_add(o as u64);
+            let a = expected.wrapping_add(x.off as i64 as u64);
+            let off = (a & 0xffff_ffff) as usize;
+            let writable = crate::view::offsets::writable().iter().any(|(_, s, e)| off >= *s && off + n <= *e);
+            if a >> 32 == R_SOCK as u64 && writable {
+                f.imm = expected;
+                f.aux = off as u32;
+                return size([StxSock1, StxSock2, StxSock4, StxSock8]);
+            }
+        }
+        Val::Ptr(r, _) if r.wrapping_sub(R_SK_STORAGE) < 0x100 => {
+            f.x = (r - R_SK_STORAGE) as u8;
+            f.aux = r;
+            return size([StxSk1, StxSk2, StxSk4, StxSk8]);
+        }
+        _ => {}
+    }
+    size([Stx1, Stx2, Stx4, Stx8])
+}
+
+/// Fuses the frequent sequences into the op of their first slot.
+fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
+    for i in 0..insns.len() {
+        let x = &insns[i];
+        let at = |j: usize| insns.get(i + j);
+        let is = |j: usize, code: u8, dst: u8, imm: i64| at(j).is_some_and(|y| y.code == code && y.dst == dst && y.imm == imm && y.off == 0);
+        let fast = |k: K, imm: u64| Fast { k, d: x.dst, s: x.src, x: 0, off: 0, cost: 0, aux: 0, imm };
+        // rd = rs (64-bit mov); rd <<= 32; rd >>= 32 / s>>= 32
+        if x.code == 0xbf && x.off == 0 && is(1, 0x67, x.dst, 32) {
+            if is(2, 0x77, x.dst, 32) {
+                out[i] = fast(K::MovZext, 0);
+                continue;
+            }
+            if is(2, 0xc7, x.dst, 32) {
+                out[i] = fast(K::MovSext, 0);
+                continue;
+            }
+        }
+        if x.code == 0x67 && x.imm == 32 && x.off == 0 {
+            if is(1, 0x77, x.dst, 32) {
+                out[i] = fast(K::Zext, 0);
+                continue;
+            }
+            if is(1, 0xc7, x.dst, 32) {
+                out[i] = fast(K::Sext, 0);
+                continue;
+            }
+        }
+        // rd = imm; if rX > rd goto (jump targets of the pair are the jump's own)
+        if x.code == 0xb7 && x.off == 0 {
+            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x2d | 0x6d) && y.src == x.dst && y.dst <= 10) {
+                let k = if y.code == 0x2d { K::MovIJgt } else { K::MovIJsgt };
+                out[i] = Fast { k, d: x.dst, s: y.dst, x: 0, off: (i as i64 + 2 + y.off as i64) as i32, cost: 0, aux: 0, imm: x.imm as u64 };
+                continue;
+            }
+        }
+        // rd = *(u32 *)(rs + off); if rd ==/!= c goto
+        if x.code == 0x61 && x.src != 10 {
+            if let Some(y) = at(1).filter(|y| matches!(y.code, 0x15 | 0x55) && y.dst == x.dst) {
+                let k = if y.code == 0x15 { K::Ldx4Jeq } else { K::Ldx4Jne };
+                let target = (i as i64 + 2 + y.off as i64) as u32 as u64;
+                out[i] = Fast { k, d: x.dst, s: x.src, x: 0, off: x.off as i32, cost: 0, aux: 0, imm: target << 32 | y.imm as u32 as u64 };
+                continue;
+            }
+        }
+        // rd = address in a read-only data section; rd = *(size *)(rd + off)
+        if x.code == 0x18 {
+            if let (Some(y), Some(v)) = (at(2), const_load(x, insns.get(i + 2), data)) {
+                if y.dst == x.dst {
+                    out[i] = fast(K::LdConst, v);
+                }
+            }
+        }
+    }
+}
+
+/// The value `ld_imm64` `x` followed by load `y` reads, when `x` is the address of a read-only
+/// data section and `y` a plain load through it that lies inside the section.
+fn const_load(x: &Insn, y: Option<&Insn>, data: &[DataSection]) -> Option<u64> {
+    let y = y?;
+    if !matches!(y.code, 0x61 | 0x69 | 0x71 | 0x79) || y.src != x.dst {
+        return None;
+    }
+    let a = (x.imm as u64).wrapping_add(y.off as i64 as u64);
+    let region = (a >> 32) as u32;
+    let i = region.checked_sub(R_DATA).filter(|i| *i < 0x100)? as usize;
+    let d = data.get(i).filter(|d| !d.writable)?;
+    // the address must not have wrapped from another region
+    if (x.imm as u64) >> 32 != region as u64 {
+        return None;
+    }
+    let off = (a & 0xffff_ffff) as usize;
+    let n = mem_size(y.code);
+    let b = d.initial.get(off..off.checked_add(n)?)?;
+    let mut v = [0u8; 8];
+    v[..n].copy_from_slice(b);
+    Some(u64::from_le_bytes(v))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where pointers point: a guess for the ops to check.
+
+/// What a register or an 8-byte stack slot is expected to hold: a pointer into a region (at
+/// a known offset, or not), or anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Val {
+    Any,
+    Ptr(u32, Option<i64>),
+}
+
+impl Val {
+    fn join(self, o: Val) -> Val {
+        match (self, o) {
+            (Val::Ptr(a, x), Val::Ptr(b, y)) if a == b => Val::Ptr(a, if x == y { x } else { None }),
+            _ => Val::Any,
+        }
+    }
+    fn region(self) -> Option<u32> {
+        match self {
+            Val::Ptr(r, _) => Some(r),
+            Val::Any => None,
+        }
+    }
+    fn plus(self, d: Option<i64>) -> Val {
+        match self {
+            Val::Ptr(r, o) => Val::Ptr(r, o.zip(d).map(|(o, d)| o.wrapping_add(d))),
+            Val::Any => Val::Any,
+        }
+    }
+}
+
+/// Stack slots followed: the 8-byte slots of the current frame (`r10` is offset 0).
+const SLOTS: usize = STACK_PER_FRAME / 8;
+
+#[derive(Clone, PartialEq)]
+struct State {
+    r: [Val; 11],
+    stack: [Val; SLOTS],
+}
+
+impl State {
+    fn join(&mut self, o: &State) -> bool {
+        let before = self.clone();
+        for (a, b) in self.r.iter_mut().zip(o.r.iter()) {
+            *a = a.join(*b);
+        }
+        for (a, b) in self.stack.iter_mut().zip(o.stack.iter()) {
+            *a = a.join(*b);
+        }
+        *self != before
+    }
+
+    /// The slot of the 8 bytes at `base + off`, when `base` is a frame pointer at a known
+    /// offset and the bytes are one aligned slot of the frame.
+    fn slot(base: Val, off: i64) -> Option<usize> {
+        match base {
+            Val::Ptr(R_STACK, Some(o)) => {
+                let a = o.checked_add(off)?;
+                (a < 0 && a >= -(STACK_PER_FRAME as i64) && a % 8 == 0).then(|| ((a + STACK_PER_FRAME as i64) / 8) as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets what a store of `n` bytes at `base + off` may overwrite.
+    fn clobber(&mut self, base: Val, off: i64, n: usize) {
+        match base {
+            Val::Ptr(R_STACK, Some(o)) => {
+                let a = o.saturating_add(off);
+                for (k, slot) in self.stack.iter_mut().enumerate() {
+                    let s = k as i64 * 8 - STACK_PER_FRAME as i64;
+                    if a < s + 8 && s < a + n as i64 {
+                        *slot = Val::Any;
+                    }
+                }
+            }
+            Val::Ptr(R_STACK, None) => self.stack = [Val::Any; SLOTS],
+            _ => {}
+        }
+    }
+}
+
+fn is_jump(x: &Insn) -> bool {
+    matches!(x.code & 7, 5 | 6)
+}
+
+/// The targets of jump `x` at `i` other than the next instruction (none for calls and exit).
+fn jump_target(i: usize, x: &Insn) -> Option<usize> {
+    if !is_jump(x) || matches!(x.code, 0x85 | 0x95) {
+        return None;
+    }
+    let t = i as i64 + 1 + if x.code == 0x06 { x.imm } else { x.off as i64 };
+    usize::try_from(t).ok()
+}
+
+/// For each memory instruction, what its base register is expected to hold (`Any` for the
+/// others and for unreached code): a forward data-flow pass over the program from `entry`
+/// (its `r1` the context, laid out as `layout`) and from every bpf-to-bpf call target.
+pub(crate) fn guess_bases(insns: &[Insn], entry: usize, layout: CtxLayout, maps: &[MapDef]) -> Vec<Val> {
+    let n = insns.len();
+    let mut leader = vec![false; n + 1];
+    let mut entries = vec![entry];
+    for (i, x) in insns.iter().enumerate() {
+        if x.code == 0x85 && x.src == CALL_LOCAL {
+            if let Ok(t) = usize::try_from(x.imm) {
+                entries.push(t);
+            }
+        }
+        if let Some(t) = jump_target(i, x) {
+            if t < n {
+                leader[t] = true;
+            }
+        }
+        if is_jump(x) {
+            leader[i + 1] = true;
+        }
+    }
+    let mut state: Vec<Option<State>> = vec![None; n];
+    let mut work = Vec::new();
+    for (k, &e) in entries.iter().enumerate() {
+        if e >= n {
+            continue;
+        }
+        leader[e] = true;
+        let mut st = State { r: [Val::Any; 11], stack: [Val::Any; SLOTS] };
+        st.r[10] = Val::Ptr(R_STACK, Some(0));
+        if k == 0 {
+            st.r[1] = Val::Ptr(R_CTX, Some(0));
+        }
+        merge(&mut state[e], &st, e, &mut work);
+    }
+    let mut bases = vec![Val::Any; n];
+    while let Some(l) = work.pop() {
+        let Some(mut st) = state[l].clone() else { continue };
+        let mut i = l;
+        loop {
+            let x = &insns[i];
+            transfer(x, &mut st, layout, maps, &mut bases[i]);
+            let next = if x.code == 0x18 { i + 2 } else { i + 1 };
+            if let Some(t) = jump_target(i, x) {
+                if t < n {
+                    merge(&mut state[t], &st, t, &mut work);
+                }
+            }
+            let falls = !matches!(x.code, 0x05 | 0x06 | 0x95);
+            if !falls || next >= n {
+                break;
+            }
+            if leader[next] {
+                merge(&mut state[next], &st, next, &mut work);
+                break;
+            }
+            i = next;
+        }
+    }
+    // The last visit of each block saw its final state, but an earlier visit may have left a
+    // guess the final state no longer supports: recompute from the final states.
+    bases.fill(Val::Any);
+    for (l, st) in state.iter().enumerate() {
+        let Some(mut st) = st.clone() else { continue };
+        let mut i = l;
+        loop {
+            let x = &insns[i];
+            transfer(x, &mut st, layout, maps, &mut bases[i]);
+            let next = if x.code == 0x18 { i + 2 } else { i + 1 };
+            if is_jump(x) || next >= n || leader[next] {
+                break;
+            }
+            i = next;
+        }
+    }
+    bases
+}
+
+fn merge(slot: &mut Option<State>, st: &State, at: usize, work: &mut Vec<usize>) {
+    let changed = match slot {
+        None => {
+            *slot = Some(st.clone());
+            true
+        }
+        Some(s) => s.join(st),
+    };
+    if changed {
+        work.push(at);
+    }
+}
+
+/// One instruction's effect on `st`; for a memory instruction, `base` gets its base
+/// register's value.
+fn transfer(x: &Insn, st: &mut State, layout: CtxLayout, maps: &[MapDef], base: &mut Val) {
+    let d = (x.dst as usize).min(10);
+    let s = (x.src as usize).min(10);
+    let off = x.off as i64;
+    match x.code & 7 {
+        0 => {
+            let v = x.imm as u64;
+            st.r[d] = if v >> 32 != 0 { Val::Ptr((v >> 32) as u32, Some((v & 0xffff_ffff) as i64)) } else { Val::Any };
+        }
+        1 => {
+            *base = st.r[s];
+            st.r[d] = if x.code == 0x79 { loaded(st, st.r[s], off, layout) } else { Val::Any };
+        }
+        2 => {
+            *base = st.r[d];
+            st.clobber(st.r[d], off, mem_size(x.code));
+        }
+        3 => {
+            *base = st.r[d];
+            let n = mem_size(x.code);
+            if x.code == 0x7b {
+                match State::slot(st.r[d], off) {
+                    Some(k) => st.stack[k] = st.r[s],
+                    None => st.clobber(st.r[d], off, n),
+                }
+            } else {
+                st.clobber(st.r[d], off, n);
+                if x.code & 0xe0 == 0xc0 && x.imm & 1 != 0 {
+                    let fetched = if x.imm == 0xf1 { 0 } else { s };
+                    st.r[fetched] = Val::Any;
+                }
+            }
+        }
+        7 => {
+            st.r[d] = match x.code {
+                0xbf if x.off == 0 => st.r[s],
+                0x07 => st.r[d].plus(Some(x.imm)),
+                0x17 => st.r[d].plus(Some(x.imm.wrapping_neg())),
+                0x0f | 0x1f => match (st.r[d], st.r[s]) {
+                    (Val::Ptr(r, _), Val::Any) => Val::Ptr(r, None),
+                    (Val::Any, Val::Ptr(r, _)) if x.code == 0x0f => Val::Ptr(r, None),
+                    _ => Val::Any,
+                },
+                _ => Val::Any,
+            };
+        }
+        4 => st.r[d] = Val::Any,
+        _ => {
+            if x.code == 0x85 {
+                st.r[0] = if x.src == CALL_HELPER { helper_result(x.imm, st.r[1], maps) } else { Val::Any };
+                for r in &mut st.r[1..=5] {
+                    *r = Val::Any;
+                }
+            }
+        }
+    }
+}
+
+/// What an 8-byte load from `base + off` gives: the socket or the sample from the context,
+/// a spilled pointer from the stack.
+fn loaded(st: &State, base: Val, off: i64, layout: CtxLayout) -> Val {
+    match base {
+        Val::Ptr(R_CTX, Some(o)) => match o.checked_add(off) {
+            Some(0) => Val::Ptr(R_SOCK, Some(0)),
+            Some(a) => match layout.sample {
+                Some((slot, region)) if a == slot as i64 * 8 => Val::Ptr(region, Some(0)),
+                _ => Val::Any,
+            },
+            None => Val::Any,
+        },
+        _ => State::slot(base, off).map_or(Val::Any, |k| st.stack[k]),
+    }
+}
+
+/// What helper `id` returns given its first argument `map`: a socket storage value, an
+/// array map's value.
+fn helper_result(id: i64, map: Val, maps: &[MapDef]) -> Val {
+    let Val::Ptr(r, Some(0)) = map else { return Val::Any };
+    let Some(m) = r.checked_sub(R_MAP_HANDLE).filter(|m| (*m as usize) < maps.len()) else { return Val::Any };
+    match id {
+        107 => Val::Ptr(R_SK_STORAGE + m, Some(0)),
+        1 if maps[m as usize].kind == crate::load::MAP_TYPE_ARRAY => Val::Ptr(R_ARRAY + m, None),
+        _ => Val::Any,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop.
+
+/// A readable region the fast loop resolves itself: the call's buffers, read-only data, socket
+/// storage. Anything else (maps, writable data) is left to [`step`].
+#[inline(always)]
+fn fast_buf<'b>(m: &'b Machine, region: u32) -> Option<&'b [u8]> {
+    match region {
+        R_SOCK => Some(&m.sock),
+        R_STACK => m.stack.get(..m.stack_top),
+        R_RS => Some(&m.rs),
+        R_CTX => Some(&m.ctx),
+        R_ACK => Some(&m.ack),
+        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get((r - R_SK_STORAGE) as usize)?.as_deref(),
+        r if r.wrapping_sub(R_DATA) < 0x100 => m.object.data.get((r - R_DATA) as usize).filter(|d| !d.writable).map(|d| &d.initial[..]),
+        _ => None,
+    }
+}
+
+/// The `N` bytes at offset `a` (the low half of an address) of `buf`.
+#[inline(always)]
+fn load_in<const N: usize>(buf: &[u8], a: u64) -> Option<[u8; N]> {
+    let off = (a & 0xffff_ffff) as usize;
+    buf.get(off..off + N).and_then(|b| <[u8; N]>::try_from(b).ok())
+}
+
+#[inline(always)]
+fn fast_load<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
+    load_in::<N>(fast_buf(m, (a >> 32) as u32)?, a)
+}
+
+/// A load expected in the socket view.
+#[inline(always)]
+fn load_sock<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
+    if a >> 32 == R_SOCK as u64 {
+        load_in::<N>(&m.sock, a)
+    } else {
+        fast_load::<N>(m, a)
+    }
+}
+
+/// A load expected in the rate sample.
+#[inline(always)]
+fn load_rs<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
+    if a >> 32 == R_RS as u64 {
+        load_in::<N>(&m.rs, a)
+    } else {
+        fast_load::<N>(m, a)
+    }
+}
+
+/// A load expected in socket storage value `map` (region `region`).
+#[inline(always)]
+fn load_sk<const N: usize>(m: &Machine, a: u64, map: u8, region: u32) -> Option<[u8; N]> {
+    if a >> 32 == region as u64 {
+        load_in::<N>(m.sk_storage.get(map as usize)?.as_deref()?, a)
+    } else {
+        fast_load::<N>(m, a)
+    }
+}
+
+/// A writable region the fast loop resolves itself: the stack (this frame and its callers'),
+/// the socket's writable fields, socket storage.
+#[inline(always)]
+fn fast_store<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()> {
+    let off = (a & 0xffff_ffff) as usize;
+    let end = off + N;
+    let dst = match (a >> 32) as u32 {
+        R_STACK if end <= m.stack_top => m.stack.get_mut(off..end)?,
+        R_SOCK if m.object.writable.iter().any(|(_, s, e)| off >= *s && end <= *e) => m.sock.get_mut(off..end)?,
+        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get_mut((r - R_SK_STORAGE) as usize)?.as_deref_mut()?.get_mut(off..end)?,
+        _ => return None,
+    };
+    dst.copy_from_slice(&v);
+    Some(())
+}
+
+/// A store expected in socket storage value `map` (region `region`).
+#[inline(always)]
+fn store_sk<const N: usize>(m: &mut Machine, a: u64, map: u8, region: u32, v: [u8; N]) -> Option<()> {
+    if a >> 32 == region as u64 {
+        let off = (a & 0xffff_ffff) as usize;
+        m.sk_storage.get_mut(map as usize)?.as_deref_mut()?.get_mut(off..off + N)?.copy_from_slice(&v);
+        Some(())
+    } else {
+        fast_store::<N>(m, a, v)
+    }
+}
+
+/// The stack bytes at `r10 + off` (`r10` is the top of the current frame), readable up to the
+/// top of the current frame.
+#[inline(always)]
+fn stack_range(m: &Machine, off: i32, n: usize) -> Option<std::ops::Range<usize>> {
+    let o = m.stack_top.checked_add_signed(off as isize)?;
+    let end = o + n;
+    (end <= m.stack_top).then_some(o..end)
+}
+
+/// The budget that entering a run at `i` charges.
+#[inline(always)]
+fn cost_at(code: &[Fast], i: usize) -> u64 {
+    code.get(i).map_or(1, |y| y.cost as u64)
+}
+
+/// Runs a program from `entry` to its exit: the fast loop over `code` (from [`compile`]),
+/// which hands every instruction it does not handle itself, and every access it cannot
+/// resolve, to the reference interpreter [`step`] (which then reports any fault).
+pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize) -> Result<u64, (usize, String)> {
+    let mut cpu = Cpu::new(entry);
+    loop {
+        if let Some(r0) = run_fast(m, code, &mut cpu)? {
+            return Ok(r0);
+        }
+        if let Some(r0) = step(m, insns, &mut cpu)? {
+            return Ok(r0);
+        }
+    }
+}
+
+/// Runs a program from `entry` with `budget` instructions, through the fast loop over `code`
+/// or, when `code` is None, through the reference interpreter [`step`] alone (for the
+/// differential tests, which hold the fast loop to the reference).
+#[cfg(test)]
+pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
+    let mut cpu = Cpu::new(entry);
+    cpu.budget = budget;
+    loop {
+        if let Some(code) = code {
+            if let Some(r0) = run_fast(m, code, &mut cpu)? {
+                return Ok(r0);
+            }
+        }
+        if let Some(r0) = step(m, insns, &mut cpu)? {
+            return Ok(r0);
+        }
+    }
+}
+
+/// The fast loop, from `cpu.pc`. Returns Ok(Some(r0)) at the program's exit; Ok(None) with
+/// `cpu` the reference's state at an instruction for [`step`] to run (one the loop does not
+/// handle, or the first of a run the budget does not cover); Err as [`step`] would.
+fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>, (usize, String)> {
+    let mut i = cpu.pc;
+    let mut budget = cpu.budget;
+    let c = cost_at(code, i);
+    if budget < c {
+        return Ok(None);
+    }
+    budget -= c;
+    let mut r = cpu.r;
+    // Hands instruction `i` to step, with what its run charged for it and the rest of the
+    // run given back.
+    macro_rules! bail {
+        () => {{
+            cpu.r = r;
+            cpu.pc = i;
+            cpu.budget = budget + cost_at(code, i);
+            return Ok(None);
+        }};
+    }
+    // Enters the run at `t`, or hands `t` to step when the budget does not cover the run.
+    macro_rules! goto {
+        ($t:expr) => {{
+            i = $t;
+            let c = cost_at(code, i);
+            if budget < c {
+                cpu.r = r;
+                cpu.pc = i;
+                cpu.budget = budget;
+                return Ok(None);
+            }
+            budget -= c;
+            continue;
+        }};
+    }
+    loop {
+        let Some(x) = code.get(i) else { bail!() };
+        let d = (x.d & 15) as usize;
+        let s = (x.s & 15) as usize;
+        let imm = x.imm;
+        macro_rules! next {
+            ($e:expr) => {{
+                $e;
+                i += 1;
+                continue;
+            }};
+        }
+        macro_rules! w {
+            ($v:expr) => {
+                next!(r[d] = ($v) as u32 as u64)
+            };
+        }
+        macro_rules! jmp {
+            ($c:expr) => {
+                goto!(if $c { x.off as usize } else { i + 1 })
+            };
+        }
+        macro_rules! ldx {
+            ($t:ty, $load:expr) => {{
+                match $load {
+                    Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
+                    None => bail!(),
+                }
+            }};
+        }
+        macro_rules! addr {
+            ($reg:expr) => {
+                r[$reg].wrapping_add(x.off as i64 as u64)
+            };
+        }
+        macro_rules! stx {
+            ($n:literal, $t:ty, $v:expr) => {{
+                match fast_store::<$n>(m, addr!(d), ($v as $t).to_le_bytes()) {
+                    Some(()) => next!(()),
+                    None => bail!(),
+                }
+            }};
+        }
+        macro_rules! stx_sock {
+            ($n:literal, $t:ty) => {{
+                let v = (r[s] as $t).to_le_bytes();
+                let at = x.aux as usize;
+                match m.sock.get_mut(at..at + $n).filter(|_| r[d] == imm) {
+                    Some(b) => next!(b.copy_from_slice(&v)),
+                    None => match fast_store::<$n>(m, addr!(d), v) {
+                        Some(()) => next!(()),
+                        None => bail!(),
+                    },
+                }
+            }};
+        }
+        macro_rules! stx_sk {
+            ($n:literal, $t:ty) => {{
+                match store_sk::<$n>(m, addr!(d), x.x, x.aux, (r[s] as $t).to_le_bytes()) {
+                    Some(()) => next!(()),
+                    None => bail!(),
+                }
+            }};
+        }
+        macro_rules! ldxs {
+            ($n:literal, $t:ty) => {{
+                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
+                    Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
+                    None => bail!(),
+                }
+            }};
+        }
+        macro_rules! stxs {
+            ($n:literal, $t:ty, $v:expr) => {{
+                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get_mut(rg)) {
+                    Some(b) => next!(b.copy_from_slice(&($v as $t).to_le_bytes())),
+                    None => bail!(),
+                }
+            }};
+        }
+        match x.k {
+            K::Step => bail!(),
+            K::Add64I => next!(r[d] = r[d].wrapping_add(imm)),
+            K::Add64R => next!(r[d] = r[d].wrapping_add(r[s])),
+            K::Sub64I => next!(r[d] = r[d].wrapping_sub(imm)),
+            K::Sub64R => next!(r[d] = r[d].wrapping_sub(r[s])),
+            K::Mul64I => next!(r[d] = r[d].wrapping_mul(imm)),
+            K::Mul64R => next!(r[d] = r[d].wrapping_mul(r[s])),
+            K::Or64I => next!(r[d] |= imm),
+            K::Or64R => next!(r[d] |= r[s]),
+            K::And64I => next!(r[d] &= imm),
+            K::And64R => next!(r[d] &= r[s]),
+            K::Lsh64I => next!(r[d] = r[d].wrapping_shl(imm as u32 & 63)),
+            K::Lsh64R => next!(r[d] = r[d].wrapping_shl(r[s] as u32 & 63)),
+            K::Rsh64I => next!(r[d] = r[d].wrapping_shr(imm as u32 & 63)),
+            K::Rsh64R => next!(r[d] = r[d].wrapping_shr(r[s] as u32 & 63)),
+            K::Xor64I => next!(r[d] ^= imm),
+            K::Xor64R => next!(r[d] ^= r[s]),
+            K::Mov64I => next!(r[d] = imm),
+            K::Mov64R => next!(r[d] = r[s]),
+            K::Arsh64I => next!(r[d] = ((r[d] as i64) >> (imm & 63)) as u64),
+            K::Arsh64R => next!(r[d] = ((r[d] as i64) >> (r[s] & 63)) as u64),
+            K::Div64I => next!(r[d] = r[d].checked_div(imm).unwrap_or(0)),
+            K::Div64R => next!(r[d] = r[d].checked_div(r[s]).unwrap_or(0)),
+            K::Mod64I => next!(r[d] = r[d].checked_rem(imm).unwrap_or(r[d])),
+            K::Mod64R => next!(r[d] = r[d].checked_rem(r[s]).unwrap_or(r[d])),
+            K::Neg64 => next!(r[d] = (r[d] as i64).wrapping_neg() as u64),
+            K::Add32I => w!((r[d] as u32).wrapping_add(imm as u32)),
+            K::Add32R => w!((r[d] as u32).wrapping_add(r[s] as u32)),
+            K::Sub32I => w!((r[d] as u32).wrapping_sub(imm as u32)),
+            K::Sub32R => w!((r[d] as u32).wrapping_sub(r[s] as u32)),
+            K::Mul32I => w!((r[d] as u32).wrapping_mul(imm as u32)),
+            K::Mul32R => w!((r[d] as u32).wrapping_mul(r[s] as u32)),
+            K::Or32I => w!(r[d] as u32 | imm as u32),
+            K::Or32R => w!(r[d] as u32 | r[s] as u32),
+            K::And32I => w!(r[d] as u32 & imm as u32),
+            K::And32R => w!(r[d] as u32 & r[s] as u32),
+            K::Lsh32I => w!((r[d] as u32).wrapping_shl(imm as u32 & 31)),
+            K::Lsh32R => w!((r[d] as u32).wrapping_shl(r[s] as u32 & 31)),
+            K::Rsh32I => w!((r[d] as u32).wrapping_shr(imm as u32 & 31)),
+            K::Rsh32R => w!((r[d] as u32).wrapping_shr(r[s] as u32 & 31)),
+            K::Xor32I => w!(r[d] as u32 ^ imm as u32),
+            K::Xor32R => w!(r[d] as u32 ^ r[s] as u32),
+            K::Mov32I => w!(imm),
+            K::Mov32R => w!(r[s]),
+            K::Arsh32I => w!((r[d] as u32 as i32) >> (imm as u32 & 31)),
+            K::Arsh32R => w!((r[d] as u32 as i32) >> (r[s] as u32 & 31)),
+            K::Ja => goto!(x.off as usize),
+            K::JeqI => jmp!(r[d] == imm),
+            K::JeqR => jmp!(r[d] == r[s]),
+            K::JgtI => jmp!(r[d] > imm),
+            K::JgtR => jmp!(r[d] > r[s]),
+            K::JgeI => jmp!(r[d] >= imm),
+            K::JgeR => jmp!(r[d] >= r[s]),
+            K::JsetI => jmp!(r[d] & imm != 0),
+            K::JsetR => jmp!(r[d] & r[s] != 0),
+            K::JneI => jmp!(r[d] != imm),
+            K::JneR => jmp!(r[d] != r[s]),
+            K::JsgtI => jmp!(r[d] as i64 > imm as i64),
+            K::JsgtR => jmp!(r[d] as i64 > r[s] as i64),
+            K::JsgeI => jmp!(r[d] as i64 >= imm as i64),
+            K::JsgeR => jmp!(r[d] as i64 >= r[s] as i64),
+            K::JltI => jmp!(r[d] < imm),
+            K::JltR => jmp!(r[d] < r[s]),
+            K::JleI => jmp!(r[d] <= imm),
+            K::JleR => jmp!(r[d] <= r[s]),
+            K::JsltI => jmp!((r[d] as i64) < imm as i64),
+            K::JsltR => jmp!((r[d] as i64) < r[s] as i64),
+            K::JsleI => jmp!(r[d] as i64 <= imm as i64),
+            K::JsleR => jmp!(r[d] as i64 <= r[s] as i64),
+            K::LdImm64 => {
+                r[d] = imm;
+                i += 2;
+            }
+            K::Ldx1 => ldx!(u8, fast_load::<1>(m, addr!(s))),
+            K::Ldx2 => ldx!(u16, fast_load::<2>(m, addr!(s))),
+            K::Ldx4 => ldx!(u32, fast_load::<4>(m, addr!(s))),
+            K::Ldx8 => ldx!(u64, fast_load::<8>(m, addr!(s))),
+            K::LdxSock1 => ldx!(u8, load_sock::<1>(m, addr!(s))),
+            K::LdxSock2 => ldx!(u16, load_sock::<2>(m, addr!(s))),
+            K::LdxSock4 => ldx!(u32, load_sock::<4>(m, addr!(s))),
+            K::LdxSock8 => ldx!(u64, load_sock::<8>(m, addr!(s))),
+            K::LdxRs1 => ldx!(u8, load_rs::<1>(m, addr!(s))),
+            K::LdxRs2 => ldx!(u16, load_rs::<2>(m, addr!(s))),
+            K::LdxRs4 => ldx!(u32, load_rs::<4>(m, addr!(s))),
+            K::LdxRs8 => ldx!(u64, load_rs::<8>(m, addr!(s))),
+            K::LdxSk1 => ldx!(u8, load_sk::<1>(m, addr!(s), x.x, x.aux)),
+            K::LdxSk2 => ldx!(u16, load_sk::<2>(m, addr!(s), x.x, x.aux)),
+            K::LdxSk4 => ldx!(u32, load_sk::<4>(m, addr!(s), x.x, x.aux)),
+            K::LdxSk8 => ldx!(u64, load_sk::<8>(m, addr!(s), x.x, x.aux)),
+            K::Stx1 => stx!(1, u8, r[s]),
+            K::Stx2 => stx!(2, u16, r[s]),
+            K::Stx4 => stx!(4, u32, r[s]),
+            K::Stx8 => stx!(8, u64, r[s]),
+            K::St1 => stx!(1, u8, imm),
+            K::St2 => stx!(2, u16, imm),
+            K::St4 => stx!(4, u32, imm),
+            K::St8 => stx!(8, u64, imm),
+            K::StxSock1 => stx_sock!(1, u8),
+            K::StxSock2 => stx_sock!(2, u16),
+            K::StxSock4 => stx_sock!(4, u32),
+            K::StxSock8 => stx_sock!(8, u64),
+            K::StxSk1 => stx_sk!(1, u8),
+            K::StxSk2 => stx_sk!(2, u16),
+            K::StxSk4 => stx_sk!(4, u32),
+            K::StxSk8 => stx_sk!(8, u64),
+            K::LdxS1 => ldxs!(1, u8),
+            K::LdxS2 => ldxs!(2, u16),
+            K::LdxS4 => ldxs!(4, u32),
+            K::LdxS8 => ldxs!(8, u64),
+            K::StxS1 => stxs!(1, u8, r[s]),
+            K::StxS2 => stxs!(2, u16, r[s]),
+            K::StxS4 => stxs!(4, u32, r[s]),
+            K::StxS8 => stxs!(8, u64, r[s]),
+            K::StS1 => stxs!(1, u8, imm),
+            K::StS2 => stxs!(2, u16, imm),
+            K::StS4 => stxs!(4, u32, imm),
+            K::StS8 => stxs!(8, u64, imm),
+            K::Exit => {
+                if !cpu.frames.is_empty() {
+                    bail!();
+                }
+                cpu.r = r;
+                cpu.pc = i;
+                cpu.budget = budget;
+                return Ok(Some(r[0]));
+            }
+            K::CallHelper => {
+                r[0] = kernel::helper(m, imm as i64, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (i, e))?;
+                // r1-r5 are clobbered by a call, as in step
+                r[1..=5].fill(0);
+                goto!(i + 1)
+            }
+            K::CallKfunc => {
+                let Some(k) = Kfunc::from_index(imm as i64) else { bail!() };
+                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (i, e))?;
+                r[1..=5].fill(0);
+                goto!(i + 1)
+            }
+            K::Zext => {
+                r[d] = r[d] as u32 as u64;
+                i += 2;
+            }
+            K::Sext => {
+                r[d] = r[d] as u32 as i32 as i64 as u64;
+                i += 2;
+            }
+            K::MovZext => {
+                r[d] = r[s] as u32 as u64;
+                i += 3;
+            }
+            K::MovSext => {
+                r[d] = r[s] as u32 as i32 as i64 as u64;
+                i += 3;
+            }
+            K::LdConst => {
+                r[d] = imm;
+                i += 3;
+            }
+            K::MovIJgt | K::MovIJsgt => {
+                r[d] = imm;
+                let taken = if x.k == K::MovIJgt { r[s] > imm } else { r[s] as i64 > imm as i64 };
+                goto!(if taken { x.off as usize } else { i + 2 })
+            }
+            K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, addr!(s)) {
+                Some(b) => {
+                    let v = u32::from_le_bytes(b) as u64;
+                    r[d] = v;
+                    let c = imm as u32 as i32 as i64 as u64;
+                    let taken = (v == c) == (x.k == K::Ldx4Jeq);
+                    goto!(if taken { (imm >> 32) as usize } else { i + 2 })
+                }
+                None => bail!(),
+            },
+        }
+    }
+}
