@@ -182,12 +182,12 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
             if a[1] != sock_addr() || a[3] > 1 {
                 return Ok(0); // NULL socket or bad flags: the kernel returns NULL
             }
-            if m.sk_storage[map].is_none() {
+            if m.mem.sk_storage[map].is_none() {
                 if a[3] & 1 == 0 {
                     return Ok(0);
                 }
                 let init = if a[2] != 0 { m.slice(a[2], value_size)?.to_vec() } else { vec![0; value_size] };
-                m.sk_storage[map] = Some(init);
+                m.mem.sk_storage[map] = Some(init);
             }
             Ok(Machine::sk_storage_addr(map))
         }
@@ -199,7 +199,7 @@ pub(crate) fn helper(m: &mut Machine, id: i64, a: [u64; 5]) -> Result<u64, Strin
             if a[1] != sock_addr() {
                 return Ok(errno(EINVAL));
             }
-            Ok(if m.sk_storage[map].take().is_some() { 0 } else { errno(ENOENT) })
+            Ok(if m.mem.sk_storage[map].take().is_some() { 0 } else { errno(ENOENT) })
         }
         _ => Err(format!("unknown helper {id}")),
     }
@@ -332,7 +332,7 @@ fn get(m: &Machine, off: usize) -> Result<u32, String> {
 
 /// Sets a tcp_sock field from a kfunc (kernel code is not bound by the writable set).
 fn set(m: &mut Machine, off: usize, v: u32) {
-    if let Some(b) = m.sock.get_mut(off..off + 4) {
+    if let Some(b) = m.mem.sock.get_mut(off..off + 4) {
         b.copy_from_slice(&v.to_le_bytes());
     }
 }

@@ -13,7 +13,7 @@ use crate::kernel::{self, Kfunc};
 use crate::load::{DataSection, MapStore, Object, Shared, MAP_TYPE_ARRAY, MAP_TYPE_HASH};
 
 mod fast;
-pub(crate) use fast::{compile, run, CtxLayout, Fast};
+pub(crate) use fast::{compile, run, CtxLayout, Fast, Regs};
 #[cfg(test)]
 use fast::run_with;
 use crate::view::ViewType;
@@ -186,21 +186,24 @@ pub struct Instance {
     object: Arc<Object>,
     /// The program's view of the socket: fill before each call, read the writable fields after.
     pub sock: Box<TcpSock>,
-    /// Socket-local storage values, one per map of the object (None: not created).
-    pub(crate) sk_storage: Vec<Option<Vec<u8>>>,
-    /// Buffers of the last call, kept to spare allocations.
-    scratch: Scratch,
+    /// The memory of a call (its buffers kept from call to call) and the socket storage.
+    pub(crate) mem: Mem,
+    /// The fast loop's registers, kept to spare zeroing them at every call.
+    regs: Box<Regs>,
     /// The stand-in for the object's shared state when its programs cannot change it.
     unshared: Option<Shared>,
 }
 
+/// The memory of a call: the context array, the socket view, the samples, the stack, and the
+/// instance's socket storage values (one per map of the object; None: not created).
 #[derive(Debug, Default)]
-struct Scratch {
-    ctx: Vec<u8>,
-    sock: Vec<u8>,
-    ack: Vec<u8>,
-    rs: Vec<u8>,
-    stack: Vec<u8>,
+pub(crate) struct Mem {
+    pub ctx: Vec<u8>,
+    pub sock: Vec<u8>,
+    pub ack: Vec<u8>,
+    pub rs: Vec<u8>,
+    pub stack: Vec<u8>,
+    pub sk_storage: Vec<Option<Vec<u8>>>,
 }
 
 /// Overwrites `buf` with the bytes of view `v` (empty for None). The buffer keeps its size
@@ -227,17 +230,11 @@ struct Frame {
 /// Everything one call can touch.
 pub(crate) struct Machine<'a> {
     pub object: &'a Object,
-    pub ctx: Vec<u8>,
-    pub sock: Vec<u8>,
-    pub ack: Vec<u8>,
-    pub rs: Vec<u8>,
-    pub stack: Vec<u8>,
+    pub mem: &'a mut Mem,
     /// End of the current frame's 512 bytes: the stack below it (this frame and its callers')
     /// is accessible, the frames of returned callees above it are not.
     pub stack_top: usize,
     pub shared: &'a mut Shared,
-    /// The instance's socket storage values, one per map (moved in for the call).
-    pub sk_storage: Vec<Option<Vec<u8>>>,
     pub env: &'a mut Env,
 }
 
@@ -247,11 +244,11 @@ impl<'a> Machine<'a> {
         let region = (a >> 32) as u32;
         let off = (a & 0xffff_ffff) as usize;
         let buf: &[u8] = match region {
-            R_CTX => &self.ctx,
-            R_SOCK => &self.sock,
-            R_ACK => &self.ack,
-            R_RS => &self.rs,
-            R_STACK => &self.stack[..self.stack_top],
+            R_CTX => &self.mem.ctx,
+            R_SOCK => &self.mem.sock,
+            R_ACK => &self.mem.ack,
+            R_RS => &self.mem.rs,
+            R_STACK => &self.mem.stack[..self.stack_top],
             r if (R_DATA..R_DATA + 0x100).contains(&r) => {
                 let i = (r - R_DATA) as usize;
                 match self.object.data.get(i) {
@@ -264,7 +261,7 @@ impl<'a> Machine<'a> {
                 Some(MapStore::Array(v)) => v,
                 _ => return Err(format!("read of 0x{a:x}, which is no memory")),
             },
-            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.sk_storage.get((r - R_SK_STORAGE) as usize) {
+            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.mem.sk_storage.get((r - R_SK_STORAGE) as usize) {
                 Some(Some(v)) => v,
                 _ => return Err(format!("read of 0x{a:x}: socket storage not present")),
             },
@@ -300,11 +297,11 @@ impl<'a> Machine<'a> {
                         self.object.writable.iter().map(|w| w.0).collect::<Vec<_>>().join(", ")
                     ));
                 }
-                &mut self.sock
+                &mut self.mem.sock
             }
             R_STACK => {
                 let top = self.stack_top;
-                return self.stack.get_mut(off..off + len).filter(|_| off + len <= top).ok_or_else(|| {
+                return self.mem.stack.get_mut(off..off + len).filter(|_| off + len <= top).ok_or_else(|| {
                     format!("write of {len} bytes at 0x{a:x} is out of bounds (the stack has {top} bytes in this frame and its callers')")
                 });
             }
@@ -320,7 +317,7 @@ impl<'a> Machine<'a> {
                 Some(MapStore::Array(v)) => v,
                 _ => return Err(format!("write of 0x{a:x}, which is no memory")),
             },
-            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
+            r if (R_SK_STORAGE..R_SK_STORAGE + 0x1000).contains(&r) => match self.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
                 Some(Some(v)) => v,
                 _ => return Err(format!("write of 0x{a:x}: socket storage not present")),
             },
@@ -394,7 +391,8 @@ impl Instance {
             data: object.data.iter().map(|_| Vec::new()).collect(),
             maps: object.maps.iter().map(|_| MapStore::SkStorage).collect(),
         });
-        Instance { object, sock: Box::default(), sk_storage: vec![None; n], scratch: Scratch::default(), unshared }
+        let mem = Mem { sk_storage: vec![None; n], ..Mem::default() };
+        Instance { object, sock: Box::default(), mem, regs: Box::new([0; 256]), unshared }
     }
 
     pub fn object(&self) -> &Arc<Object> {
@@ -405,7 +403,7 @@ impl Instance {
     /// created yet).
     pub fn sk_storage(&self, map: &str) -> Option<&[u8]> {
         let i = self.object.maps.iter().position(|m| m.name == map)?;
-        self.sk_storage.get(i)?.as_deref()
+        self.mem.sk_storage.get(i)?.as_deref()
     }
 
     /// Runs `op`'s program with the socket as first argument and `args` after it (u64 each,
@@ -413,12 +411,11 @@ impl Instance {
     /// their pointer argument, after `args` (so `cong_control` takes `args = [ack, flag]`); a
     /// missing sample is passed as NULL. Returns r0; an op the object lacks returns Ok(None).
     pub fn call(&mut self, op: Op, args: &[u64], ack: Option<&AckSample>, rs: Option<&RateSample>, env: &mut Env) -> Result<Option<u64>, RunError> {
-        let Instance { object, sock: view, sk_storage, scratch, unshared } = self;
+        let Instance { object, sock: view, mem, regs, unshared } = self;
         let object: &Object = object;
         let Some(pi) = object.ops[op.index()] else { return Ok(None) };
         let prog = &object.programs[pi];
-        let mut scratch = std::mem::take(scratch);
-        let ctx = &mut scratch.ctx;
+        let ctx = &mut mem.ctx;
         ctx.clear();
         ctx.extend_from_slice(&sock_addr().to_le_bytes());
         for a in args {
@@ -442,41 +439,22 @@ impl Instance {
             (None, None) => return Err(RunError { program: prog.section.clone(), op, insn: prog.entry, message: "no shared state".into() }),
         };
         // Kernel bit fields (read-only) go where the object's BTF puts them within their byte.
-        fill_view(&mut scratch.sock, Some(&**view));
+        fill_view(&mut mem.sock, Some(&**view));
         for b in &object.bitfields {
             let mask = ((1u16 << b.width) - 1) as u8;
-            scratch.sock[b.offset] = (scratch.sock[b.offset] & mask) << b.shift;
+            mem.sock[b.offset] = (mem.sock[b.offset] & mask) << b.shift;
         }
-        fill_view(&mut scratch.ack, ack);
-        fill_view(&mut scratch.rs, rs);
+        fill_view(&mut mem.ack, ack);
+        fill_view(&mut mem.rs, rs);
         // Each frame's 512 bytes are zeroed when the frame starts.
-        scratch.stack.resize(STACK_PER_FRAME * MAX_FRAMES, 0);
-        scratch.stack[..STACK_PER_FRAME].fill(0);
-        let mut m = Machine {
-            object,
-            ctx: std::mem::take(&mut scratch.ctx),
-            sock: std::mem::take(&mut scratch.sock),
-            ack: std::mem::take(&mut scratch.ack),
-            rs: std::mem::take(&mut scratch.rs),
-            stack: std::mem::take(&mut scratch.stack),
-            stack_top: STACK_PER_FRAME,
-            shared,
-            sk_storage: std::mem::take(sk_storage),
-            env,
-        };
-        let result = run(&mut m, &prog.insns, &prog.fast, prog.entry);
-        scratch.sock = std::mem::take(&mut m.sock);
-        scratch.ctx = std::mem::take(&mut m.ctx);
-        scratch.ack = std::mem::take(&mut m.ack);
-        scratch.rs = std::mem::take(&mut m.rs);
-        scratch.stack = std::mem::take(&mut m.stack);
-        *sk_storage = std::mem::take(&mut m.sk_storage);
-        drop(m);
+        mem.stack.resize(STACK_PER_FRAME * MAX_FRAMES, 0);
+        mem.stack[..STACK_PER_FRAME].fill(0);
+        let mut m = Machine { object, mem, stack_top: STACK_PER_FRAME, shared, env };
+        let result = run(&mut m, &prog.insns, &prog.fast, prog.entry, regs);
         drop(guard);
         // Stores before a failure stay visible, as they would in the kernel. Only the writable
         // fields can have changed (the bit-field bytes, read-only, need no restoring).
-        crate::view::offsets::load_writable(view, &scratch.sock);
-        self.scratch = scratch;
+        crate::view::offsets::load_writable(view, &mem.sock);
         match result {
             Ok(r0) => Ok(Some(r0)),
             Err((insn, message)) => Err(RunError { program: prog.section.clone(), op, insn, message }),
@@ -670,7 +648,7 @@ fn step(m: &mut Machine, insns: &[Insn], cpu: &mut Cpu) -> Result<Option<u64>, (
                                 frames.push(Frame { ret_pc: *pc, saved: [r[6], r[7], r[8], r[9]] });
                                 let base = STACK_PER_FRAME * frames.len();
                                 m.stack_top = base + STACK_PER_FRAME;
-                                m.stack[base..m.stack_top].fill(0);
+                                m.mem.stack[base..m.stack_top].fill(0);
                                 r[10] = addr(R_STACK, m.stack_top as u64);
                                 *pc = x.imm as usize;
                             }
@@ -936,19 +914,9 @@ mod tests {
         let object = object();
         let mut shared = object.shared.lock().unwrap();
         let mut env = Env::default();
-        let mut m = Machine {
-            object: &object,
-            ctx: vec![0; 8],
-            sock: to_bytes(&TcpSock::default()),
-            ack: Vec::new(),
-            rs: Vec::new(),
-            stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
-            stack_top: STACK_PER_FRAME,
-            shared: &mut shared,
-            sk_storage: Vec::new(),
-            env: &mut env,
-        };
-        run(&mut m, insns, &compile(insns, 0, &[], &[], CtxLayout::default()), 0)
+        let mut mem = Mem { ctx: vec![0; 8], sock: to_bytes(&TcpSock::default()), stack: vec![0; STACK_PER_FRAME * MAX_FRAMES], ..Mem::default() };
+        let mut m = Machine { object: &object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
+        run(&mut m, insns, &compile(insns, 0, &[], &[], CtxLayout::default()), 0, &mut [0; 256])
     }
 
     fn r0_after(setup: &[Insn]) -> u64 {

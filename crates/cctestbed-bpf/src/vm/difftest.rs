@@ -279,23 +279,17 @@ fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
     let mut shared = Shared { data: w.shared_data.clone(), maps: Vec::new() };
     let mut env = w.env.clone();
     let code = compile(insns, 0, &w.object.data, &[], CtxLayout::default());
-    let mut m = Machine {
-        object: &w.object,
+    let mut mem = Mem {
         ctx: w.ctx.clone(),
         sock: w.sock.clone(),
-        ack: Vec::new(),
-        rs: Vec::new(),
         stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
-        stack_top: STACK_PER_FRAME,
-        shared: &mut shared,
         sk_storage: w.sk_storage.clone(),
-        env: &mut env,
+        ..Mem::default()
     };
+    let mut m = Machine { object: &w.object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
     let result = run_with(&mut m, insns, fast.then_some(&code[..]), 0, budget);
-    let stack = std::mem::take(&mut m.stack);
-    let sock = std::mem::take(&mut m.sock);
-    let sk = std::mem::take(&mut m.sk_storage);
     drop(m);
+    let Mem { stack, sock, sk_storage: sk, .. } = mem;
     Outcome { result, stack, sock, data: shared.data, sk_storage: sk, env: (env.now_ns, env.jiffies, env.prandom, env.send_ack) }
 }
 

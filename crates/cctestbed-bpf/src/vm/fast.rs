@@ -605,12 +605,12 @@ fn helper_result(id: i64, map: Val, maps: &[MapDef]) -> Val {
 #[inline(always)]
 fn fast_buf<'b>(m: &'b Machine, region: u32) -> Option<&'b [u8]> {
     match region {
-        R_SOCK => Some(&m.sock),
-        R_STACK => m.stack.get(..m.stack_top),
-        R_RS => Some(&m.rs),
-        R_CTX => Some(&m.ctx),
-        R_ACK => Some(&m.ack),
-        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get((r - R_SK_STORAGE) as usize)?.as_deref(),
+        R_SOCK => Some(&m.mem.sock),
+        R_STACK => m.mem.stack.get(..m.stack_top),
+        R_RS => Some(&m.mem.rs),
+        R_CTX => Some(&m.mem.ctx),
+        R_ACK => Some(&m.mem.ack),
+        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.mem.sk_storage.get((r - R_SK_STORAGE) as usize)?.as_deref(),
         r if r.wrapping_sub(R_DATA) < 0x100 => m.object.data.get((r - R_DATA) as usize).filter(|d| !d.writable).map(|d| &d.initial[..]),
         _ => None,
     }
@@ -632,7 +632,7 @@ fn fast_load<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
 #[inline(always)]
 fn load_sock<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
     if a >> 32 == R_SOCK as u64 {
-        load_in::<N>(&m.sock, a)
+        load_in::<N>(&m.mem.sock, a)
     } else {
         fast_load::<N>(m, a)
     }
@@ -642,7 +642,7 @@ fn load_sock<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
 #[inline(always)]
 fn load_rs<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
     if a >> 32 == R_RS as u64 {
-        load_in::<N>(&m.rs, a)
+        load_in::<N>(&m.mem.rs, a)
     } else {
         fast_load::<N>(m, a)
     }
@@ -652,7 +652,7 @@ fn load_rs<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
 #[inline(always)]
 fn load_sk<const N: usize>(m: &Machine, a: u64, map: u8, region: u32) -> Option<[u8; N]> {
     if a >> 32 == region as u64 {
-        load_in::<N>(m.sk_storage.get(map as usize)?.as_deref()?, a)
+        load_in::<N>(m.mem.sk_storage.get(map as usize)?.as_deref()?, a)
     } else {
         fast_load::<N>(m, a)
     }
@@ -665,9 +665,9 @@ fn fast_store<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()>
     let off = (a & 0xffff_ffff) as usize;
     let end = off + N;
     let dst = match (a >> 32) as u32 {
-        R_STACK if end <= m.stack_top => m.stack.get_mut(off..end)?,
-        R_SOCK if m.object.writable.iter().any(|(_, s, e)| off >= *s && end <= *e) => m.sock.get_mut(off..end)?,
-        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.sk_storage.get_mut((r - R_SK_STORAGE) as usize)?.as_deref_mut()?.get_mut(off..end)?,
+        R_STACK if end <= m.stack_top => m.mem.stack.get_mut(off..end)?,
+        R_SOCK if m.object.writable.iter().any(|(_, s, e)| off >= *s && end <= *e) => m.mem.sock.get_mut(off..end)?,
+        r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => m.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize)?.as_deref_mut()?.get_mut(off..end)?,
         _ => return None,
     };
     dst.copy_from_slice(&v);
@@ -679,7 +679,7 @@ fn fast_store<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()>
 fn store_sk<const N: usize>(m: &mut Machine, a: u64, map: u8, region: u32, v: [u8; N]) -> Option<()> {
     if a >> 32 == region as u64 {
         let off = (a & 0xffff_ffff) as usize;
-        m.sk_storage.get_mut(map as usize)?.as_deref_mut()?.get_mut(off..off + N)?.copy_from_slice(&v);
+        m.mem.sk_storage.get_mut(map as usize)?.as_deref_mut()?.get_mut(off..off + N)?.copy_from_slice(&v);
         Some(())
     } else {
         fast_store::<N>(m, a, v)
@@ -695,6 +695,10 @@ fn stack_range(m: &Machine, off: i32, n: usize) -> Option<std::ops::Range<usize>
     (end <= m.stack_top).then_some(o..end)
 }
 
+/// The fast loop's registers: r0-r10 (and the rest unused), indexed by a byte so that an
+/// operand needs no bounds check.
+pub(crate) type Regs = [u64; 256];
+
 /// The budget that entering a run at `i` charges.
 #[inline(always)]
 fn cost_at(code: &[Fast], i: usize) -> u64 {
@@ -704,10 +708,10 @@ fn cost_at(code: &[Fast], i: usize) -> u64 {
 /// Runs a program from `entry` to its exit: the fast loop over `code` (from [`compile`]),
 /// which hands every instruction it does not handle itself, and every access it cannot
 /// resolve, to the reference interpreter [`step`] (which then reports any fault).
-pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize) -> Result<u64, (usize, String)> {
+pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize, regs: &mut Regs) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
     loop {
-        if let Some(r0) = run_fast(m, code, &mut cpu)? {
+        if let Some(r0) = run_fast(m, code, &mut cpu, regs)? {
             return Ok(r0);
         }
         if let Some(r0) = step(m, insns, &mut cpu)? {
@@ -723,9 +727,10 @@ pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize) 
 pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
     cpu.budget = budget;
+    let mut regs = [0; 256];
     loop {
         if let Some(code) = code {
-            if let Some(r0) = run_fast(m, code, &mut cpu)? {
+            if let Some(r0) = run_fast(m, code, &mut cpu, &mut regs)? {
                 return Ok(r0);
             }
         }
@@ -738,7 +743,7 @@ pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, e
 /// The fast loop, from `cpu.pc`. Returns Ok(Some(r0)) at the program's exit; Ok(None) with
 /// `cpu` the reference's state at an instruction for [`step`] to run (one the loop does not
 /// handle, or the first of a run the budget does not cover); Err as [`step`] would.
-fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>, (usize, String)> {
+fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Result<Option<u64>, (usize, String)> {
     let mut i = cpu.pc;
     let mut budget = cpu.budget;
     let c = cost_at(code, i);
@@ -746,12 +751,12 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
         return Ok(None);
     }
     budget -= c;
-    let mut r = cpu.r;
+    r[..16].copy_from_slice(&cpu.r);
     // Hands instruction `i` to step, with what its run charged for it and the rest of the
     // run given back.
     macro_rules! bail {
         () => {{
-            cpu.r = r;
+            cpu.r.copy_from_slice(&r[..16]);
             cpu.pc = i;
             cpu.budget = budget + cost_at(code, i);
             return Ok(None);
@@ -763,7 +768,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
             i = $t;
             let c = cost_at(code, i);
             if budget < c {
-                cpu.r = r;
+                cpu.r.copy_from_slice(&r[..16]);
                 cpu.pc = i;
                 cpu.budget = budget;
                 return Ok(None);
@@ -774,8 +779,8 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
     }
     loop {
         let Some(x) = code.get(i) else { bail!() };
-        let d = (x.d & 15) as usize;
-        let s = (x.s & 15) as usize;
+        let d = x.d as usize;
+        let s = x.s as usize;
         let imm = x.imm;
         macro_rules! next {
             ($e:expr) => {{
@@ -819,7 +824,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
             ($n:literal, $t:ty) => {{
                 let v = (r[s] as $t).to_le_bytes();
                 let at = x.aux as usize;
-                match m.sock.get_mut(at..at + $n).filter(|_| r[d] == imm) {
+                match m.mem.sock.get_mut(at..at + $n).filter(|_| r[d] == imm) {
                     Some(b) => next!(b.copy_from_slice(&v)),
                     None => match fast_store::<$n>(m, addr!(d), v) {
                         Some(()) => next!(()),
@@ -838,7 +843,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
         }
         macro_rules! ldxs {
             ($n:literal, $t:ty) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
+                match stack_range(m, x.off, $n).and_then(|rg| m.mem.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
                     Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
                     None => bail!(),
                 }
@@ -846,7 +851,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
         }
         macro_rules! stxs {
             ($n:literal, $t:ty, $v:expr) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.stack.get_mut(rg)) {
+                match stack_range(m, x.off, $n).and_then(|rg| m.mem.stack.get_mut(rg)) {
                     Some(b) => next!(b.copy_from_slice(&($v as $t).to_le_bytes())),
                     None => bail!(),
                 }
@@ -974,7 +979,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu) -> Result<Option<u64>
                 if !cpu.frames.is_empty() {
                     bail!();
                 }
-                cpu.r = r;
+                cpu.r.copy_from_slice(&r[..16]);
                 cpu.pc = i;
                 cpu.budget = budget;
                 return Ok(Some(r[0]));
