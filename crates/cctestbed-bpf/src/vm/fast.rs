@@ -49,15 +49,14 @@ pub(crate) enum K {
     Ldx1, Ldx2, Ldx4, Ldx8, Stx1, Stx2, Stx4, Stx8, St1, St2, St4, St8,
     /// Loads and stores through `r10`.
     LdxS1, LdxS2, LdxS4, LdxS8, StxS1, StxS2, StxS4, StxS8, StS1, StS2, StS4, StS8,
-    /// Loads expected in the socket view, a socket storage value (map `x`, region `aux`),
-    /// the rate sample.
+    /// Loads expected in the socket view, a socket storage value (map `x`), the rate sample.
     LdxSock1, LdxSock2, LdxSock4, LdxSock8,
     LdxSk1, LdxSk2, LdxSk4, LdxSk8,
     LdxRs1, LdxRs2, LdxRs4, LdxRs8,
-    /// A store into a writable socket field at offset `aux`, when the base register holds
-    /// `imm` (else a plain store).
+    /// A store into a writable socket field, when the base register holds `imm` (else a
+    /// plain store).
     StxSock1, StxSock2, StxSock4, StxSock8,
-    /// Stores expected in a socket storage value (map `x`, region `aux`).
+    /// Stores expected in a socket storage value (map `x`).
     StxSk1, StxSk2, StxSk4, StxSk8,
     Exit,
     /// A helper call (`imm` the helper id) and a kfunc call (`imm` the kfunc index).
@@ -81,7 +80,7 @@ pub(crate) enum K {
     Ldx4Jne,
 }
 
-/// One compiled instruction (24 bytes). For jumps `off` is the absolute target.
+/// One compiled instruction (16 bytes, so that the ops a call runs take few cache lines).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fast {
     k: K,
@@ -89,12 +88,35 @@ pub(crate) struct Fast {
     s: u8,
     /// The map of a socket storage access.
     x: u8,
-    off: i32,
-    /// Instructions from this one to the end of its run (see the module's documentation).
-    cost: u32,
-    /// The region an access expects, or the socket offset of a [`K::StxSock1`]-like store.
-    aux: u32,
+    /// The low half is the memory offset (an `i16`, as in the instruction) or the jump target
+    /// (a slot); the high half is the op's cost: the instructions from it to the end of its run
+    /// (see the module's documentation).
+    a: u32,
     imm: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Fast>() == 16);
+
+/// Most slots a program may have for the fast loop (its slots and costs are 16-bit); a larger
+/// program runs in the reference interpreter alone.
+const MAX_SLOTS: usize = 0xfff0;
+
+impl Fast {
+    fn new(k: K, d: u8, s: u8, low: u16, imm: u64) -> Fast {
+        Fast { k, d, s, x: 0, a: low as u32, imm }
+    }
+    #[inline(always)]
+    fn off(&self) -> u64 {
+        self.a as u16 as i16 as i64 as u64
+    }
+    #[inline(always)]
+    fn target(&self) -> usize {
+        (self.a & 0xffff) as usize
+    }
+    #[inline(always)]
+    fn cost(&self) -> u64 {
+        (self.a >> 16) as u64
+    }
 }
 
 /// How the context array of a program's op is laid out, for [`guess_bases`]: the slot and
@@ -119,6 +141,9 @@ impl CtxLayout {
 /// Compiles a program (already validated) entered at `entry`, given the object's data
 /// sections and maps and the context layout of the op it serves.
 pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: &[MapDef], layout: CtxLayout) -> Vec<Fast> {
+    if insns.len() > MAX_SLOTS {
+        return Vec::new();
+    }
     let bases = guess_bases(insns, entry, layout, maps);
     let mut out: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x, bases[i])).collect();
     fuse(insns, data, &mut out);
@@ -137,7 +162,7 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
             next_cost[next.min(n)].saturating_add(1)
         };
         next_cost[i] = c;
-        out[i].cost = c;
+        out[i].a = (out[i].a & 0xffff) | c << 16;
     }
     out
 }
@@ -145,8 +170,8 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
 fn decode(i: usize, x: &Insn, base: Val) -> Fast {
     use K::*;
     let imm = x.imm as u64;
-    let target = (i as i64 + 1 + x.off as i64) as i32;
-    let mut f = Fast { k: Step, d: x.dst, s: x.src, x: 0, off: x.off as i32, cost: 0, aux: 0, imm };
+    let target = (i as i64 + 1 + x.off as i64) as u16;
+    let mut f = Fast::new(Step, x.dst, x.src, x.off as u16, imm);
     let k = match x.code {
         0x07 => Add64I, 0x0f => Add64R, 0x17 => Sub64I, 0x1f => Sub64R, 0x27 => Mul64I, 0x2f => Mul64R,
         0x47 => Or64I, 0x4f => Or64R, 0x57 => And64I, 0x5f => And64R, 0x67 => Lsh64I, 0x6f => Lsh64R,
@@ -180,7 +205,7 @@ fn decode(i: usize, x: &Insn, base: Val) -> Fast {
         _ => Step,
     };
     if matches!(x.code & 7, 5) && !matches!(k, Step | Exit | CallHelper | CallKfunc) {
-        f.off = target;
+        f.a = target as u32;
     }
     if x.dst > 10 || x.src > 10 && x.code != 0x85 {
         return f; // validate refused these; Step all the same
@@ -203,7 +228,6 @@ fn load_kind(code: u8, base: Val, f: &mut Fast) -> K {
         Some(R_RS) => size([LdxRs1, LdxRs2, LdxRs4, LdxRs8]),
         Some(r) if r.wrapping_sub(R_SK_STORAGE) < 0x100 => {
             f.x = (r - R_SK_STORAGE) as u8;
-            f.aux = r;
             size([LdxSk1, LdxSk2, LdxSk4, LdxSk8])
         }
         _ => size([Ldx1, Ldx2, Ldx4, Ldx8]),
@@ -228,13 +252,11 @@ fn store_kind(x: &Insn, base: Val, f: &mut Fast) -> K {
             let writable = crate::view::offsets::writable().iter().any(|(_, s, e)| off >= *s && off + n <= *e);
             if a >> 32 == R_SOCK as u64 && writable {
                 f.imm = expected;
-                f.aux = off as u32;
                 return size([StxSock1, StxSock2, StxSock4, StxSock8]);
             }
         }
         Val::Ptr(r, _) if r.wrapping_sub(R_SK_STORAGE) < 0x100 => {
             f.x = (r - R_SK_STORAGE) as u8;
-            f.aux = r;
             return size([StxSk1, StxSk2, StxSk4, StxSk8]);
         }
         _ => {}
@@ -248,7 +270,7 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
         let x = &insns[i];
         let at = |j: usize| insns.get(i + j);
         let is = |j: usize, code: u8, dst: u8, imm: i64| at(j).is_some_and(|y| y.code == code && y.dst == dst && y.imm == imm && y.off == 0);
-        let fast = |k: K, imm: u64| Fast { k, d: x.dst, s: x.src, x: 0, off: 0, cost: 0, aux: 0, imm };
+        let fast = |k: K, imm: u64| Fast::new(k, x.dst, x.src, 0, imm);
         // rd = rs (64-bit mov); rd <<= 32; rd >>= 32 / s>>= 32
         if x.code == 0xbf && x.off == 0 && is(1, 0x67, x.dst, 32) {
             if is(2, 0x77, x.dst, 32) {
@@ -274,7 +296,7 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
         if x.code == 0xb7 && x.off == 0 {
             if let Some(y) = at(1).filter(|y| matches!(y.code, 0x2d | 0x6d) && y.src == x.dst && y.dst <= 10) {
                 let k = if y.code == 0x2d { K::MovIJgt } else { K::MovIJsgt };
-                out[i] = Fast { k, d: x.dst, s: y.dst, x: 0, off: (i as i64 + 2 + y.off as i64) as i32, cost: 0, aux: 0, imm: x.imm as u64 };
+                out[i] = Fast::new(k, x.dst, y.dst, (i as i64 + 2 + y.off as i64) as u16, x.imm as u64);
                 continue;
             }
         }
@@ -282,8 +304,8 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
         if x.code == 0x61 && x.src != 10 {
             if let Some(y) = at(1).filter(|y| matches!(y.code, 0x15 | 0x55) && y.dst == x.dst) {
                 let k = if y.code == 0x15 { K::Ldx4Jeq } else { K::Ldx4Jne };
-                let target = (i as i64 + 2 + y.off as i64) as u32 as u64;
-                out[i] = Fast { k, d: x.dst, s: x.src, x: 0, off: x.off as i32, cost: 0, aux: 0, imm: target << 32 | y.imm as u32 as u64 };
+                let target = (i as i64 + 2 + y.off as i64) as u16;
+                out[i] = Fast::new(k, x.dst, x.src, target, (x.off as u16 as u64) << 32 | y.imm as u32 as u64);
                 continue;
             }
         }
@@ -628,13 +650,27 @@ fn fast_load<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
     load_in::<N>(fast_buf(m, (a >> 32) as u32)?, a)
 }
 
+/// [`fast_load`] out of line, for a specialised load whose guess did not hold.
+#[cold]
+#[inline(never)]
+fn load_other<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
+    fast_load::<N>(m, a)
+}
+
+/// [`fast_store`] out of line, for a specialised store whose guess did not hold.
+#[cold]
+#[inline(never)]
+fn store_other<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()> {
+    fast_store::<N>(m, a, v)
+}
+
 /// A load expected in the socket view.
 #[inline(always)]
 fn load_sock<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
     if a >> 32 == R_SOCK as u64 {
         load_in::<N>(&m.mem.sock, a)
     } else {
-        fast_load::<N>(m, a)
+        load_other::<N>(m, a)
     }
 }
 
@@ -644,17 +680,17 @@ fn load_rs<const N: usize>(m: &Machine, a: u64) -> Option<[u8; N]> {
     if a >> 32 == R_RS as u64 {
         load_in::<N>(&m.mem.rs, a)
     } else {
-        fast_load::<N>(m, a)
+        load_other::<N>(m, a)
     }
 }
 
-/// A load expected in socket storage value `map` (region `region`).
+/// A load expected in socket storage value `map`.
 #[inline(always)]
-fn load_sk<const N: usize>(m: &Machine, a: u64, map: u8, region: u32) -> Option<[u8; N]> {
-    if a >> 32 == region as u64 {
+fn load_sk<const N: usize>(m: &Machine, a: u64, map: u8) -> Option<[u8; N]> {
+    if a >> 32 == (R_SK_STORAGE + map as u32) as u64 {
         load_in::<N>(m.mem.sk_storage.get(map as usize)?.as_deref()?, a)
     } else {
-        fast_load::<N>(m, a)
+        load_other::<N>(m, a)
     }
 }
 
@@ -674,23 +710,23 @@ fn fast_store<const N: usize>(m: &mut Machine, a: u64, v: [u8; N]) -> Option<()>
     Some(())
 }
 
-/// A store expected in socket storage value `map` (region `region`).
+/// A store expected in socket storage value `map`.
 #[inline(always)]
-fn store_sk<const N: usize>(m: &mut Machine, a: u64, map: u8, region: u32, v: [u8; N]) -> Option<()> {
-    if a >> 32 == region as u64 {
+fn store_sk<const N: usize>(m: &mut Machine, a: u64, map: u8, v: [u8; N]) -> Option<()> {
+    if a >> 32 == (R_SK_STORAGE + map as u32) as u64 {
         let off = (a & 0xffff_ffff) as usize;
         m.mem.sk_storage.get_mut(map as usize)?.as_deref_mut()?.get_mut(off..off + N)?.copy_from_slice(&v);
         Some(())
     } else {
-        fast_store::<N>(m, a, v)
+        store_other::<N>(m, a, v)
     }
 }
 
 /// The stack bytes at `r10 + off` (`r10` is the top of the current frame), readable up to the
 /// top of the current frame.
 #[inline(always)]
-fn stack_range(m: &Machine, off: i32, n: usize) -> Option<std::ops::Range<usize>> {
-    let o = m.stack_top.checked_add_signed(off as isize)?;
+fn stack_range(m: &Machine, off: u64, n: usize) -> Option<std::ops::Range<usize>> {
+    let o = m.stack_top.checked_add_signed(off as i64 as isize)?;
     let end = o + n;
     (end <= m.stack_top).then_some(o..end)
 }
@@ -702,7 +738,7 @@ pub(crate) type Regs = [u64; 256];
 /// The budget that entering a run at `i` charges.
 #[inline(always)]
 fn cost_at(code: &[Fast], i: usize) -> u64 {
-    code.get(i).map_or(1, |y| y.cost as u64)
+    code.get(i).map_or(1, |y| y.cost())
 }
 
 /// Runs a program from `entry` to its exit: the fast loop over `code` (from [`compile`]),
@@ -753,14 +789,11 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
     budget -= c;
     r[..16].copy_from_slice(&cpu.r);
     // Hands instruction `i` to step, with what its run charged for it and the rest of the
-    // run given back.
+    // run given back (one exit for all, after the loop).
     macro_rules! bail {
-        () => {{
-            cpu.r.copy_from_slice(&r[..16]);
-            cpu.pc = i;
-            cpu.budget = budget + cost_at(code, i);
-            return Ok(None);
-        }};
+        () => {
+            break (i, true)
+        };
     }
     // Enters the run at `t`, or hands `t` to step when the budget does not cover the run.
     macro_rules! goto {
@@ -768,16 +801,13 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
             i = $t;
             let c = cost_at(code, i);
             if budget < c {
-                cpu.r.copy_from_slice(&r[..16]);
-                cpu.pc = i;
-                cpu.budget = budget;
-                return Ok(None);
+                break (i, false);
             }
             budget -= c;
             continue;
         }};
     }
-    loop {
+    let (at, refund) = loop {
         let Some(x) = code.get(i) else { bail!() };
         let d = x.d as usize;
         let s = x.s as usize;
@@ -796,7 +826,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         }
         macro_rules! jmp {
             ($c:expr) => {
-                goto!(if $c { x.off as usize } else { i + 1 })
+                goto!(if $c { x.target() } else { i + 1 })
             };
         }
         macro_rules! ldx {
@@ -809,7 +839,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         }
         macro_rules! addr {
             ($reg:expr) => {
-                r[$reg].wrapping_add(x.off as i64 as u64)
+                r[$reg].wrapping_add(x.off())
             };
         }
         macro_rules! stx {
@@ -823,10 +853,10 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         macro_rules! stx_sock {
             ($n:literal, $t:ty) => {{
                 let v = (r[s] as $t).to_le_bytes();
-                let at = x.aux as usize;
+                let at = imm.wrapping_add(x.off()) as u32 as usize;
                 match m.mem.sock.get_mut(at..at + $n).filter(|_| r[d] == imm) {
                     Some(b) => next!(b.copy_from_slice(&v)),
-                    None => match fast_store::<$n>(m, addr!(d), v) {
+                    None => match store_other::<$n>(m, addr!(d), v) {
                         Some(()) => next!(()),
                         None => bail!(),
                     },
@@ -835,7 +865,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         }
         macro_rules! stx_sk {
             ($n:literal, $t:ty) => {{
-                match store_sk::<$n>(m, addr!(d), x.x, x.aux, (r[s] as $t).to_le_bytes()) {
+                match store_sk::<$n>(m, addr!(d), x.x, (r[s] as $t).to_le_bytes()) {
                     Some(()) => next!(()),
                     None => bail!(),
                 }
@@ -843,7 +873,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         }
         macro_rules! ldxs {
             ($n:literal, $t:ty) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.mem.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
+                match stack_range(m, x.off(), $n).and_then(|rg| m.mem.stack.get(rg)).and_then(|b| <[u8; $n]>::try_from(b).ok()) {
                     Some(b) => next!(r[d] = <$t>::from_le_bytes(b) as u64),
                     None => bail!(),
                 }
@@ -851,7 +881,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
         }
         macro_rules! stxs {
             ($n:literal, $t:ty, $v:expr) => {{
-                match stack_range(m, x.off, $n).and_then(|rg| m.mem.stack.get_mut(rg)) {
+                match stack_range(m, x.off(), $n).and_then(|rg| m.mem.stack.get_mut(rg)) {
                     Some(b) => next!(b.copy_from_slice(&($v as $t).to_le_bytes())),
                     None => bail!(),
                 }
@@ -904,7 +934,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
             K::Mov32R => w!(r[s]),
             K::Arsh32I => w!((r[d] as u32 as i32) >> (imm as u32 & 31)),
             K::Arsh32R => w!((r[d] as u32 as i32) >> (r[s] as u32 & 31)),
-            K::Ja => goto!(x.off as usize),
+            K::Ja => goto!(x.target()),
             K::JeqI => jmp!(r[d] == imm),
             K::JeqR => jmp!(r[d] == r[s]),
             K::JgtI => jmp!(r[d] > imm),
@@ -943,10 +973,10 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
             K::LdxRs2 => ldx!(u16, load_rs::<2>(m, addr!(s))),
             K::LdxRs4 => ldx!(u32, load_rs::<4>(m, addr!(s))),
             K::LdxRs8 => ldx!(u64, load_rs::<8>(m, addr!(s))),
-            K::LdxSk1 => ldx!(u8, load_sk::<1>(m, addr!(s), x.x, x.aux)),
-            K::LdxSk2 => ldx!(u16, load_sk::<2>(m, addr!(s), x.x, x.aux)),
-            K::LdxSk4 => ldx!(u32, load_sk::<4>(m, addr!(s), x.x, x.aux)),
-            K::LdxSk8 => ldx!(u64, load_sk::<8>(m, addr!(s), x.x, x.aux)),
+            K::LdxSk1 => ldx!(u8, load_sk::<1>(m, addr!(s), x.x)),
+            K::LdxSk2 => ldx!(u16, load_sk::<2>(m, addr!(s), x.x)),
+            K::LdxSk4 => ldx!(u32, load_sk::<4>(m, addr!(s), x.x)),
+            K::LdxSk8 => ldx!(u64, load_sk::<8>(m, addr!(s), x.x)),
             K::Stx1 => stx!(1, u8, r[s]),
             K::Stx2 => stx!(2, u16, r[s]),
             K::Stx4 => stx!(4, u32, r[s]),
@@ -1019,18 +1049,22 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
             K::MovIJgt | K::MovIJsgt => {
                 r[d] = imm;
                 let taken = if x.k == K::MovIJgt { r[s] > imm } else { r[s] as i64 > imm as i64 };
-                goto!(if taken { x.off as usize } else { i + 2 })
+                goto!(if taken { x.target() } else { i + 2 })
             }
-            K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, addr!(s)) {
+            K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, r[s].wrapping_add((imm >> 32) as u16 as i16 as i64 as u64)) {
                 Some(b) => {
                     let v = u32::from_le_bytes(b) as u64;
                     r[d] = v;
                     let c = imm as u32 as i32 as i64 as u64;
                     let taken = (v == c) == (x.k == K::Ldx4Jeq);
-                    goto!(if taken { (imm >> 32) as usize } else { i + 2 })
+                    goto!(if taken { x.target() } else { i + 2 })
                 }
                 None => bail!(),
             },
         }
-    }
+    };
+    cpu.r.copy_from_slice(&r[..16]);
+    cpu.pc = at;
+    cpu.budget = if refund { budget + cost_at(code, at) } else { budget };
+    Ok(None)
 }
