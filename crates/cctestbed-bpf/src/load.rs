@@ -9,7 +9,7 @@ use crate::core_relo::{self, FIELD_BYTE_OFFSET};
 use crate::elf::{Elf, Rel, Symbol, SHN_UNDEF, STB_WEAK, STT_SECTION};
 use crate::kernel::{Kfunc, HELPERS};
 use crate::view::{offsets, TargetBtf};
-use crate::vm::{self, CtxLayout, Fast, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
+use crate::vm::{self, Code, CtxLayout, Insn, Instance, CALL_HELPER, CALL_KFUNC, CALL_LOCAL};
 use crate::{LoadError, Op};
 
 /// `STT_FUNC`: a symbol naming a function.
@@ -39,7 +39,7 @@ pub(crate) struct Program {
     pub insns: Vec<Insn>,
     pub entry: usize,
     /// The program compiled for the fast loop ([`vm::compile`]).
-    pub fast: Vec<Fast>,
+    pub fast: Code,
 }
 
 #[derive(Clone, Debug)]
@@ -247,7 +247,7 @@ impl Object {
                         return Err(err(format!("op {op}: program {} does not start at an instruction of {}", sym.name, psec.name)));
                     }
                     let section = program_display_name(&elf, sec, &psec.name, &sym.name);
-                    programs.push(Program { section, sec_index: sec, insns, entry: (sym.value / 8) as usize, fast: Vec::new() });
+                    programs.push(Program { section, sec_index: sec, insns, entry: (sym.value / 8) as usize, fast: Code::default() });
                     programs.len() - 1
                 }
             };

@@ -13,7 +13,7 @@ use crate::kernel::{self, Kfunc};
 use crate::load::{DataSection, MapStore, Object, Shared, MAP_TYPE_ARRAY, MAP_TYPE_HASH};
 
 mod fast;
-pub(crate) use fast::{compile, run, CtxLayout, Fast, Regs};
+pub(crate) use fast::{compile, run, Code, CtxLayout, Regs};
 #[cfg(test)]
 use fast::run_with;
 use crate::view::ViewType;

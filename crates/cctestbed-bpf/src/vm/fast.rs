@@ -138,33 +138,93 @@ impl CtxLayout {
     }
 }
 
+/// A program compiled for the fast loop: its ops in program order, without the instructions
+/// an op covers (the second half of `ld_imm64`, the later instructions of a fused sequence);
+/// jumps name ops. `pc_of` gives each op's instruction (and, after the last op, the
+/// program's length), `op_of` each instruction's op (`NO_OP` for a covered one).
+#[derive(Debug, Default)]
+pub(crate) struct Code {
+    ops: Vec<Fast>,
+    pc_of: Vec<u16>,
+    op_of: Vec<u16>,
+}
+
+const NO_OP: u16 = u16::MAX;
+
+impl Code {
+    /// The op of instruction `pc`, if one starts there.
+    fn op_at(&self, pc: usize) -> Option<usize> {
+        self.op_of.get(pc).copied().filter(|&o| o != NO_OP).map(usize::from)
+    }
+}
+
 /// Compiles a program (already validated) entered at `entry`, given the object's data
 /// sections and maps and the context layout of the op it serves.
-pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: &[MapDef], layout: CtxLayout) -> Vec<Fast> {
-    if insns.len() > MAX_SLOTS {
-        return Vec::new();
+pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: &[MapDef], layout: CtxLayout) -> Code {
+    let n = insns.len();
+    if n > MAX_SLOTS {
+        return Code::default();
     }
     let bases = guess_bases(insns, entry, layout, maps);
-    let mut out: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x, bases[i])).collect();
-    fuse(insns, data, &mut out);
+    let mut slots: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x, bases[i])).collect();
+    // instructions control can reach other than by falling through: no fused sequence covers
+    // one of them
+    let mut entered = vec![false; n + 1];
+    entered[entry.min(n)] = true;
+    for (i, x) in insns.iter().enumerate() {
+        if let Some(t) = jump_target(i, x) {
+            entered[t.min(n)] = true;
+        }
+        if x.code == 0x85 && x.src == CALL_LOCAL {
+            entered[usize::try_from(x.imm).unwrap_or(n).min(n)] = true;
+        }
+    }
+    let covers = fuse(insns, data, &mut slots, &entered);
     // costs, from the end: a run ends at a jump, call or exit; past the end is one more
     // instruction (the reference's "fell off the end")
-    let n = insns.len();
-    let mut next_cost = vec![1u32; n + 2];
+    let mut cost = vec![1u32; n + 2];
     for i in (0..n).rev() {
         let x = &insns[i];
-        let c = if x.code == 0 {
+        cost[i] = if x.code == 0 {
             0
         } else if matches!(x.code & 7, 5 | 6) {
             1
         } else {
             let next = if x.code == 0x18 { i + 2 } else { i + 1 };
-            next_cost[next.min(n)].saturating_add(1)
+            cost[next.min(n)].saturating_add(1)
         };
-        next_cost[i] = c;
-        out[i].a = (out[i].a & 0xffff) | c << 16;
     }
-    out
+    // the ops, in program order, without covered instructions
+    let mut code = Code { ops: Vec::new(), pc_of: Vec::new(), op_of: vec![NO_OP; n + 1] };
+    let mut pc = 0;
+    while pc < n {
+        code.op_of[pc] = code.ops.len() as u16;
+        code.pc_of.push(pc as u16);
+        let mut f = slots[pc];
+        f.a = (f.a & 0xffff) | cost[pc] << 16;
+        code.ops.push(f);
+        pc += covers[pc].max(1);
+    }
+    code.op_of[n] = code.ops.len() as u16;
+    code.pc_of.push(n as u16);
+    // jump targets: instructions to ops (every target starts an op: fusion spared them)
+    for f in &mut code.ops {
+        if has_target(f.k) {
+            let t = code.op_of.get(f.target()).copied().unwrap_or(NO_OP);
+            f.a = (f.a & 0xffff_0000) | t as u32;
+        }
+    }
+    code
+}
+
+/// An op of kind `k` holds a jump target in the low half of `a`.
+fn has_target(k: K) -> bool {
+    use K::*;
+    matches!(
+        k,
+        Ja | JeqI | JeqR | JgtI | JgtR | JgeI | JgeR | JsetI | JsetR | JneI | JneR | JsgtI | JsgtR | JsgeI | JsgeR | JltI | JltR
+            | JleI | JleR | JsltI | JsltR | JsleI | JsleR | MovIJgt | MovIJsgt | Ldx4Jeq | Ldx4Jne
+    )
 }
 
 fn decode(i: usize, x: &Insn, base: Val) -> Fast {
@@ -265,30 +325,40 @@ fn store_kind(x: &Insn, base: Val, f: &mut Fast) -> K {
 }
 
 /// Fuses the frequent sequences into the op of their first slot.
-fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
+/// Fuses the frequent sequences into the op of their first instruction, none covering an
+/// instruction in `entered`; returns how many instructions each op covers (0 for the second
+/// half of `ld_imm64`, which no op starts at).
+fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast], entered: &[bool]) -> Vec<usize> {
+    let mut covers: Vec<usize> = insns.iter().map(|x| if x.code == 0x18 { 2 } else { 1 }).collect();
     for i in 0..insns.len() {
         let x = &insns[i];
-        let at = |j: usize| insns.get(i + j);
+        // a sequence of `k` instructions from `i` that control enters only at `i`
+        let alone = |k: usize| (1..k).all(|j| !entered.get(i + j).copied().unwrap_or(true));
+        let at = |j: usize| insns.get(i + j).filter(|_| alone(j + 1));
         let is = |j: usize, code: u8, dst: u8, imm: i64| at(j).is_some_and(|y| y.code == code && y.dst == dst && y.imm == imm && y.off == 0);
         let fast = |k: K, imm: u64| Fast::new(k, x.dst, x.src, 0, imm);
         // rd = rs (64-bit mov); rd <<= 32; rd >>= 32 / s>>= 32
         if x.code == 0xbf && x.off == 0 && is(1, 0x67, x.dst, 32) {
             if is(2, 0x77, x.dst, 32) {
                 out[i] = fast(K::MovZext, 0);
+                covers[i] = 3;
                 continue;
             }
             if is(2, 0xc7, x.dst, 32) {
                 out[i] = fast(K::MovSext, 0);
+                covers[i] = 3;
                 continue;
             }
         }
         if x.code == 0x67 && x.imm == 32 && x.off == 0 {
             if is(1, 0x77, x.dst, 32) {
                 out[i] = fast(K::Zext, 0);
+                covers[i] = 2;
                 continue;
             }
             if is(1, 0xc7, x.dst, 32) {
                 out[i] = fast(K::Sext, 0);
+                covers[i] = 2;
                 continue;
             }
         }
@@ -297,6 +367,7 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
             if let Some(y) = at(1).filter(|y| matches!(y.code, 0x2d | 0x6d) && y.src == x.dst && y.dst <= 10) {
                 let k = if y.code == 0x2d { K::MovIJgt } else { K::MovIJsgt };
                 out[i] = Fast::new(k, x.dst, y.dst, (i as i64 + 2 + y.off as i64) as u16, x.imm as u64);
+                covers[i] = 2;
                 continue;
             }
         }
@@ -306,6 +377,7 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
                 let k = if y.code == 0x15 { K::Ldx4Jeq } else { K::Ldx4Jne };
                 let target = (i as i64 + 2 + y.off as i64) as u16;
                 out[i] = Fast::new(k, x.dst, x.src, target, (x.off as u16 as u64) << 32 | y.imm as u32 as u64);
+                covers[i] = 2;
                 continue;
             }
         }
@@ -314,10 +386,12 @@ fn fuse(insns: &[Insn], data: &[DataSection], out: &mut [Fast]) {
             if let (Some(y), Some(v)) = (at(2), const_load(x, insns.get(i + 2), data)) {
                 if y.dst == x.dst {
                     out[i] = fast(K::LdConst, v);
+                    covers[i] = 3;
                 }
             }
         }
     }
+    covers
 }
 
 /// The value `ld_imm64` `x` followed by load `y` reads, when `x` is the address of a read-only
@@ -744,7 +818,7 @@ fn cost_at(code: &[Fast], i: usize) -> u64 {
 /// Runs a program from `entry` to its exit: the fast loop over `code` (from [`compile`]),
 /// which hands every instruction it does not handle itself, and every access it cannot
 /// resolve, to the reference interpreter [`step`] (which then reports any fault).
-pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize, regs: &mut Regs) -> Result<u64, (usize, String)> {
+pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &Code, entry: usize, regs: &mut Regs) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
     loop {
         if let Some(r0) = run_fast(m, code, &mut cpu, regs)? {
@@ -760,7 +834,7 @@ pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &[Fast], entry: usize, 
 /// or, when `code` is None, through the reference interpreter [`step`] alone (for the
 /// differential tests, which hold the fast loop to the reference).
 #[cfg(test)]
-pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
+pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&Code>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
     cpu.budget = budget;
     let mut regs = [0; 256];
@@ -779,8 +853,10 @@ pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&[Fast]>, e
 /// The fast loop, from `cpu.pc`. Returns Ok(Some(r0)) at the program's exit; Ok(None) with
 /// `cpu` the reference's state at an instruction for [`step`] to run (one the loop does not
 /// handle, or the first of a run the budget does not cover); Err as [`step`] would.
-fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Result<Option<u64>, (usize, String)> {
-    let mut i = cpu.pc;
+fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Result<Option<u64>, (usize, String)> {
+    // an instruction inside a fused sequence (after step ran its first) goes to step too
+    let Some(mut i) = compiled.op_at(cpu.pc) else { return Ok(None) };
+    let code = &compiled.ops[..];
     let mut budget = cpu.budget;
     let c = cost_at(code, i);
     if budget < c {
@@ -959,7 +1035,7 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
             K::JsleR => jmp!(r[d] as i64 <= r[s] as i64),
             K::LdImm64 => {
                 r[d] = imm;
-                i += 2;
+                i += 1;
             }
             K::Ldx1 => ldx!(u8, fast_load::<1>(m, addr!(s))),
             K::Ldx2 => ldx!(u16, fast_load::<2>(m, addr!(s))),
@@ -1015,41 +1091,41 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
                 return Ok(Some(r[0]));
             }
             K::CallHelper => {
-                r[0] = kernel::helper(m, imm as i64, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (i, e))?;
+                r[0] = kernel::helper(m, imm as i64, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (compiled.pc_of.get(i).map_or(0, |&p| p as usize), e))?;
                 // r1-r5 are clobbered by a call, as in step
                 r[1..=5].fill(0);
                 goto!(i + 1)
             }
             K::CallKfunc => {
                 let Some(k) = Kfunc::from_index(imm as i64) else { bail!() };
-                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (i, e))?;
+                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (compiled.pc_of.get(i).map_or(0, |&p| p as usize), e))?;
                 r[1..=5].fill(0);
                 goto!(i + 1)
             }
             K::Zext => {
                 r[d] = r[d] as u32 as u64;
-                i += 2;
+                i += 1;
             }
             K::Sext => {
                 r[d] = r[d] as u32 as i32 as i64 as u64;
-                i += 2;
+                i += 1;
             }
             K::MovZext => {
                 r[d] = r[s] as u32 as u64;
-                i += 3;
+                i += 1;
             }
             K::MovSext => {
                 r[d] = r[s] as u32 as i32 as i64 as u64;
-                i += 3;
+                i += 1;
             }
             K::LdConst => {
                 r[d] = imm;
-                i += 3;
+                i += 1;
             }
             K::MovIJgt | K::MovIJsgt => {
                 r[d] = imm;
                 let taken = if x.k == K::MovIJgt { r[s] > imm } else { r[s] as i64 > imm as i64 };
-                goto!(if taken { x.target() } else { i + 2 })
+                goto!(if taken { x.target() } else { i + 1 })
             }
             K::Ldx4Jeq | K::Ldx4Jne => match fast_load::<4>(m, r[s].wrapping_add((imm >> 32) as u16 as i16 as i64 as u64)) {
                 Some(b) => {
@@ -1057,14 +1133,14 @@ fn run_fast(m: &mut Machine, code: &[Fast], cpu: &mut Cpu, r: &mut Regs) -> Resu
                     r[d] = v;
                     let c = imm as u32 as i32 as i64 as u64;
                     let taken = (v == c) == (x.k == K::Ldx4Jeq);
-                    goto!(if taken { x.target() } else { i + 2 })
+                    goto!(if taken { x.target() } else { i + 1 })
                 }
                 None => bail!(),
             },
         }
     };
     cpu.r.copy_from_slice(&r[..16]);
-    cpu.pc = at;
+    cpu.pc = compiled.pc_of.get(at).or(compiled.pc_of.last()).map_or(0, |&p| p as usize);
     cpu.budget = if refund { budget + cost_at(code, at) } else { budget };
     Ok(None)
 }
