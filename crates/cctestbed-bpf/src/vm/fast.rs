@@ -207,6 +207,12 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
     }
     code.op_of[n] = code.ops.len() as u16;
     code.pc_of.push(n as u16);
+    // Padding to a power of two, of ops that hand over to step (at the end of the program,
+    // where step reports falling off it): the loop indexes the ops with a mask, which needs
+    // no bounds check.
+    let len = (code.ops.len() + 1).next_power_of_two();
+    let end = Fast::new(K::Step, 0, 0, 0, 0);
+    code.ops.resize(len, Fast { a: 1 << 16, ..end });
     // jump targets: instructions to ops (every target starts an op: fusion spared them)
     for f in &mut code.ops {
         if has_target(f.k) {
@@ -857,6 +863,10 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
     // an instruction inside a fused sequence (after step ran its first) goes to step too
     let Some(mut i) = compiled.op_at(cpu.pc) else { return Ok(None) };
     let code = &compiled.ops[..];
+    let mask = code.len().wrapping_sub(1);
+    if !code.len().is_power_of_two() {
+        return Ok(None);
+    }
     let mut budget = cpu.budget;
     let c = cost_at(code, i);
     if budget < c {
@@ -884,7 +894,7 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
         }};
     }
     let (at, refund) = loop {
-        let Some(x) = code.get(i) else { bail!() };
+        let Some(x) = code.get(i & mask) else { bail!() };
         let d = x.d as usize;
         let s = x.s as usize;
         let imm = x.imm;
