@@ -190,6 +190,12 @@ pub struct Instance {
     pub(crate) mem: Mem,
     /// The fast loop's registers, kept to spare zeroing them at every call.
     regs: Box<Regs>,
+    /// For each program that is a function of the socket bytes it reads
+    /// ([`Code::reads`]): the context and those bytes at its last successful call, and its
+    /// result then.
+    memo: Vec<Option<(Vec<u8>, u64)>>,
+    /// The key of the current call, built here to spare an allocation.
+    key: Vec<u8>,
     /// The stand-in for the object's shared state when its programs cannot change it.
     unshared: Option<Shared>,
 }
@@ -392,7 +398,8 @@ impl Instance {
             maps: object.maps.iter().map(|_| MapStore::SkStorage).collect(),
         });
         let mem = Mem { sk_storage: vec![None; n], ..Mem::default() };
-        Instance { object, sock: Box::default(), mem, regs: Box::new([0; 256]), unshared }
+        let memo = vec![None; object.programs.len()];
+        Instance { object, sock: Box::default(), mem, regs: Box::new([0; 256]), memo, key: Vec::new(), unshared }
     }
 
     pub fn object(&self) -> &Arc<Object> {
@@ -411,7 +418,7 @@ impl Instance {
     /// their pointer argument, after `args` (so `cong_control` takes `args = [ack, flag]`); a
     /// missing sample is passed as NULL. Returns r0; an op the object lacks returns Ok(None).
     pub fn call(&mut self, op: Op, args: &[u64], ack: Option<&AckSample>, rs: Option<&RateSample>, env: &mut Env) -> Result<Option<u64>, RunError> {
-        let Instance { object, sock: view, mem, regs, unshared } = self;
+        let Instance { object, sock: view, mem, regs, memo, key, unshared } = self;
         let object: &Object = object;
         let Some(pi) = object.ops[op.index()] else { return Ok(None) };
         let prog = &object.programs[pi];
@@ -444,6 +451,20 @@ impl Instance {
             let mask = ((1u16 << b.width) - 1) as u8;
             mem.sock[b.offset] = (mem.sock[b.offset] & mask) << b.shift;
         }
+        // A program that is a function of the context and the socket bytes it reads gives
+        // again the result it gave for the same bytes.
+        if let Some(reads) = &prog.fast.reads {
+            key.clear();
+            key.extend_from_slice(&mem.ctx);
+            for &(a, b) in reads {
+                key.extend_from_slice(mem.sock.get(a..b).unwrap_or(&[]));
+            }
+            if let Some(Some((k, r0))) = memo.get(pi) {
+                if k == key {
+                    return Ok(Some(*r0));
+                }
+            }
+        }
         fill_view(&mut mem.ack, ack);
         fill_view(&mut mem.rs, rs);
         // Each frame's 512 bytes are zeroed when the frame starts.
@@ -456,7 +477,20 @@ impl Instance {
         // fields can have changed (the bit-field bytes, read-only, need no restoring).
         crate::view::offsets::load_writable(view, &mem.sock);
         match result {
-            Ok(r0) => Ok(Some(r0)),
+            Ok(r0) => {
+                if prog.fast.reads.is_some() {
+                    if let Some(slot) = memo.get_mut(pi) {
+                        match slot {
+                            Some((k, v)) => {
+                                k.clone_from(key);
+                                *v = r0;
+                            }
+                            None => *slot = Some((key.clone(), r0)),
+                        }
+                    }
+                }
+                Ok(Some(r0))
+            }
             Err((insn, message)) => Err(RunError { program: prog.section.clone(), op, insn, message }),
         }
     }

@@ -272,3 +272,21 @@ fn bbr_converges(b: &[u8]) {
         assert!((46..=50).contains(&c), "cwnd {c} is not 2 x BDP (40) + quantization budget; last: {last:?}");
     }
 }
+
+/// `min_tso_segs` of the BBR port reads only `sk_pacing_rate` (tcp_bbr.c: 1 below 1.2 Mbit/s
+/// in bytes, 2 above), so its result is kept with that field: repeated and alternating rates,
+/// and other fields changing in between, give what the program computes.
+#[test]
+fn bbr_min_tso_segs_follows_the_pacing_rate() {
+    let Some(b) = object_bytes("bbr.bpf.o") else { return };
+    let obj = Arc::new(Object::load(&b).unwrap());
+    let mut flow = obj.instance();
+    *flow.sock = TcpSock::initial(1448);
+    let mut env = env();
+    for (k, rate) in [0u64, 149_999, 149_999, 150_000, 150_000, 10, 1 << 40, 1 << 40, 149_999].into_iter().enumerate() {
+        flow.sock.inet_conn.icsk_inet.sk.sk_pacing_rate = rate;
+        flow.sock.snd_cwnd = 10 + k as u32;
+        let r = flow.call(Op::MinTsoSegs, &[], None, None, &mut env).unwrap();
+        assert_eq!(r, Some(if rate < 150_000 { 1 } else { 2 }), "rate {rate}");
+    }
+}

@@ -288,7 +288,6 @@ fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
     };
     let mut m = Machine { object: &w.object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
     let result = run_with(&mut m, insns, fast.then_some(&code), 0, budget);
-    drop(m);
     let Mem { stack, sock, sk_storage: sk, .. } = mem;
     Outcome { result, stack, sock, data: shared.data, sk_storage: sk, env: (env.now_ns, env.jiffies, env.prandom, env.send_ack) }
 }

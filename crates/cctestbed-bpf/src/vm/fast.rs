@@ -147,6 +147,9 @@ pub(crate) struct Code {
     ops: Vec<Fast>,
     pc_of: Vec<u16>,
     op_of: Vec<u16>,
+    /// For a program whose result depends only on the socket view's bytes it reads (see
+    /// [`socket_reads`]), those bytes: (first, end) ranges of the view.
+    pub reads: Option<Vec<(usize, usize)>>,
 }
 
 const NO_OP: u16 = u16::MAX;
@@ -165,7 +168,8 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
     if n > MAX_SLOTS {
         return Code::default();
     }
-    let bases = guess_bases(insns, entry, layout, maps);
+    let (bases, reached) = guess_bases(insns, entry, layout, maps);
+    let reads = socket_reads(insns, &bases, &reached, data);
     let mut slots: Vec<Fast> = insns.iter().enumerate().map(|(i, x)| decode(i, x, bases[i])).collect();
     // instructions control can reach other than by falling through: no fused sequence covers
     // one of them
@@ -195,7 +199,7 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
         };
     }
     // the ops, in program order, without covered instructions
-    let mut code = Code { ops: Vec::new(), pc_of: Vec::new(), op_of: vec![NO_OP; n + 1] };
+    let mut code = Code { ops: Vec::new(), pc_of: Vec::new(), op_of: vec![NO_OP; n + 1], reads };
     let mut pc = 0;
     while pc < n {
         code.op_of[pc] = code.ops.len() as u16;
@@ -221,6 +225,57 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
         }
     }
     code
+}
+
+/// The socket bytes a program reads, when they are all its result can depend on: it calls no
+/// helper, kfunc or subprogram, stores only to its stack (zeroed at every call), and loads
+/// only from its stack, read-only data, the context (whose slot 0, the socket's address, is
+/// the same at every call; the caller keys on the rest) and the socket view, each at an offset
+/// known at load (so that no access can stray into another region). The data-flow pass is
+/// exact for such a program: without calls and with stores only into its own stack slots,
+/// nothing it does not follow can change what a register or a slot holds (the guesses it
+/// makes of the context's sample pointer are never used as a base here). None when a reached
+/// instruction does anything else.
+fn socket_reads(insns: &[Insn], bases: &[Val], reached: &[bool], data: &[DataSection]) -> Option<Vec<(usize, usize)>> {
+    let mut reads: Vec<(usize, usize)> = Vec::new();
+    for (i, x) in insns.iter().enumerate() {
+        if !reached.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        let ro = |r: u32| r.checked_sub(R_DATA).and_then(|d| data.get(d as usize)).is_some_and(|d| !d.writable);
+        // the offset of the access in the region its base points into
+        let at = |o: i64| o.checked_add(x.off as i64);
+        let near = |a: Option<i64>| a.is_some_and(|a| (0..1 << 31).contains(&a));
+        match x.code & 7 {
+            0 | 4 | 7 => {}
+            5 | 6 => {
+                if x.code == 0x85 {
+                    return None;
+                }
+            }
+            1 => match bases[i] {
+                Val::Ptr(R_STACK, Some(o)) if at(o).is_some_and(|a| a >= -(STACK_PER_FRAME as i64) && a < 0) => {}
+                Val::Ptr(R_CTX, Some(o)) if near(at(o)) => {}
+                Val::Ptr(r, Some(o)) if ro(r) && near(at(o)) => {}
+                Val::Ptr(R_SOCK, Some(o)) => {
+                    let a = at(o).filter(|a| *a >= 0)? as usize;
+                    let end = a + mem_size(x.code);
+                    if end > TcpSock::SIZE {
+                        return None;
+                    }
+                    reads.push((a, end));
+                }
+                _ => return None,
+            },
+            _ => match bases[i] {
+                Val::Ptr(R_STACK, Some(o)) if at(o).is_some_and(|a| a >= -(STACK_PER_FRAME as i64) && a < 0) => {}
+                _ => return None,
+            },
+        }
+    }
+    reads.sort_unstable();
+    reads.dedup();
+    Some(reads)
 }
 
 /// An op of kind `k` holds a jump target in the low half of `a`.
@@ -520,9 +575,10 @@ fn jump_target(i: usize, x: &Insn) -> Option<usize> {
 }
 
 /// For each memory instruction, what its base register is expected to hold (`Any` for the
-/// others and for unreached code): a forward data-flow pass over the program from `entry`
-/// (its `r1` the context, laid out as `layout`) and from every bpf-to-bpf call target.
-pub(crate) fn guess_bases(insns: &[Insn], entry: usize, layout: CtxLayout, maps: &[MapDef]) -> Vec<Val> {
+/// others and for unreached code), and whether each instruction is reached: a forward
+/// data-flow pass over the program from `entry` (its `r1` the context, laid out as `layout`)
+/// and from every bpf-to-bpf call target.
+pub(crate) fn guess_bases(insns: &[Insn], entry: usize, layout: CtxLayout, maps: &[MapDef]) -> (Vec<Val>, Vec<bool>) {
     let n = insns.len();
     let mut leader = vec![false; n + 1];
     let mut entries = vec![entry];
@@ -582,11 +638,13 @@ pub(crate) fn guess_bases(insns: &[Insn], entry: usize, layout: CtxLayout, maps:
     // The last visit of each block saw its final state, but an earlier visit may have left a
     // guess the final state no longer supports: recompute from the final states.
     bases.fill(Val::Any);
+    let mut reached = vec![false; n];
     for (l, st) in state.iter().enumerate() {
         let Some(mut st) = st.clone() else { continue };
         let mut i = l;
         loop {
             let x = &insns[i];
+            reached[i] = true;
             transfer(x, &mut st, layout, maps, &mut bases[i]);
             let next = if x.code == 0x18 { i + 2 } else { i + 1 };
             if is_jump(x) || next >= n || leader[next] {
@@ -595,7 +653,7 @@ pub(crate) fn guess_bases(insns: &[Insn], entry: usize, layout: CtxLayout, maps:
             i = next;
         }
     }
-    bases
+    (bases, reached)
 }
 
 fn merge(slot: &mut Option<State>, st: &State, at: usize, work: &mut Vec<usize>) {
@@ -1153,4 +1211,43 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
     cpu.pc = compiled.pc_of.get(at).or(compiled.pc_of.last()).map_or(0, |&p| p as usize);
     cpu.budget = if refund { budget + cost_at(code, at) } else { budget };
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i(code: u8, dst: u8, src: u8, off: i16, imm: i64) -> Insn {
+        Insn { code, dst, src, off, imm }
+    }
+    const EXIT: Insn = Insn { code: 0x95, dst: 0, src: 0, off: 0, imm: 0 };
+    /// r6 = the socket (context slot 0)
+    const SOCK: Insn = Insn { code: 0x79, dst: 6, src: 1, off: 0, imm: 0 };
+
+    fn reads(p: &[Insn]) -> Option<Vec<(usize, usize)>> {
+        validate(p, "t").unwrap();
+        compile(p, 0, &[], &[], CtxLayout::default()).reads
+    }
+
+    /// A program is keyed on the socket bytes it reads only when nothing else can change its
+    /// result: no call, no store outside its stack, every access at an offset known at load.
+    #[test]
+    fn socket_reads_of_pure_programs_only() {
+        // r0 = sk_pacing_rate (8 bytes at 0); spilled to the stack and read back
+        let pure = [SOCK, i(0x79, 0, 6, 0, 0), i(0x7b, 10, 0, -8, 0), i(0x79, 0, 10, -8, 0), EXIT];
+        assert_eq!(reads(&pure), Some(vec![(0, 8)]));
+        // the socket pointer spilled and reloaded is still followed
+        let spilled = [SOCK, i(0x7b, 10, 6, -16, 0), i(0x79, 2, 10, -16, 0), i(0x61, 0, 2, 16, 0), EXIT];
+        assert_eq!(reads(&spilled), Some(vec![(16, 20)]));
+        // a helper call, a store into the socket, a load at a computed offset, a stack
+        // pointer moved out of its frame, a read past the view: not keyed
+        let helper = [SOCK, i(0x85, 0, CALL_HELPER, 0, 5), i(0x79, 0, 6, 0, 0), EXIT];
+        let store = [SOCK, i(0xb7, 2, 0, 0, 1), i(0x63, 6, 2, 0, 0), EXIT];
+        let computed = [SOCK, i(0x61, 2, 6, 4, 0), i(0x0f, 6, 2, 0, 0), i(0x61, 0, 6, 0, 0), EXIT];
+        let far = [i(0xbf, 2, 10, 0, 0), i(0x17, 2, 0, 0, 1 << 30), i(0x17, 2, 0, 0, 1 << 30), i(0x79, 0, 2, 0, 0), EXIT];
+        let past = [SOCK, i(0x79, 0, 6, TcpSock::SIZE as i16 - 4, 0), EXIT];
+        for p in [&helper[..], &store, &computed, &far, &past] {
+            assert_eq!(reads(p), None, "{p:?}");
+        }
+    }
 }
