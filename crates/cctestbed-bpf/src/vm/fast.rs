@@ -864,10 +864,14 @@ fn store_sk<const N: usize>(m: &mut Machine, a: u64, map: u8, v: [u8; N]) -> Opt
 /// top of the current frame.
 #[inline(always)]
 fn stack_range(m: &Machine, off: u64, n: usize) -> Option<std::ops::Range<usize>> {
-    let o = m.stack_top.checked_add_signed(off as i64 as isize)?;
-    let end = o + n;
-    (end <= m.stack_top).then_some(o..end)
+    // below 0 wraps to a huge offset, which the checks refuse
+    let o = (m.stack_top as u64).wrapping_add(off) as usize;
+    let end = o.wrapping_add(n);
+    (end <= m.stack_top && o < end).then_some(o..end)
 }
+
+/// Marks, in the op index [`run_fast`] leaves at, a run the budget did not cover.
+const UNCHARGED: usize = 1 << 62;
 
 /// The fast loop's registers: r0-r10 (and the rest unused), indexed by a byte so that an
 /// operand needs no bounds check.
@@ -936,22 +940,23 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
     // run given back (one exit for all, after the loop).
     macro_rules! bail {
         () => {
-            break (i, true)
+            break i
         };
     }
-    // Enters the run at `t`, or hands `t` to step when the budget does not cover the run.
+    // Enters the run at `t`, or hands `t` to step when the budget does not cover the run
+    // (marked by UNCHARGED: nothing to give back).
     macro_rules! goto {
         ($t:expr) => {{
             i = $t;
-            let c = cost_at(code, i);
+            let c = code[i & mask].cost();
             if budget < c {
-                break (i, false);
+                break i | UNCHARGED;
             }
             budget -= c;
             continue;
         }};
     }
-    let (at, refund) = loop {
+    let at = loop {
         let Some(x) = code.get(i & mask) else { bail!() };
         let d = x.d as usize;
         let s = x.s as usize;
@@ -1207,6 +1212,7 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
             },
         }
     };
+    let (at, refund) = (at & !UNCHARGED, at & UNCHARGED == 0);
     cpu.r.copy_from_slice(&r[..16]);
     cpu.pc = compiled.pc_of.get(at).or(compiled.pc_of.last()).map_or(0, |&p| p as usize);
     cpu.budget = if refund { budget + cost_at(code, at) } else { budget };
