@@ -1,12 +1,14 @@
-//! Differential test of the fast loop ([`run_fast`](super::run_fast)) against the reference
-//! interpreter ([`step`](super::step)) alone: random, well-formed programs (every ALU32/ALU64
-//! operation with register and immediate operands, division and modulo by zero, shifts, byte
-//! swaps, sign extension, loads and stores of 1, 2, 4 and 8 bytes to the stack, the socket view,
-//! the context, socket storage and data sections at offsets in and out of bounds, atomics,
-//! JMP and JMP32 jumps forward and backward, helper and bpf-to-bpf calls, the fused sequences of
-//! [`compile`](super::compile)) must give the same r0 or the same error (instruction index and
-//! message), and leave the same stack, socket view, data and environment. Loops end by the
-//! instruction budget, which each case draws small so that exhaustion is exercised too.
+//! Differential test of the fast loop (`fast::run_fast`) against the reference interpreter
+//! ([`step`](super::step)) alone: random, well-formed programs (every ALU32/ALU64 operation
+//! with register and immediate operands, division and modulo by zero, shifts, byte swaps, sign
+//! extension, loads and stores of 1, 2, 4 and 8 bytes to the stack, the socket view, the
+//! context, the rate sample (its pointer read from the context, where the compiler expects it;
+//! the sample sometimes absent), socket storage and data sections at offsets in and out of
+//! bounds, atomics, JMP and JMP32 jumps forward and backward, helper, kfunc and bpf-to-bpf calls,
+//! the fused sequences of [`compile`](super::compile)) must give the same r0 or the same error
+//! (instruction index and message), and leave the same stack, socket view, data and
+//! environment. Loops end by the instruction budget, which each case draws small so that
+//! exhaustion (and the hand-over of runs the budget does not cover) is exercised too.
 
 use std::sync::Mutex;
 
@@ -172,7 +174,15 @@ fn item(it: &Item, out: &mut Vec<Pending>) {
         }
         19 => {
             // bpf_ktime_get_ns, bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_coarse_ns,
-            // bpf_tcp_send_ack (socket in r1, or not), bpf_map_lookup_elem (no map: an error)
+            // bpf_tcp_send_ack (socket in r1, or not), bpf_map_lookup_elem (no map: an error);
+            // or a kfunc (socket in r1, or not)
+            if (w >> 40) % 4 == 0 {
+                if x {
+                    out.push(plain(ins(0xbf, 1, 6, 0, 0)));
+                }
+                out.push(plain(ins(0x85, 0, CALL_KFUNC, 0, (c % 5) as i64)));
+                return;
+            }
             let id = [5, 7, 118, 160, 116, 5, 1][(c as usize) % 7];
             if id == 116 && x {
                 out.push(plain(ins(0xbf, 1, 6, 0, 0)));
@@ -188,6 +198,13 @@ fn item(it: &Item, out: &mut Vec<Pending>) {
         _ => {
             // the sequences compile() fuses
             let s2 = (b >> 4) % 10;
+            if (w >> 56) % 5 == 0 {
+                // the sample pointer from the context (slot 1), then a load through it
+                let n = [0x71, 0x69, 0x61, 0x79][(a as usize >> 3) % 4];
+                let off = ((w >> 32) % 96) as i16 - 8;
+                out.extend([plain(ins(0x79, d, 1, 8, 0)), plain(ins(n, dst_of(b), d, off, 0))]);
+                return;
+            }
             match c % 9 {
                 0 => out.extend([plain(ins(0x67, d, 0, 0, 32)), plain(ins(0x77, d, 0, 0, 32))]),
                 1 => out.extend([plain(ins(0x67, d, 0, 0, 32)), plain(ins(0xc7, d, 0, 0, 32))]),
@@ -258,6 +275,8 @@ struct World {
     object: Object,
     sock: Vec<u8>,
     ctx: Vec<u8>,
+    /// The rate sample (context slot 1), or none.
+    rs: Vec<u8>,
     shared_data: Vec<Vec<u8>>,
     sk_storage: Vec<Option<Vec<u8>>>,
     env: Env,
@@ -278,10 +297,12 @@ struct Outcome {
 fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
     let mut shared = Shared { data: w.shared_data.clone(), maps: Vec::new() };
     let mut env = w.env.clone();
-    let code = compile(insns, 0, &w.object.data, &[], CtxLayout::default());
+    // context slot 1 is expected to hold the rate sample (a guess the loop checks)
+    let code = compile(insns, 0, &w.object.data, &[], CtxLayout { sample: Some((1, R_RS)) });
     let mut mem = Mem {
         ctx: w.ctx.clone(),
         sock: w.sock.clone(),
+        rs: w.rs.clone(),
         stack: vec![0; STACK_PER_FRAME * MAX_FRAMES],
         sk_storage: w.sk_storage.clone(),
         ..Mem::default()
@@ -308,8 +329,10 @@ fn world(bytes: u64) -> World {
     let bss = fill(BSS_LEN);
     let sock = fill(TcpSock::SIZE);
     let storage = fill(16);
+    let rs = if bytes & 1 == 0 { fill(crate::RateSample::SIZE) } else { Vec::new() };
     let mut ctx = sock_addr().to_le_bytes().to_vec();
-    ctx.extend(fill(16));
+    ctx.extend(addr(R_RS, 0).to_le_bytes());
+    ctx.extend(fill(8));
     object.data = vec![
         DataSection { name: ".rodata".into(), writable: false, initial: rodata },
         DataSection { name: ".bss".into(), writable: true, initial: bss.clone() },
@@ -318,6 +341,7 @@ fn world(bytes: u64) -> World {
         object,
         sock,
         ctx,
+        rs,
         shared_data: vec![Vec::new(), bss],
         sk_storage: vec![Some(storage)],
         env: Env { now_ns: bytes.rotate_left(17), jiffies: bytes >> 3, prandom: bytes as u32, send_ack: false },
