@@ -1257,3 +1257,31 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod long_program {
+    use super::*;
+    use crate::load::{Object, Shared};
+    use std::sync::Mutex;
+
+    /// A program longer than the fast loop's 16-bit slots runs in the reference interpreter
+    /// alone, with the same result (and its budget counted the same way).
+    #[test]
+    fn runs_in_the_reference_interpreter() {
+        let n = MAX_SLOTS + 10;
+        let mut p: Vec<Insn> = (0..n).map(|k| Insn { code: 0x07, dst: 0, src: 0, off: 0, imm: (k % 7) as i64 }).collect();
+        p.push(Insn { code: 0x95, dst: 0, src: 0, off: 0, imm: 0 });
+        validate(&p, "t").unwrap();
+        let code = compile(&p, 0, &[], &[], CtxLayout::default());
+        assert!(code.ops.is_empty());
+        let object = Object::for_tests(Mutex::new(Shared { data: Vec::new(), maps: Vec::new() }));
+        let mut shared = object.shared.lock().unwrap();
+        let mut env = Env::default();
+        let mut mem = Mem { ctx: vec![0; 8], stack: vec![0; STACK_PER_FRAME * MAX_FRAMES], ..Mem::default() };
+        let mut m = Machine { object: &object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
+        let expected: u64 = (0..n).map(|k| (k % 7) as u64).sum();
+        assert_eq!(run(&mut m, &p, &code, 0, &mut [0; 256]), Ok(expected));
+        let e = run_with(&mut m, &p, Some(&code), 0, 100).unwrap_err();
+        assert_eq!(e.0, 100, "{e:?}");
+    }
+}
