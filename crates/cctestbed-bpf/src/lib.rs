@@ -87,32 +87,48 @@
 //! `.text` subprograms numbered after it).
 //!
 //! # Cost
-//! [`vm`] pre-decodes each program per [`Instance`] into 16-byte ops (operands resolved, jump
-//! targets absolute, loads/stores through `r10` specialised to the stack, a few fused
-//! sequences: zero/sign-extension, `.rodata` constant loads, mov+compare-jump, load+compare-jump)
-//! and runs them in one `match` loop; every other instruction, and every access the loop cannot
-//! resolve itself, goes to the reference interpreter ([`vm`]'s `step`), which also produces
-//! every error, so messages, instruction indices and the budget are those of the plain
-//! interpreter. Objects without array/hash maps or writable globals take no lock. The loop's
-//! shortcuts rest on what the loader checks: `r10` is never written (no instruction may, an
-//! atomic fetch into it included), so stack accesses through it need not read it.
+//! [`vm`] compiles each program once, at load, for a fast loop (its `fast` module: ops of 16
+//! bytes in program order, frequent sequences fused, the budget charged per straight-line run
+//! rather than per instruction, loads and stores specialised to the region a data-flow pass
+//! expects their base to point into, helper and kfunc calls in the loop) and runs them in one
+//! `match` loop; every other instruction, and every access the loop cannot resolve itself,
+//! goes to the reference interpreter ([`vm`]'s `step`), which also produces every error, so
+//! messages, instruction indices and the budget are those of the plain interpreter. Objects
+//! without array/hash maps or writable globals take no lock. The loop's shortcuts rest on what
+//! the loader checks: `r10` is never written (no instruction may, an atomic fetch into it
+//! included), so stack accesses through it need not read it. A program that is a function of
+//! the socket bytes it reads (no call, stores only to its stack, every access at an offset
+//! known at load: `bbr.bpf.o`'s `min_tso_segs`) gives its last result again, without running,
+//! when the context and those bytes are the same.
 //!
-//! Measured (ccsim-bench, 2-CPU EPYC, median cpu of paired `farm-bench` runs): 4 `bpf:bbr`
-//! flows, 80 Mb/s, 25 ms, 60 s make 392,437 calls and 79.6 M BPF instructions (203 a call on
-//! average over all ops). Scenario 9 (2 BDP) costs 0.323 s against 0.095 s for the Rust `bbr`
-//! (3.4x; 3.85x before only the writable socket fields were copied back after a call, 5.6x
-//! before the fast loop), scenario 10 (0.5 BDP) 0.377 s against 0.133 s (2.8x; 0.431 s
-//! before; the old binary measured in the same session, paired). The BPF share is about
-//! 0.58 µs a call, about 2.9 ns an instruction, most of it the loop's single indirect branch
-//! (mispredicted) and the region checks; reading the whole socket view back after each call
-//! was 0.04 s of scenario 9. `bbr.bpf.o` has no JMP32 instruction, so fast paths for those
-//! would not move these figures. The 2x asked for would need the BPF share at about
-//! 0.1 s, i.e. under 0.5 ns an instruction: beyond a `match` interpreter in safe Rust. What
-//! would reach it: a JIT to native code with the same checks inlined (stack and socket
-//! accesses checked against constant bounds, region resolved per pointer provenance by a
-//! verifier-like pass), which needs `unsafe` (executable memory) or an external code generator
-//! (e.g. cranelift) and a review of that exception; or, in safe Rust, threaded dispatch (Rust
-//! has no guaranteed tail calls yet) and a provenance pass that removes most region checks.
+//! Measured (ccsim-bench, 2-CPU AMD EPYC shared with other work; whole-process CPU, user +
+//! system, of 15 paired runs; min / median): 4 `bpf:bbr` flows, 80 Mb/s, 25 ms, 60 s make
+//! 392,437 calls and 79.6 M BPF instructions (203 a call on average over all ops). Scenario 9
+//! (2 BDP) costs 0.271 / 0.273 s against 0.092 / 0.093 s for the Rust `bbr`, 2.93x (median of
+//! the paired ratios; 3.34x before this compilation, 0.324 s, the old binary measured in the
+//! same session); scenario 10 (0.5 BDP) 0.328 / 0.335 s against 0.132 / 0.137 s, 2.46x (2.83x
+//! before, 0.380 s). Counted with callgrind on scenario 9, the BPF share is about 4,800 host
+//! instructions a call (6,700 before), 23 per BPF instruction: about 11 to fetch and dispatch
+//! an op, 20 for a load or store (region check, then the offset against the region's length),
+//! 10 for a jump (with the budget), 900 a call outside the loop (filling the socket view,
+//! zeroing the stack, reading back the writable fields, the adapter's own work). The loop runs
+//! at about 3 instructions a cycle, so its cost is its instruction count; about 2.3 ns a BPF
+//! instruction.
+//!
+//! The 2x asked for is not reached: it needs the BPF share at about 0.09 s, half the host
+//! instructions per BPF instruction, without the loop's code growing (it is read into the
+//! instruction cache again at each call, the simulator's code having evicted it). Tried and
+//! dropped: handlers chained by tail calls (LLVM compiles them as jumps in a release build),
+//! which cost as much per op as the `match`; superinstructions for the frequent sequences of
+//! two and three ops, composed generically, which cut the scenario's instructions by 10% and
+//! the time of a replay of one flow's calls by 17%, but made the loop 28 to 43 KB (11 KB
+//! without), tripled its instruction-cache misses in the simulator and so gained nothing there. What would reach it:
+//! a compiler that removes BPF instructions (moves, constants materialised for a comparison or
+//! a store, extension pairs: about a quarter of those `bbr.bpf.o` runs) and proves regions as
+//! the kernel's verifier does, so that an access needs only the offset check, with a copy of
+//! the call's state to run a call again in the reference interpreter when the compiled code
+//! meets a fault or the end of the budget; or a JIT to native code, which needs `unsafe` or an
+//! external code generator.
 //!
 //! # Tests
 //! `cargo test -p cctestbed-bpf --release`. Tests of the project's objects need
@@ -120,10 +136,10 @@
 //! compile them with clang against `target/bpf/vmlinux.h` and libbpf's headers. Each skips,
 //! printing why, when what it needs is absent. A differential property test (`vm::difftest`,
 //! 10,000 random well-formed programs a run: every ALU32/ALU64 operation, loads, stores and
-//! atomics in and out of bounds of the stack, socket view, context, storage and data, JMP and
-//! JMP32 jumps forward and backward, helper and bpf-to-bpf calls, the fused sequences, small
-//! budgets) holds the fast loop to the reference interpreter alone: same r0 or same error
-//! (instruction and message), same stack, socket view, data and environment.
+//! atomics in and out of bounds of the stack, socket view, context, rate sample, storage and
+//! data, JMP and JMP32 jumps forward and backward, helper, kfunc and bpf-to-bpf calls, the
+//! fused sequences, small budgets) holds the fast loop to the reference interpreter alone: same
+//! r0 or same error (instruction and message), same stack, socket view, data and environment.
 //!
 //! # Why not `rbpf`
 //! rbpf 0.4.1 has no instruction budget (a loop in a program hangs the simulator), checks only

@@ -1,19 +1,24 @@
-//! The fast path: each program compiled once, at load, into [`Fast`] ops that one `match`
-//! loop ([`run_fast`]) runs; whatever the loop does not handle itself it hands, one instruction
-//! at a time, to the reference interpreter ([`step`]), which also produces every error.
+//! The fast path: each program compiled once, at load, into ops that one `match` loop
+//! ([`run_fast`]) runs; whatever the loop does not handle itself it hands, one instruction at a
+//! time, to the reference interpreter ([`step`]), which also produces every error.
 //!
-//! Compilation:
-//! - **Ops**: slot `i` of a program's ops stands for instruction `i` (operands decoded,
-//!   immediates sign-extended, jump targets absolute). A few frequent sequences are fused into
-//!   the op of their first slot ([`compile`]); the instructions they cover keep their own ops,
-//!   so a jump into the middle of a sequence runs them one by one.
+//! Compilation ([`compile`]):
+//! - **Ops**: one per instruction (operands decoded, immediates sign-extended), a few frequent
+//!   sequences fused into one op (zero/sign extension of the low half, `.rodata` constant
+//!   loads, mov + compare-jump, load + compare-jump), never across an instruction a jump or
+//!   call can enter. The ops are laid out in program order without the instructions they cover
+//!   (the second half of `ld_imm64`, the rest of a fused sequence), 16 bytes each, jumps naming
+//!   ops; tables map ops to instructions and back for the hand-over to [`step`]. The ops are
+//!   padded to a power of two with hand-overs to [`step`] and the loop indexes them through a
+//!   mask, so fetching an op needs no bounds check. A program of more than [`MAX_SLOTS`]
+//!   instructions runs in [`step`] alone.
 //! - **Budget by runs**: a run is the straight line from an instruction to the next jump,
-//!   call or exit (included). Each op holds `cost`, the instructions from it to the end of its
-//!   run; the loop charges the budget with the cost of the run it enters (at the entry, after
-//!   every jump, call and step), not per instruction. When the budget does not cover a run,
-//!   the run goes to [`step`] instruction by instruction, so the budget runs out at the very
-//!   instruction it would in the reference; an op handed to [`step`] gets back what its run
-//!   had charged for it and the instructions after it.
+//!   call or exit (included). Each op holds its cost, the instructions from it to the end of
+//!   its run; the loop charges the budget with the cost of the run it enters (at the entry,
+//!   after every jump, call and step), not per instruction. When the budget does not cover a
+//!   run, the run goes to [`step`] instruction by instruction, so the budget runs out at the
+//!   very instruction it would in the reference; an op handed to [`step`] gets back what its
+//!   run had charged for it and the instructions after it.
 //! - **Where a pointer points**: a forward data-flow pass ([`guess_bases`]) follows, through
 //!   registers and 8-byte stack slots, the pointers a program is given or makes (the context,
 //!   the socket from the context, the `rate_sample` or `ack_sample` from the context of
@@ -23,8 +28,10 @@
 //!   (for a store into the socket view, that the base register holds the exact address
 //!   expected, the field's writability having been checked at compile time) and then only the
 //!   offset against the region's length; when the check fails it does what a plain load or
-//!   store does. The pass is a guess the ops check, never trusted: a wrong guess costs time,
-//!   not correctness.
+//!   store does (out of line). The pass is a guess the ops check, never trusted: a wrong guess
+//!   costs time, not correctness. For a program with no call and no store outside its stack
+//!   the same pass is exact, and gives the socket bytes its result depends on
+//!   ([`socket_reads`]; [`Instance::call`] keeps that result with them).
 //! - **Calls** of helpers and kfuncs run in the loop (the same functions [`step`] calls).
 //!
 //! The differential test (`vm::difftest`) holds this loop to [`step`] alone.
