@@ -692,7 +692,15 @@ impl Simulation {
         self.q.processed
     }
 
-    fn finish(self) -> SimOutput {
+    fn finish(mut self) -> SimOutput {
+        // The end of the trial closes the connections still open, tearing their algorithms
+        // down (a failure there ends the trial like any other); not after a failure.
+        if !self.faulted() {
+            let end = self.cfg.duration_ns;
+            for s in &mut self.senders {
+                s.release_cc(end);
+            }
+        }
         let error = self.bpf_fault.lock().map_or_else(|p| p.into_inner().take(), |mut f| f.take());
         let n = self.senders.len();
         let mut fin = vec![FlowFinal::default(); n];

@@ -15,11 +15,13 @@
 //!   `app_limited`. `icsk_ca_priv` and sk_storage persist in the instance.
 //!
 //! Deviations:
-//! - Ops the simulated transport has no call point for are not called: `release` (a flow's
-//!   socket is never closed before the trial ends), `sndbuf_expand` (no send buffer is
-//!   modelled); `in_ack_event` is called on the ACKs of ECN-capable flows only, with
-//!   `CA_ACK_ECE` or 0, and `cwnd_event` with `CA_EVENT_TX_START` and `CA_EVENT_CWND_RESTART`
-//!   (the events the transport raises for every algorithm).
+//! - `sndbuf_expand` is called where `tcp_init_buffer_space` calls it (after `init`, at
+//!   establishment) and not where `tcp_new_space` would (no send buffer is modelled), its result
+//!   changing nothing; `release` when a sized flow's data is all acknowledged and, for a flow
+//!   still open, at the end of the trial (see [`super::CongestionControl::release`]);
+//!   `in_ack_event` is called on the ACKs of ECN-capable flows only, with `CA_ACK_ECE` or 0, and
+//!   `cwnd_event` with `CA_EVENT_TX_START` and `CA_EVENT_CWND_RESTART` (the events the
+//!   transport raises for every algorithm).
 //! - Sequence numbers are the simulator's segment counts times the MSS (wrapping at 2^32);
 //!   `rtt_min` holds one sample, the minimum RTT over the connection, stamped now.
 //! - A write to `app_limited` is applied as the transport's own `tp->app_limited = delivered +
@@ -326,6 +328,16 @@ impl CongestionControl for BpfCc {
                 None
             }
         }
+    }
+
+    fn sndbuf_expand(&mut self, info: &ConnInfo, w: &mut Window) -> Option<u32> {
+        self.call(Op::SndbufExpand, info, w, &[], None, None).map(|r| r as u32)
+    }
+
+    /// The socket is going: what the program writes into it is read back nowhere.
+    fn release(&mut self, info: &ConnInfo, w: &Window) {
+        let mut w2 = *w;
+        self.call(Op::Release, info, &mut w2, &[], None, None);
     }
 
     fn undo_cwnd(&mut self, info: &ConnInfo, w: &Window, prior_cwnd: u32) -> u32 {

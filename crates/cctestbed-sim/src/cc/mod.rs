@@ -294,6 +294,22 @@ pub trait CongestionControl: std::any::Any + Send {
         None
     }
 
+    /// The multiplier, per segment of the window, of the send buffer `tcp_sndbuf_expand` sizes
+    /// (`sndbuf_expand`); `None` is Linux's 2. Asked where `tcp_init_buffer_space` asks it:
+    /// once the algorithm is initialised at establishment. The simulator models no send
+    /// buffer, so the answer changes nothing (an algorithm may still change the window it is
+    /// given); nor does it model `tcp_new_space`, which asks again when an application blocked
+    /// on a full send buffer gets room.
+    fn sndbuf_expand(&mut self, _info: &ConnInfo, _w: &mut Window) -> Option<u32> {
+        None
+    }
+
+    /// The connection's congestion control is torn down (`release`, from
+    /// `tcp_cleanup_congestion_control` when the socket is destroyed): once all of a sized
+    /// flow's data is acknowledged, or at the end of the trial for a flow still open; never for
+    /// a flow whose algorithm was not initialised, and at most once.
+    fn release(&mut self, _info: &ConnInfo, _w: &Window) {}
+
     /// cwnd to restore after a spurious reduction (`undo_cwnd`); default as Reno's.
     fn undo_cwnd(&mut self, _info: &ConnInfo, w: &Window, prior_cwnd: u32) -> u32 {
         w.cwnd.max(prior_cwnd)

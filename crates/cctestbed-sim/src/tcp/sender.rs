@@ -209,6 +209,8 @@ pub struct Sender {
     last_send_time: Nanos,
     pub timers: [Timer; 3],
     started: bool,
+    /// The algorithm's `release` has run (the connection is torn down).
+    released: bool,
     /// SYN_SENT: when the latest SYN went out, until the SYN-ACK arrives.
     syn_sent_at: Option<Nanos>,
     /// SYNs sent (`icsk_retransmits` + 1 while in SYN_SENT).
@@ -289,6 +291,7 @@ impl Sender {
             last_send_time: 0,
             timers: [Timer::default(); 3],
             started: false,
+            released: false,
             syn_sent_at: None,
             syns_sent: 0,
             stats: SenderStats::default(),
@@ -529,11 +532,14 @@ impl Sender {
         self.start(now, io);
     }
 
-    /// ESTABLISHED: initialise the algorithm and send.
+    /// ESTABLISHED: initialise the algorithm (`tcp_init_transfer`), size the send buffer
+    /// (`tcp_init_buffer_space`, which asks the algorithm's `sndbuf_expand`), and send.
     fn start(&mut self, now: Nanos, io: &mut Io) {
         self.started = true;
         let info = self.info(now);
         self.cc.init(&info, &mut self.w);
+        let info = self.info(now);
+        self.cc.sndbuf_expand(&info, &mut self.w);
         // An algorithm may ask for pacing in init (sk_pacing_status = SK_PACING_NEEDED, as
         // tcp_bbr.c does); the trial's own choice, when it made one, stands.
         if !self.pacing && self.pacing_left_to_cc && self.cc.wants_pacing() {
@@ -1078,6 +1084,21 @@ impl Sender {
             self.rearm_rto(now, io);
         }
         self.try_send(now, io);
+        // All the data acknowledged: the application closes, the socket goes, and with it the
+        // algorithm's state.
+        if self.is_done() {
+            self.release_cc(now);
+        }
+    }
+
+    /// Tears the algorithm down (`tcp_cleanup_congestion_control`): its `release`, once, if it
+    /// was initialised. The end of the trial does this for every flow still open.
+    pub fn release_cc(&mut self, now: Nanos) {
+        if self.started && !self.released {
+            self.released = true;
+            let info = self.info(now);
+            self.cc.release(&info, &self.w);
+        }
     }
 
     fn apply_cc_requests(&mut self) {
@@ -1554,6 +1575,97 @@ fn sent_after(t1: Nanos, seq1: u64, t2: Nanos, seq2: u64) -> bool {
 mod tests {
     use super::*;
     use crate::packet::MAX_SACK_BLOCKS;
+    use std::sync::{Arc, Mutex};
+
+    /// The calls a [`Recorder`] saw: the op, the time and snd_una.
+    type Calls = Arc<Mutex<Vec<(&'static str, Nanos, u64)>>>;
+
+    /// Reno, recording the calls of `init`, `sndbuf_expand` and `release` and setting cwnd to
+    /// 4 in `sndbuf_expand`.
+    struct Recorder {
+        reno: Box<dyn CongestionControl>,
+        calls: Calls,
+    }
+
+    impl CongestionControl for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn init(&mut self, info: &ConnInfo, w: &mut Window) {
+            self.calls.lock().unwrap().push(("init", info.now, info.snd_una));
+            self.reno.init(info, w);
+        }
+        fn sndbuf_expand(&mut self, info: &ConnInfo, w: &mut Window) -> Option<u32> {
+            self.calls.lock().unwrap().push(("sndbuf_expand", info.now, info.snd_una));
+            w.cwnd = 4;
+            Some(3)
+        }
+        fn release(&mut self, info: &ConnInfo, _w: &Window) {
+            self.calls.lock().unwrap().push(("release", info.now, info.snd_una));
+        }
+        fn ssthresh(&mut self, info: &ConnInfo, w: &Window) -> u32 {
+            self.reno.ssthresh(info, w)
+        }
+        fn cong_avoid(&mut self, info: &ConnInfo, w: &mut Window, acked: u32) {
+            self.reno.cong_avoid(info, w, acked)
+        }
+    }
+
+    fn recorded(cfg: &FlowConfig) -> (Sender, Calls) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let cc = Box::new(Recorder { reno: crate::cc::build("reno", &Default::default()).unwrap(), calls: Arc::clone(&calls) });
+        (Sender::new(0, cfg, 1448, 1500, cc), calls)
+    }
+
+    /// `tcp_init_transfer`: the algorithm is initialised, then `tcp_init_buffer_space` asks
+    /// its `sndbuf_expand`, before any data goes (a window it sets there is the first flight's).
+    #[test]
+    fn sndbuf_expand_is_asked_once_after_init_at_establishment() {
+        let (mut s, calls) = recorded(&FlowConfig::bulk("reno"));
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        s.start(7, &mut io);
+        assert_eq!(*calls.lock().unwrap(), vec![("init", 7, 0), ("sndbuf_expand", 7, 0)]);
+        assert_eq!(s.snd_nxt, 4, "the first flight is the window sndbuf_expand left");
+        s.on_ack(50_000_000, &ack(4, None, 0), &mut io);
+        assert_eq!(calls.lock().unwrap().len(), 2, "asked again only by tcp_new_space, not modelled");
+    }
+
+    /// `release` runs once, when the last of a sized flow's data is acknowledged; the end of
+    /// the trial (`release_cc`) and later ACKs do not run it again.
+    #[test]
+    fn release_runs_once_when_a_sized_flow_ends() {
+        let mut cfg = FlowConfig::bulk("reno");
+        cfg.size_bytes = Some(6 * 1448);
+        let (mut s, calls) = recorded(&cfg);
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        s.start(0, &mut io);
+        s.on_ack(50_000_000, &ack(4, None, 0), &mut io);
+        assert!(!calls.lock().unwrap().iter().any(|c| c.0 == "release"), "data still outstanding");
+        s.on_ack(100_000_000, &ack(6, None, 0), &mut io);
+        s.on_ack(100_000_001, &ack(6, None, 0), &mut io);
+        s.release_cc(1_000_000_000);
+        let released: Vec<_> = calls.lock().unwrap().iter().filter(|c| c.0 == "release").copied().collect();
+        assert_eq!(released, vec![("release", 100_000_000, 6)]);
+    }
+
+    /// At the end of the trial a flow still open is torn down; a flow whose algorithm was
+    /// never initialised (no SYN-ACK yet) is not.
+    #[test]
+    fn the_end_of_the_trial_releases_open_flows_only() {
+        let (mut open, calls) = recorded(&FlowConfig::bulk("reno"));
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        open.start(0, &mut io);
+        open.release_cc(5_000_000_000);
+        open.release_cc(5_000_000_001);
+        assert_eq!(calls.lock().unwrap().iter().filter(|c| c.0 == "release").count(), 1);
+        let (mut never, calls) = recorded(&FlowConfig::bulk("reno"));
+        never.connect(0, &mut io);
+        never.release_cc(5_000_000_000);
+        assert!(calls.lock().unwrap().is_empty());
+    }
 
     fn ack(ack: u64, sack: Option<(u64, u64)>, tsecr: Nanos) -> AckPacket {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
