@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from cctestbed.config import ConfigError, algorithms, parse_trial
@@ -187,3 +188,27 @@ def test_a_program_that_never_returns_ends_the_trial_naming_program_op_and_instr
     assert "Traceback" not in r.output
     assert "spin_cong_avoid" in r.output and "cong_avoid" in r.output and "instruction" in r.output
     assert not (tmp_path / "out").exists()
+
+
+@needs_objects
+def test_sndbuf_expand_runs_once_the_algorithm_is_initialised(tmp_path):
+    """tcp_init_buffer_space asks sndbuf_expand after init, before any data: the window the
+    program sets there (4, never grown after) is the flow's from the start."""
+    obj = _compile(Path(__file__).parent / "bpf" / "sndbuf_cwnd.bpf.c", tmp_path / "sndbuf_cwnd.bpf.o")
+    r = run_trial({**SIM_TRIAL, "duration": "2s", "steady": ["0s", "2s"], "flows": [{"cc": f"bpf:{obj}"}]})
+    sending = r.flows.filter(pl.col("sent_segs") > 0)  # from the handshake's end
+    cwnd = sending["cwnd_pkts"].drop_nans().to_list()
+    assert cwnd and set(cwnd) == {4}, sorted(set(cwnd))
+
+
+@needs_objects
+@pytest.mark.parametrize("flow", [{"size": "100KB"}, {}], ids=["sized flow ends", "open flow at the trial's end"])
+def test_release_runs_when_the_connection_is_torn_down(cli, write_trial, trial_dict, tmp_path, flow):
+    """A release that never returns ends the trial, naming the program and the op: it runs
+    when a sized flow's data is all acknowledged, and for a flow still open at the end."""
+    obj = _compile(Path(__file__).parent / "bpf" / "release_spin.bpf.c", tmp_path / "release_spin.bpf.o")
+    path = write_trial(trial_dict(flows=[{"cc": f"bpf:{obj}", **flow}]))
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output
+    assert "rspin_release" in r.output and "release" in r.output and "instruction" in r.output
