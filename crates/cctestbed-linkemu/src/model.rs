@@ -92,6 +92,16 @@ pub struct PathCounters {
     pub ce_written: u64,
 }
 
+impl PathCounters {
+    /// A mark the discipline set goes into the frame's IP header, once (a frame already CE is
+    /// left as it is).
+    fn write_ce(&mut self, frame: &mut [u8], ecn: Ecn) {
+        if ecn == Ecn::Ce && frame::set_ce(frame) {
+            self.ce_written += 1;
+        }
+    }
+}
+
 /// One direction of the link.
 pub struct Path {
     /// A line per distinct extra delay on this side: flows with the same delay share one (a
@@ -343,9 +353,7 @@ impl Path {
         tap.in_service = cur.map(|(slot, _)| slot);
         if let Some((slot, ecn)) = cur {
             let buf = store.frame(slot);
-            if ecn == Ecn::Ce && frame::set_ce(buf) {
-                self.counters.ce_written += 1;
-            }
+            self.counters.write_ce(buf, ecn);
             tap.egress(now, buf);
         }
     }
@@ -354,9 +362,7 @@ impl Path {
     fn depart(&mut self, now: Nanos, p: DataPacket, store: &mut impl FrameStore) {
         let slot = p.seq as u32;
         let buf = store.frame(slot);
-        if p.ecn == Ecn::Ce && frame::set_ce(buf) {
-            self.counters.ce_written += 1;
-        }
+        self.counters.write_ce(buf, p.ecn);
         let len = buf.len() as u32;
         self.line.push(now, slot, len);
     }

@@ -73,6 +73,9 @@ use crate::time::Nanos;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+/// Linux's TCP timestamps tick in milliseconds (`TCP_TS_HZ` = 1000): the echoed timestamp's unit.
+const TCP_TS_TICK: Nanos = 1_000_000;
+
 const NIL: u64 = u64::MAX;
 
 // Per-segment flags (Linux TCPCB_* in `sacked`).
@@ -1296,9 +1299,8 @@ impl Sender {
     }
 
     /// `tcp_packet_delayed`: the ACK echoes a timestamp from before the first retransmission,
-    /// so it was caused by an original transmission. Linux's timestamps tick in milliseconds.
+    /// so it was caused by an original transmission (in [`TCP_TS_TICK`]s).
     fn packet_delayed(&self, tsecr: Option<Nanos>) -> bool {
-        const TCP_TS_TICK: Nanos = 1_000_000;
         match (self.retrans_stamp, tsecr) {
             (Some(rs), Some(ts)) => ts / TCP_TS_TICK < rs / TCP_TS_TICK,
             _ => false,
@@ -1342,7 +1344,6 @@ impl Sender {
     /// retransmissions, as in a recovery that holds the whole window, still samples the path:
     /// BBR's PROBE_RTT refreshes its min_rtt there, as on Linux.
     fn ack_rtt(&self, now: Nanos, acc: &AckAccum, una_advanced: bool, tsecr: Option<Nanos>) -> (Option<Nanos>, Option<Nanos>) {
-        const TCP_TS_TICK: Nanos = 1_000_000;
         let since = |t: Option<Nanos>| t.map(|t| now - t);
         let (mut seq_rtt, mut ca_rtt) =
             if acc.retrans_data_acked { (None, None) } else { (since(acc.first_ackt), since(acc.last_ackt)) };
