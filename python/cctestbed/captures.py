@@ -142,7 +142,9 @@ def analyze_captures(
 
     ``trial`` (optional) gives what a capture cannot: the link's capacity and RTprop for
     utilization and queue in BDP, the flows' algorithms and groups (by flow order), the steady
-    window and the sample interval. Raises :class:`CaptureError` naming the file and the reason.
+    window, the sample interval, and the router's queue discipline (with one FIFO, a packet
+    that never left is a drop once any later arrival leaves; without the trial, only once a
+    later packet of its own connection leaves). Raises :class:`CaptureError` naming the file and the reason.
     """
     from . import _core
     from .schema import build_table, flow_columns, router_columns
@@ -156,13 +158,15 @@ def analyze_captures(
         inputs += [(str(ingress), "ingress"), (str(egress), "egress")]
     check_captures(p for p, _ in inputs)
     interval = interval_ns or (trial.sample_interval if trial is not None else 10_000_000)
+    # the router's discipline: a single FIFO lets a drop be found by any later departure
+    discipline = None if trial is None else (trial.link.aqm.kind if trial.link.aqm is not None else "fifo")
     try:
-        raw = _core.analyze(inputs, interval, time_zero_ns)
+        raw = _core.analyze(inputs, interval, time_zero_ns, discipline)
         # The simulator's captures count from the Unix epoch, its time 0: with its trial, a first
         # packet within the trial's duration of the epoch puts time zero there (flows that start late).
         first = raw["time_zero_ns"]
         if time_zero_ns is None and trial is not None and trial.backend != "kernel" and 0 < first < trial.duration:
-            raw = _core.analyze(inputs, interval, 0)
+            raw = _core.analyze(inputs, interval, 0, discipline)
     except ValueError as e:
         raise CaptureError(str(e)) from None
 

@@ -312,14 +312,21 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
 /// Reads packet captures and returns the per-flow (and, given the router's ingress and egress,
 /// router) series on a grid of `interval_ns` from `time_zero_ns` (default: the first packet).
 /// `inputs` are (path, point) pairs, point "host", "ingress" or "egress". A file that is
-/// missing, not a capture, or without TCP raises ValueError naming it.
+/// missing, not a capture, or without TCP raises ValueError naming it. `discipline` (the
+/// router's, `fifo` for drop-tail) lets the router's drops be found by arrival order.
 #[pyfunction]
-#[pyo3(signature = (inputs, interval_ns, time_zero_ns=None))]
-fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time_zero_ns: Option<i64>) -> PyResult<PyObject> {
+#[pyo3(signature = (inputs, interval_ns, time_zero_ns=None, discipline=None))]
+fn analyze(py: Python<'_>, inputs: Vec<(String, String)>, interval_ns: i64, time_zero_ns: Option<i64>, discipline: Option<String>) -> PyResult<PyObject> {
     use ccsim::capture::analyze::analyze_checked as run;
     let parsed = parse_inputs(inputs)?;
+    // without the discipline, only each connection's order is assumed
+    let arrival_order = match discipline.as_deref() {
+        None => false,
+        Some(d) => ccsim::qdisc::serves_in_arrival_order(d)
+            .ok_or_else(|| PyValueError::new_err(format!("discipline: {d:?} is not one the simulator knows")))?,
+    };
     let mut interrupted: Option<PyErr> = None;
-    let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns, &mut || signals_ok(&mut interrupted)));
+    let a = py.allow_threads(|| run(&parsed, interval_ns, time_zero_ns, arrival_order, &mut || signals_ok(&mut interrupted)));
     let a = stopped(a, interrupted)?;
     load_numpy_api(py)?;
     let res = PyDict::new_bound(py);

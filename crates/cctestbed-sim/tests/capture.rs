@@ -234,7 +234,7 @@ fn analysis_of_the_captures_gives_back_the_simulators_counters() {
         };
         inputs.push((p.to_string_lossy().into_owned(), point));
     }
-    let a = analyze(&inputs, 10 * MS, Some(0)).expect("analysable");
+    let a = analyze(&inputs, 10 * MS, Some(0), true).expect("analysable");
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(a.connections.len(), 2);
     for (i, c) in a.connections.iter().enumerate() {
@@ -262,6 +262,65 @@ fn analysis_of_the_captures_gives_back_the_simulators_counters() {
     assert!(worst <= 1.0, "queue off by {worst} packets");
 }
 
+/// A flow that stops right after losing packets leaves nothing of its own behind them at the
+/// egress: only the queue's arrival order tells they were dropped. The router's captures of
+/// the lossy trial are cut as if flow 0 stopped at 3 s and its last 5 packets before that
+/// were lost: with drop-tail's arrival order the analysis finds those 5 among the drops;
+/// assuming only each connection's order, it takes them as still queued.
+#[test]
+fn arrival_order_finds_the_drops_of_a_flow_that_sent_nothing_after_them() {
+    let out = run(lossy(Some(CaptureConfig { ingress: true, egress: true, ..all_points(128) })));
+    let dir = std::env::temp_dir().join(format!("ccsim-capture-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let of_flow0 = |d: &[u8]| d[14 + 12..14 + 16] == [10, 1, 0, 1];
+    let cut = 3 * S;
+    let bytes = |name: &str| &out.captures.iter().find(|c| c.name == name).expect(name).bytes;
+    let (ing, egr) = (frames(bytes("rtr-in.pcap")), frames(bytes("rtr-out.pcap")));
+    // flow 0's last 5 departures before the cut, taken as lost
+    let lost: Vec<i64> = egr.iter().filter(|(t, _, d)| *t < cut && of_flow0(d)).map(|f| f.0).rev().take(5).collect();
+    assert_eq!(lost.len(), 5);
+    let keep_in = |(t, _, d): &&(i64, u32, Vec<u8>)| !(of_flow0(d) && *t >= cut);
+    let keep_out = |(t, _, d): &&(i64, u32, Vec<u8>)| !(of_flow0(d) && (*t >= cut || lost.contains(t)));
+    let removed_in = ing.iter().filter(|f| !keep_in(f)).count();
+    let removed_out = egr.iter().filter(|f| !keep_out(f)).count();
+    let write = |name: &str, point: Point, records: Vec<&(i64, u32, Vec<u8>)>| {
+        let mut buf = vec![];
+        {
+            let header = pcap_file::pcap::PcapHeader { ts_resolution: pcap_file::TsResolution::NanoSecond, ..Default::default() };
+            let mut w = pcap_file::pcap::PcapWriter::with_header(&mut buf, header).unwrap();
+            for (t, len, d) in records {
+                w.write_packet(&pcap_file::pcap::PcapPacket::new(std::time::Duration::from_nanos(*t as u64), *len, d)).unwrap();
+            }
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, buf).unwrap();
+        (p.to_string_lossy().into_owned(), point)
+    };
+    let inputs = [
+        write("in.pcap", Point::Ingress, ing.iter().filter(keep_in).collect()),
+        write("out.pcap", Point::Egress, egr.iter().filter(keep_out).collect()),
+    ];
+    let fifo = ccsim::qdisc::serves_in_arrival_order("fifo").expect("drop-tail");
+    let by_arrival = analyze(&inputs, 10 * MS, Some(0), fifo).unwrap().router.unwrap();
+    let by_connection = analyze(&inputs, 10 * MS, Some(0), false).unwrap().router.unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    // what the cut captures hold: the simulator's drops and the 5, less the drops of flow 0
+    // after the cut (gone from both files)
+    let arrived = (ing.len() - removed_in) as u64;
+    let left = (egr.len() - removed_out) as u64;
+    let last = |c: &Vec<f64>| *c.last().unwrap() as u64;
+    assert!(fifo);
+    assert_eq!(by_arrival.unmatched, 0);
+    assert_eq!(last(&by_arrival.arrivals_pkts), arrived);
+    assert_eq!(last(&by_arrival.drops_overflow) + last(&by_arrival.queue_pkts), arrived - left);
+    // by connection, the 5 (and flow 0's own drops just before the cut) stay queued
+    assert_eq!(last(&by_connection.drops_overflow) + last(&by_connection.queue_pkts), arrived - left);
+    assert!(last(&by_connection.queue_pkts) >= last(&by_arrival.queue_pkts) + 5);
+    // the queue left at the end is at most the simulator's own (flow 0's part of it was cut)
+    let (q, sim_q) = (last(&by_arrival.queue_pkts), *out.router.queue_pkts.last().unwrap());
+    assert!(q <= sim_q + 1, "queue {q} vs the simulator's {sim_q}");
+}
+
 /// fq_codel interleaves the flows and CoDel drops at dequeue: each connection's packets still
 /// leave in their order, so every egress packet is matched and every drop is found.
 #[test]
@@ -284,7 +343,9 @@ fn router_analysis_under_fq_codel_finds_every_drop() {
         };
         inputs.push((p.to_string_lossy().into_owned(), point));
     }
-    let a = analyze(&inputs, 10 * MS, Some(0)).expect("analysable");
+    let order = ccsim::qdisc::serves_in_arrival_order("fq_codel").expect("registered");
+    assert!(!order, "fq_codel serves its flows in turn");
+    let a = analyze(&inputs, 10 * MS, Some(0), order).expect("analysable");
     std::fs::remove_dir_all(&dir).ok();
     let r = a.router.expect("ingress and egress given");
     assert_eq!(r.unmatched, 0);
@@ -300,7 +361,7 @@ fn bad_inputs_are_named_with_the_reason() {
     std::fs::create_dir_all(&dir).unwrap();
     let text = dir.join("notes.txt");
     std::fs::write(&text, "not a capture\n").unwrap();
-    let err = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 10 * MS, None).unwrap_err().0;
+    let err = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 10 * MS, None, false).unwrap_err().0;
     assert!(err(&dir.join("absent.pcap")).ends_with("absent.pcap: missing"));
     assert!(err(&text).contains("notes.txt: not a pcap or pcapng capture"));
     // a valid pcap of one ARP frame: no TCP
@@ -365,7 +426,7 @@ fn cooked_and_raw_ip_captures_read_as_ethernet() {
         ("raw", pcap_file::DataLink::RAW, 14, &none),
     ] {
         let inputs = [write(&format!("{tag}-snd.pcap"), dl, strip, prefix, snd), write(&format!("{tag}-rcv.pcap"), dl, strip, prefix, rcv)];
-        results.push(analyze(&inputs, 10 * MS, Some(0)).expect(tag));
+        results.push(analyze(&inputs, 10 * MS, Some(0), true).expect(tag));
     }
     std::fs::remove_dir_all(&dir).ok();
     let eth = &results[0].flows;
@@ -403,7 +464,7 @@ fn pcapng_holds_the_same_packets() {
             };
             inputs.push((p.to_string_lossy().into_owned(), point));
         }
-        series.push(analyze(&inputs, 10 * MS, Some(0)).unwrap());
+        series.push(analyze(&inputs, 10 * MS, Some(0), true).unwrap());
     }
     std::fs::remove_dir_all(&dir).ok();
     assert!(b.captures.iter().all(|c| c.name.ends_with(".pcapng") && c.bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a]));

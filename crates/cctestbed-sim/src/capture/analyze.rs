@@ -27,7 +27,10 @@
 //!    connection, sequence number, IP id and length, among the ingress packets captured no
 //!    later than the egress packet (the two captures share the router's clock); an ingress
 //!    packet of the connection passed over is a drop, counted at its arrival (an AQM's drop at
-//!    dequeue included).
+//!    dequeue included). When the caller says the discipline serves in arrival order (one
+//!    FIFO: drop-tail, red, codel, pie), an ingress packet of any connection that arrived
+//!    before one that left is a drop too: so are the last packets a flow sent before it
+//!    stopped, which nothing of its own follows.
 //!    The queue is what arrived and was neither dropped nor left, sampled at each interval.
 //!
 //! The files are streamed, never held: a first pass finds the connections and which capture is
@@ -1130,9 +1133,11 @@ impl Filling {
     }
 }
 
-/// Reads and analyses `inputs`; `interval` is the sample interval, `time_zero` the grid's start.
-pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>) -> Result<Analysis, AnalyzeError> {
-    match analyze_checked(inputs, interval, time_zero, &mut || true) {
+/// Reads and analyses `inputs`; `interval` is the sample interval, `time_zero` the grid's start,
+/// `arrival_order` whether the router's discipline serves in arrival order
+/// ([`crate::qdisc::serves_in_arrival_order`]; false assumes only each connection's order).
+pub fn analyze(inputs: &[(String, Point)], interval: i64, time_zero: Option<i64>, arrival_order: bool) -> Result<Analysis, AnalyzeError> {
+    match analyze_checked(inputs, interval, time_zero, arrival_order, &mut || true) {
         Ok(a) => Ok(a),
         Err(Stop::Error(e)) => Err(e),
         Err(Stop::Stopped) => Err(AnalyzeError("stopped".into())),
@@ -1146,6 +1151,7 @@ pub fn analyze_checked(
     inputs: &[(String, Point)],
     interval: i64,
     time_zero: Option<i64>,
+    arrival_order: bool,
     check: &mut dyn FnMut() -> bool,
 ) -> Result<Analysis, Stop> {
     if interval <= 0 {
@@ -1325,7 +1331,7 @@ pub fn analyze_checked(
     };
 
     let router = match router_pair {
-        (Some(i), Some(e)) => Some(router_series(inputs, i, e, &mut disc, n_samples, interval, check)?),
+        (Some(i), Some(e)) => Some(router_series(inputs, i, e, &mut disc, n_samples, interval, arrival_order, check)?),
         _ => None,
     };
     Ok(Analysis {
@@ -1341,6 +1347,8 @@ pub fn analyze_checked(
 /// An ingress packet not yet known to have left or been dropped.
 struct Waiting {
     key: (u32, u32, u16, u32),
+    /// Its place among all the router's arrivals.
+    order: u64,
     bucket: usize,
     ip_len: u32,
 }
@@ -1349,7 +1357,9 @@ struct Waiting {
 /// streamed: each egress packet is matched among the ingress packets captured up to its own
 /// time, and only packets still unaccounted for (queued, or of a connection with nothing
 /// after them at the egress) are held. Counts are kept per sample interval (a drop is found
-/// late, and counted at its arrival) and summed at the end.
+/// late, and counted at its arrival) and summed at the end. With `arrival_order`, a departure
+/// also settles every arrival of any connection before its own.
+#[allow(clippy::too_many_arguments)]
 fn router_series(
     inputs: &[(String, Point)],
     ing_i: usize,
@@ -1357,6 +1367,7 @@ fn router_series(
     disc: &mut Discovery,
     n: usize,
     interval: i64,
+    arrival_order: bool,
     check: &mut dyn FnMut() -> bool,
 ) -> Result<RouterColumns, Stop> {
     type Key = (u32, u32, u16, u32);
@@ -1397,15 +1408,36 @@ fn router_series(
             Next::OutOfOrder => Err(AnalyzeError(format!("{}: changed while it was read", s.path)).into()),
         }
     };
-    let arrive = |p: &Packet, arr: &mut Vec<(u64, u64)>, keep: bool, of_conn: &mut HashMap<u32, Conn>, at: &mut HashMap<Key, VecDeque<usize>>| {
+    // With `arrival_order`: every kept arrival in order, as (order, connection, rank).
+    let mut arrivals: VecDeque<(u64, u32, usize)> = VecDeque::new();
+    let mut n_arrived = 0u64;
+    let mut arrive = |p: &Packet, arr: &mut Vec<(u64, u64)>, keep: bool, of_conn: &mut HashMap<u32, Conn>, at: &mut HashMap<Key, VecDeque<usize>>, arrivals: &mut VecDeque<(u64, u32, usize)>| {
         let b = bucket(p.t);
         arr[b].0 += 1;
         arr[b].1 += p.ip_len as u64;
         if keep {
             let c = of_conn.entry(p.conn).or_insert_with(|| Conn { next: 0, count: 0, waiting: VecDeque::new() });
             at.entry(key(p)).or_default().push_back(c.count);
-            c.waiting.push_back(Waiting { key: key(p), bucket: b, ip_len: p.ip_len });
+            c.waiting.push_back(Waiting { key: key(p), order: n_arrived, bucket: b, ip_len: p.ip_len });
+            if arrival_order {
+                arrivals.push_back((n_arrived, p.conn, c.count));
+            }
             c.count += 1;
+            n_arrived += 1;
+        }
+    };
+    // A waiting arrival found dropped: counted at its arrival, and its key's ranks up to
+    // `settled` (every earlier rank of its connection is settled) forgotten.
+    let dropped = |w: &Waiting, settled: usize, drop: &mut Vec<(u64, u64)>, at: &mut HashMap<Key, VecDeque<usize>>| {
+        drop[w.bucket].0 += 1;
+        drop[w.bucket].1 += w.ip_len as u64;
+        if let Some(q) = at.get_mut(&w.key) {
+            while q.front().is_some_and(|&r| r <= settled) {
+                q.pop_front();
+            }
+            if q.is_empty() {
+                at.remove(&w.key);
+            }
         }
     };
     while let Some(e) = next_of(&mut egr, dec)? {
@@ -1421,7 +1453,7 @@ fn router_series(
             }
             match pending {
                 Some(p) if p.t <= e.t => {
-                    arrive(&p, &mut arr, true, &mut of_conn, &mut at);
+                    arrive(&p, &mut arr, true, &mut of_conn, &mut at, &mut arrivals);
                     pending = None;
                 }
                 _ => break,
@@ -1444,17 +1476,9 @@ fn router_series(
         let c = of_conn.get_mut(&e.conn).expect("an arrival of the connection");
         // the connection's arrivals skipped over never left: dropped
         let skipped = j - c.next;
+        let order = c.waiting[skipped].order;
         for w in c.waiting.drain(..=skipped).take(skipped) {
-            drop[w.bucket].0 += 1;
-            drop[w.bucket].1 += w.ip_len as u64;
-            if let Some(q) = at.get_mut(&w.key) {
-                while q.front().is_some_and(|&r| r <= j) {
-                    q.pop_front();
-                }
-                if q.is_empty() {
-                    at.remove(&w.key);
-                }
-            }
+            dropped(&w, j, &mut drop, &mut at);
         }
         c.next = j + 1;
         if let Some(q) = at.get_mut(&k) {
@@ -1465,6 +1489,20 @@ fn router_series(
                 at.remove(&k);
             }
         }
+        // in arrival order, every other connection's earlier arrival still waiting never left
+        while arrivals.front().is_some_and(|&(o, _, _)| o < order) {
+            let (_, conn, rank) = arrivals.pop_front().expect("a front");
+            let c = of_conn.get_mut(&conn).expect("an arrival of the connection");
+            if rank < c.next {
+                continue; // left, or already found dropped
+            }
+            let w = c.waiting.pop_front().expect("the connection's first waiting arrival");
+            c.next = rank + 1;
+            dropped(&w, rank, &mut drop, &mut at);
+        }
+        if arrivals.front().is_some_and(|&(o, _, _)| o == order) {
+            arrivals.pop_front();
+        }
         let b = bucket(e.t);
         dep[b].0 += 1;
         dep[b].1 += e.ip_len as u64;
@@ -1472,7 +1510,7 @@ fn router_series(
     }
     // arrivals after the last departure
     if let Some(p) = pending {
-        arrive(&p, &mut arr, false, &mut of_conn, &mut at);
+        arrive(&p, &mut arr, false, &mut of_conn, &mut at, &mut arrivals);
     }
     while !ing_done {
         match next_of(&mut ing, dec)? {
@@ -1481,7 +1519,7 @@ fn router_series(
                 if seen.is_multiple_of(CHECK_EVERY) && !check() {
                     return Err(Stop::Stopped);
                 }
-                arrive(&p, &mut arr, false, &mut of_conn, &mut at)
+                arrive(&p, &mut arr, false, &mut of_conn, &mut at, &mut arrivals)
             }
             None => ing_done = true,
         }
@@ -1669,7 +1707,7 @@ mod tests {
         let (a, b) = (dir.join("sorted.pcap"), dir.join("shuffled.pcap"));
         std::fs::write(&a, capture(&sorted)).unwrap();
         std::fs::write(&b, capture(&shuffled)).unwrap();
-        let run = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 2_000_000, None).unwrap();
+        let run = |p: &std::path::Path| analyze(&[(p.to_string_lossy().into_owned(), Point::Host)], 2_000_000, None, false).unwrap();
         let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         let want = run(&a);
         assert_eq!(want.flows.sent_bytes.last(), Some(&4000.0));

@@ -72,6 +72,9 @@ impl CodelConfig {
 }
 
 impl Discipline for CodelConfig {
+    /// One FIFO: drops (at arrival or, at dequeue, from the head) do not reorder.
+    const ARRIVAL_ORDER: bool = true;
+
     fn build(&self, setup: &Setup, _rng: SimRng) -> Box<dyn Qdisc> {
         Box::new(PeekDequeued::new(Codel::new(setup.limit, self.resolve(setup.mtu))))
     }

@@ -70,6 +70,9 @@ crate::qdisc_params! {
 }
 
 impl Discipline for DualPi2Config {
+    /// Two queues (L4S and classic) under a coupled scheduler: each keeps its order only.
+    const ARRIVAL_ORDER: bool = false;
+
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
         Box::new(PeekDequeued::new(DualPi2::new(setup.limit, DualPi2Params::resolve(self, setup.mtu), rng)))
     }

@@ -51,6 +51,9 @@ crate::qdisc_params! {
 }
 
 impl Discipline for FqConfig {
+    /// Per-flow queues served in turn: each flow keeps its order, the link does not.
+    const ARRIVAL_ORDER: bool = false;
+
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
         Box::new(PeekDequeued::new(Fq::new(setup.limit, self, setup.mtu, rng)))
     }

@@ -68,6 +68,9 @@ impl FqCodelConfig {
 }
 
 impl Discipline for FqCodelConfig {
+    /// Per-flow queues served in turn: each flow keeps its order, the link does not.
+    const ARRIVAL_ORDER: bool = false;
+
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
         Box::new(PeekDequeued::new(FqCodel::new(setup.limit, self, setup.mtu, rng)))
     }

@@ -346,6 +346,11 @@ pub struct Setup {
 
 /// A discipline's settings that build it.
 pub trait Discipline: Settings {
+    /// Whether it sends packets in the order they arrived (one queue, drops and marks aside):
+    /// then a packet that never left is known dropped as soon as any later arrival leaves,
+    /// which is how a capture analysis finds drops of a flow that sent nothing after them.
+    const ARRIVAL_ORDER: bool;
+
     /// The discipline, with its own random stream `rng` (fq_codel's hash perturbation, RED's
     /// draws).
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc>;
@@ -412,6 +417,16 @@ macro_rules! disciplines {
             let mut all = Vec::new();
             $( $(#[$attr])* all.push(Described::of::<$settings>(stringify!($module))); )*
             all
+        }
+
+        /// Whether the discipline named `kind` (`fifo` for drop-tail) sends packets in the
+        /// order they arrived ([`Discipline::ARRIVAL_ORDER`]); `None` for a name not registered.
+        pub fn serves_in_arrival_order(kind: &str) -> Option<bool> {
+            match kind {
+                "fifo" => Some(true),
+                $( $(#[$attr])* stringify!($module) => Some(<$settings as Discipline>::ARRIVAL_ORDER), )*
+                _ => None,
+            }
         }
     };
 }

@@ -65,6 +65,9 @@ crate::qdisc_params! {
 }
 
 impl Discipline for PieConfig {
+    /// One FIFO: drops (at arrival or, at dequeue, from the head) do not reorder.
+    const ARRIVAL_ORDER: bool = true;
+
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
         Box::new(Pie::new(setup.limit, PieParams::resolve(self, setup.mtu), rng))
     }

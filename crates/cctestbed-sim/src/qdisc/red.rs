@@ -68,6 +68,9 @@ crate::qdisc_params! {
 }
 
 impl Discipline for RedConfig {
+    /// One FIFO: drops (at arrival or, at dequeue, from the head) do not reorder.
+    const ARRIVAL_ORDER: bool = true;
+
     fn build(&self, setup: &Setup, rng: SimRng) -> Box<dyn Qdisc> {
         let p = RedParams::resolve(self, &setup.limit, setup.mtu, setup.capacity_bps);
         Box::new(Red::new(setup.limit, p, rng))

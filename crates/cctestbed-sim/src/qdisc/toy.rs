@@ -16,6 +16,9 @@ crate::qdisc_params! {
 }
 
 impl Discipline for ToyConfig {
+    /// Drop-tail: one FIFO.
+    const ARRIVAL_ORDER: bool = true;
+
     fn build(&self, setup: &Setup, _rng: SimRng) -> Box<dyn Qdisc> {
         let packets = self.packets.unwrap_or(10).min(setup.limit.packets);
         Box::new(DropTail::new(Limit { packets, ..setup.limit }))
