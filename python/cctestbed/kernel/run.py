@@ -32,7 +32,7 @@ from ..results import TrialResult
 from ..summary import TrialInfo, summarize
 from . import bpfcc
 from . import topology as topo
-from .checks import (PORT_BASE, BpfPlan, KernelUnavailable, TrialRefused, bpf_plans, check_host,
+from .checks import (PORT_BASE, RX_STEERING_BPS, BpfPlan, KernelUnavailable, TrialRefused, bpf_plans, check_host,
                      choose_link_emulator, find_linkemu, kernel_cc, trial_problems)
 from .columns import BACKEND, RawRun, kernel_tables
 
@@ -44,10 +44,6 @@ class KernelRunError(RuntimeError):
     """The run started but failed."""
 
 
-#: From this forward rate the ``full`` link emulator is pinned to one CPU and the switches'
-#: receive processing is steered to the others (:func:`_steering`). Set by CCTESTBED_RX_STEERING_BPS
-#: (0: always; a huge value: never).
-RX_STEERING_BPS = int(os.environ.get("CCTESTBED_RX_STEERING_BPS", 250_000_000))
 
 
 def _steering(trial: Trial) -> Optional[tuple[int, list[int]]]:
@@ -230,19 +226,21 @@ def run_kernel_trial(
                                                                          dev=names.left)
         fwd, rev = trial.link.delays_ns
         emu_stats = None
+        # Either userspace emulator at high rates: pinned to one CPU, the stacks steered to the others.
+        steer = _steering(trial) if mode in ("full", "userspace") else None
+        if steer:
+            run.info["rx_steering"] = topology.steer_switch_receive(steer[1])
+            if run.info["rx_steering"]:
+                run.app_cpus = steer[1]
+                run.info["rx_steering"]["app_cpus"] = steer[1]
+        pin = ["--cpu", str(steer[0])] if steer and run.info.get("rx_steering") else []
         if mode == "full":
             emu_stats = str(workdir / "linkemu.stats")
-            steer = _steering(trial)
-            if steer:
-                run.info["rx_steering"] = topology.steer_switch_receive(steer[1])
-                if run.info["rx_steering"]:
-                    run.app_cpus = steer[1]
-                    run.info["rx_steering"]["app_cpus"] = steer[1]
             emu = run.spawn("linkemu", names.rtr, [
                 find_linkemu() or "cctestbed-linkemu", "--left", names.left, "--right", names.right,
                 "--model", _write(workdir / "link.json", trial.to_core()), "--port-base", str(PORT_BASE),
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
-                *(["--cpu", str(steer[0])] if steer and run.info.get("rx_steering") else []),
+                *pin,
                 # the router's capture points (rtr-in, rtr-out), if the trial asks for them
                 *(["--capture-dir", str(workdir)] if capture else []),
             ])
@@ -255,6 +253,7 @@ def run_kernel_trial(
                 "--stats", emu_stats, "--report", str(workdir / "linkemu.json"),
                 "--serialization-bps", str(trial.link.capacity),
                 *(["--serialization-rev-bps", str(rev_link.capacity)] if rev_link is not None else []),
+                *pin,
             ])
         if emu_stats is not None:
             from .routerstats import emu_ready
