@@ -52,11 +52,13 @@
 //! at once (`tcp_sack_compress_send_ack`): without that flush, at a few percent of random loss a
 //! block's last extent is never reported and RACK retransmits what had arrived.
 //!
-//! Deviations: the application reads instantly, so the advertised window is constant (the
-//! configured buffer, or Linux's initial 64 KB rounded down to the MSS, used for the quick-ack
-//! count); no receive-buffer autotuning, so `tcp_grow_window`'s extra quick ACK while the window
-//! opens is not modelled; no pingpong (interactive) mode, which needs data sent by the receiver;
-//! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
+//! The advertised window is the receive buffer's ([`super::rcvbuf`]): it opens from 64 KB as
+//! `tcp_grow_window` raises `rcv_ssthresh` (each raise asking one quick ACK) and follows the
+//! buffer's autotuning; the quick-ack count uses the window last offered.
+//!
+//! Deviations: the application reads instantly; no pingpong (interactive) mode, which needs
+//! data sent by the receiver; the compressed-SACK timer uses the handshake RTT where Linux takes
+//! min(`rcv_rtt_est`, srtt) (the buffer keeps `rcv_rtt_est` for its autotuning only); the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
 //! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
 //! reader consumes.
