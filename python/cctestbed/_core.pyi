@@ -128,10 +128,13 @@ class Analysis(TypedDict):
     flows: dict[str, npt.NDArray[Any]]
     router: Optional[dict[str, Any]]
 
-def analyze(inputs: list[tuple[str, str]], interval_ns: int, time_zero_ns: Optional[int] = None) -> Analysis:
+def analyze(inputs: list[tuple[str, str]], interval_ns: int, time_zero_ns: Optional[int] = None,
+            discipline: Optional[str] = None) -> Analysis:
     """Read packet captures ((path, "host" | "ingress" | "egress") pairs) into per-flow and router
     series on a grid of ``interval_ns``, each named as the result schema's column it gives (the
     router's also ``unmatched``, egress packets without an ingress one); releases the GIL.
+    ``discipline`` (the router's, ``fifo`` for drop-tail) lets a single FIFO's drops be found by
+    arrival order.
 
     Raises ValueError naming the file and the reason (missing, not a capture, no TCP in it).
     """
