@@ -7,7 +7,7 @@ from typing_extensions import NotRequired
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["StopFlag", "DatagramClock", "TrialFailed", "simulate", "validate", "algorithms", "disciplines", "defaults",
+__all__ = ["StopFlag", "DatagramClock", "TrialFailed", "simulate", "validate", "algorithms", "disciplines", "defaults", "tcp_rmem_max",
            "columns", "analyze", "tseq", "__version__"]
 
 @type_check_only
@@ -98,6 +98,10 @@ class Discipline(TypedDict):
 
 def disciplines() -> dict[str, Discipline]:
     """The queue disciplines besides drop-tail as the core declares them, in its order."""
+
+def tcp_rmem_max(bdp_bytes: int, queue_bytes: int) -> int:
+    """``tcp_rmem[2]`` for a path of ``bdp_bytes`` and a queue of ``queue_bytes``: what the kernel
+    backend sets on its hosts and the simulator's receivers assume."""
 
 def defaults() -> dict[str, Any]:
     """The core's defaults of the settings a trial writes out in full (sample_interval_ns, mtu,

@@ -80,7 +80,7 @@ impl Flows {
 
 /// A packet the model carries: its frame's slot in `seq`.
 fn packet(slot: u32, flow: u32, f: &frame::Ipv4Frame, now: Nanos) -> DataPacket {
-    DataPacket { flow, seq: slot as u64, size: f.ip_len, payload: f.payload, sent_at: now, ecn: f.ecn, cwr: false }
+    DataPacket { flow, seq: slot as u64, size: f.ip_len, payload: f.payload, sent_at: now, ecn: f.ecn, cwr: false, ts_echo: None }
 }
 
 /// What a path did since it started, for the stats file and the report.

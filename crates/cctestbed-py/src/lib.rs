@@ -150,6 +150,13 @@ fn disciplines(py: Python<'_>) -> PyResult<PyObject> {
 }
 
 /// The defaults of the settings the front end writes out in full (`ccsim::config::defaults`).
+/// `tcp_rmem[2]` for a path of `bdp_bytes` and a queue of `queue_bytes`: what the kernel
+/// backend sets on its hosts and the simulator's receivers assume.
+#[pyfunction]
+fn tcp_rmem_max(bdp_bytes: u64, queue_bytes: u64) -> u64 {
+    ccsim::tcp::rcvbuf::tcp_rmem_max(bdp_bytes, queue_bytes)
+}
+
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<PyObject> {
     to_py(py, &ccsim::config::defaults())
@@ -503,6 +510,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(tcp_rmem_max, m)?)?;
     m.add_function(wrap_pyfunction!(tseq, m)?)?;
     m.add("TrialFailed", m.py().get_type_bound::<TrialFailed>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -324,7 +324,7 @@ impl DatagramFlow {
             Pattern::Ping(p) => p.size_bytes,
         };
         let payload = size - UDP_HEADERS;
-        let p = DataPacket { flow: self.flow, seq: self.next_seq, size, payload, sent_at: now, ecn: Ecn::NotEct, cwr: false };
+        let p = DataPacket { flow: self.flow, seq: self.next_seq, size, payload, sent_at: now, ecn: Ecn::NotEct, cwr: false, ts_echo: None };
         self.next_seq += 1;
         self.sent_pkts += 1;
         self.sent_payload_bytes += payload as u64;
@@ -351,6 +351,8 @@ impl DatagramFlow {
                 delayed: false,
                 tsecr: Some(p.sent_at),
                 ece: false,
+                wnd: 0,
+                ts_val: now,
             }),
         }
     }

@@ -857,7 +857,7 @@ mod tests {
     }
 
     fn pkt(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Default::default(), cwr: false }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Default::default(), cwr: false, ts_echo: None }
     }
 
     /// Drives the bottleneck with `n` back-to-back packets arriving at t=0; returns departures.

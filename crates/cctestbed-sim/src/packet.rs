@@ -18,6 +18,9 @@ pub struct DataPacket {
     pub ecn: Ecn,
     /// The TCP header's CWR flag: the sender reduced its window after an ECN echo.
     pub cwr: bool,
+    /// The timestamp echo (TSecr): the send time of the latest ACK the sender had taken in,
+    /// `None` before any (the receiver's RTT is measured from it).
+    pub ts_echo: Option<Nanos>,
 }
 
 /// The two ECN bits of the IP header (RFC 3168 section 5): Not-ECT, ECT(1), ECT(0), CE.
@@ -58,12 +61,12 @@ impl DataPacket {
     /// The connection's SYN, sent at `now` (its timestamp option carries `now`).
     pub fn syn(flow: u32, now: Nanos) -> Self {
         // Handshake packets are never ECN-capable (RFC 3168 section 6.1.1).
-        DataPacket { flow, seq: SYN_SEQ, size: SYN_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+        DataPacket { flow, seq: SYN_SEQ, size: SYN_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false, ts_echo: None }
     }
 
     /// The handshake's final ACK, sent when the SYN-ACK arrives, just ahead of the data.
     pub fn handshake_ack(flow: u32, now: Nanos) -> Self {
-        DataPacket { flow, seq: HANDSHAKE_ACK_SEQ, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+        DataPacket { flow, seq: HANDSHAKE_ACK_SEQ, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false, ts_echo: None }
     }
 
     pub fn is_syn(&self) -> bool {
@@ -76,7 +79,7 @@ impl DataPacket {
     /// The queue disciplines thus see ACKs as the small packets they are, with one queue model.
     pub fn ack_carrier(flow: u32, id: u64, now: Nanos) -> Self {
         debug_assert!(id < HANDSHAKE_ACK_SEQ - ACK_CARRIER_TAG);
-        DataPacket { flow, seq: ACK_CARRIER_TAG | id, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false }
+        DataPacket { flow, seq: ACK_CARRIER_TAG | id, size: ACK_SIZE, payload: 0, sent_at: now, ecn: Ecn::NotEct, cwr: false, ts_echo: None }
     }
 
     /// The id of the ACK this packet stands for, if it is an [`Self::ack_carrier`].
@@ -108,12 +111,18 @@ pub struct AckPacket {
     pub tsecr: Option<Nanos>,
     /// The TCP ECE flag: the receiver echoes a CE mark (RFC 3168 section 6.1.3).
     pub ece: bool,
+    /// The window the receiver offers beyond `ack`, in bytes (what the header's window field
+    /// carries, shifted by the window scale).
+    pub wnd: u64,
+    /// When the receiver sent it (its timestamp value, TSval).
+    pub ts_val: Nanos,
 }
 
 impl AckPacket {
     /// The SYN-ACK answering a SYN, echoing the SYN's timestamp.
-    pub fn syn_ack(flow: u32, syn_sent_at: Nanos) -> Self {
-        AckPacket { flow, ack: SYN_SEQ, sacks: [(0, 0); MAX_SACK_BLOCKS], n_sacks: 0, delayed: false, tsecr: Some(syn_sent_at), ece: false }
+    /// `wnd` is the SYN-ACK's window (never scaled), `now` when it leaves.
+    pub fn syn_ack(flow: u32, syn_sent_at: Nanos, wnd: u64, now: Nanos) -> Self {
+        AckPacket { flow, ack: SYN_SEQ, sacks: [(0, 0); MAX_SACK_BLOCKS], n_sacks: 0, delayed: false, tsecr: Some(syn_sent_at), ece: false, wnd, ts_val: now }
     }
 
     pub fn is_syn_ack(&self) -> bool {

@@ -147,6 +147,12 @@ impl Simulation {
         let bpf_fault = bpf::BpfFault::default();
         type ObjectKey = (Option<String>, Option<bpf::ObjectBytes>);
         let mut bpf_objects: Vec<(ObjectKey, std::sync::Arc<ccbpf::Object>)> = Vec::new();
+        // tcp_rmem[2] as the kernel backend sets it on every host
+        let rtprop = (cfg.link.delay_fwd_ns + cfg.link.delay_rev_ns) as u128;
+        let bdp = (cfg.link.capacity_bps as u128 * rtprop / 8_000_000_000) as u64;
+        let q = &cfg.link.queue;
+        let queue_bytes = q.limit_bytes.unwrap_or_else(|| q.limit_packets.unwrap_or(0) * cfg.mtu as u64);
+        let rmem_max = crate::tcp::rcvbuf::tcp_rmem_max(bdp, queue_bytes);
         for (i, f) in cfg.flows.iter().enumerate() {
             datagrams.push(DatagramFlow::for_traffic(i as u32, &f.traffic, cfg.seed, cfg.duration_ns));
             // A datagram flow's TCP endpoints are never opened; any algorithm will do.
@@ -187,7 +193,7 @@ impl Simulation {
                 (true, false) => EcnEcho::Classic,
                 (true, true) => EcnEcho::PerPacket,
             };
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt).with_ecn(echo));
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(ack_delay, None).with_jitter(cfg.link.jitter_ns, jitter_rng));

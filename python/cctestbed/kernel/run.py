@@ -192,14 +192,21 @@ def run_kernel_trial(
     run = Run(trial, names, workdir, mode, capture)
     limit_bytes, limit_pkts = trial.link.queue_limits()
     bdp = trial.link.bdp_bytes()
-    mem = int(4 * (bdp + (limit_bytes or (limit_pkts or 0) * trial.mtu)))
+    from .. import _core
+
+    queue_bytes = int(limit_bytes or (limit_pkts or 0) * trial.mtu)
+    # tcp_rmem[2] as the simulator's receivers assume it (tcp/rcvbuf.rs); tcp_wmem[2] room for
+    # four times the path, at least Linux's default of 4 MB
+    rmem = _core.tcp_rmem_max(int(bdp), queue_bytes)
+    wmem = max(4 * (int(bdp) + queue_bytes), 4 << 20)
     topology = topo.Topology(
         names,
         trial.mtu,
         mode,
         [topo.HostSettings(initcwnd=g.initial_cwnd, quickack=not g.delayed_ack.enabled,
                            reverse=g.flow_direction == "reverse", ecn=bool(g.ecn)) for g in trial.flows],
-        tcp_mem_max=mem,
+        tcp_rmem_max=rmem,
+        tcp_wmem_max=wmem,
     )
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
     old_hup = signal.signal(signal.SIGHUP, _raise_terminated)

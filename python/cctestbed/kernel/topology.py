@@ -360,7 +360,8 @@ class Topology:
     mtu: int
     link_emulator: str  # "userspace", "full" or "tc"
     hosts: list[HostSettings]
-    tcp_mem_max: int = 6 << 20
+    tcp_rmem_max: int = 6 << 20
+    tcp_wmem_max: int = 4 << 20
     made: list[str] = field(default_factory=list)
     #: net.core.netdev_max_backlog as it was before the run raised it (restored at teardown)
     _backlog_prev: Optional[int] = None
@@ -373,9 +374,8 @@ class Topology:
             sh(["ip", "-n", ns, "link", "set", "dev", "lo", "up"])
             sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
             if "-snd" in ns or "-rcv" in ns:
-                m = self.tcp_mem_max
-                sysctls += [f"net.ipv4.tcp_rmem=4096 131072 {max(m, 6 << 20)}",
-                            f"net.ipv4.tcp_wmem=4096 16384 {max(m, 4 << 20)}",
+                sysctls += [f"net.ipv4.tcp_rmem=4096 131072 {self.tcp_rmem_max}",
+                            f"net.ipv4.tcp_wmem=4096 16384 {self.tcp_wmem_max}",
                             "net.ipv4.tcp_no_metrics_save=1"]
             sh(nsexec(ns, "sysctl", "-q", "-w", *sysctls))
         veths: list[tuple[str, str]] = []  # (ns, dev) of every veth end

@@ -210,7 +210,6 @@ struct FlowWire {
     size: Option<u64>,
     isn_snd: u32,
     isn_rcv: u32,
-    rcv_window: u16,
     /// The flow negotiates ECN: its SYN carries ECE and CWR, the SYN-ACK ECE (RFC 3168 6.1.1).
     ecn: bool,
     /// TSval of the last SYN-ACK the receiver sent, echoed by the handshake's final ACK.
@@ -271,7 +270,6 @@ impl Recorder {
                     size: f.size_bytes,
                     isn_snd: isn(i as u32, 0),
                     isn_rcv: isn(i as u32, 1),
-                    rcv_window: (f.rwnd_bytes.unwrap_or(u64::MAX) >> WSCALE).min(65535) as u16,
                     ecn: f.ecn,
                     syn_ack_ts: 0,
                     acks_in_flight: VecDeque::new(),
@@ -377,7 +375,7 @@ impl Recorder {
                 seq: w.isn_rcv,
                 ack: Some(w.isn_snd.wrapping_add(1)),
                 syn: true,
-                window: 65535,
+                window: a.wnd.min(65535) as u16,
                 ts: Some((ts_ms(sent), a.tsecr.map_or(0, ts_ms))),
                 syn_mss: Some(w.mss_option),
                 ece: w.ecn,
@@ -393,7 +391,8 @@ impl Recorder {
         Segment {
             seq: w.isn_rcv.wrapping_add(1),
             ack: Some(self.data_seq(f, a.ack)),
-            window: w.rcv_window,
+            // the window the receiver offered, in units of its window scale
+            window: (a.wnd >> WSCALE).min(65535) as u16,
             payload: 0,
             ts: Some((ts_ms(sent), a.tsecr.map_or(0, ts_ms))),
             sacks,

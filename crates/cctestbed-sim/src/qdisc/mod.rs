@@ -485,7 +485,7 @@ mod tests {
         let mut q = build(Some(&aqm), &queue, 1500, 10_000_000, SimRng::new(1, 0));
         let mut c = Counters::new(1);
         for seq in 0..5 {
-            let pkt = DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false };
+            let pkt = DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false, ts_echo: None };
             c.per_flow[0].queued += 1;
             q.enqueue(0, Queued { pkt, enqueued_at: 0 }, &mut c);
         }
@@ -529,7 +529,7 @@ mod tests {
         let mut q = build(Some(&aqm), &queue, 1500, 10_000_000, SimRng::new(1, 0));
         let mut c = Counters::new(1);
         let arrive = |q: &mut Box<dyn Qdisc>, c: &mut Counters, seq| {
-            let pkt = DataPacket { flow: 0, seq, size: 1000, payload: 948, sent_at: 0, ecn: Ecn::NotEct, cwr: false };
+            let pkt = DataPacket { flow: 0, seq, size: 1000, payload: 948, sent_at: 0, ecn: Ecn::NotEct, cwr: false, ts_echo: None };
             c.per_flow[0].queued += 1;
             q.enqueue(0, Queued { pkt, enqueued_at: 0 }, c);
         };

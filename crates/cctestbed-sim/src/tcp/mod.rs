@@ -1,5 +1,6 @@
 //! TCP machinery shared by every congestion control: sender, receiver, RTT/RTO.
 
+pub mod rcvbuf;
 pub mod receiver;
 pub mod rtt;
 pub mod sender;

@@ -52,11 +52,13 @@
 //! at once (`tcp_sack_compress_send_ack`): without that flush, at a few percent of random loss a
 //! block's last extent is never reported and RACK retransmits what had arrived.
 //!
-//! Deviations: the application reads instantly, so the advertised window is constant (the
-//! configured buffer, or Linux's initial 64 KB rounded down to the MSS, used for the quick-ack
-//! count); no receive-buffer autotuning, so `tcp_grow_window`'s extra quick ACK while the window
-//! opens is not modelled; no pingpong (interactive) mode, which needs data sent by the receiver;
-//! `rcv_rtt_est` is not kept, the compressed-SACK timer uses the handshake RTT; the jiffies
+//! The advertised window is the receive buffer's ([`super::rcvbuf`]): it opens from 64 KB as
+//! `tcp_grow_window` raises `rcv_ssthresh` (each raise asking one quick ACK) and follows the
+//! buffer's autotuning; the quick-ack count uses the window last offered.
+//!
+//! Deviations: the application reads instantly; no pingpong (interactive) mode, which needs
+//! data sent by the receiver; the compressed-SACK timer uses the handshake RTT where Linux takes
+//! min(`rcv_rtt_est`, srtt) (the buffer keeps `rcv_rtt_est` for its autotuning only); the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
 //! sized flow) is ACKed at once, as `tcp_cleanup_rbuf` does for a pushed segment an instant
 //! reader consumes.
@@ -66,6 +68,7 @@
 //! `dctcp_ece_ack_update` (net/ipv4/tcp_dctcp.h), chosen by the flow's
 //! algorithm as both hosts run the same one. No AccECN.
 
+use super::rcvbuf::RcvBuf;
 use crate::jiffies;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::problem::{Path, Problem};
@@ -153,8 +156,6 @@ const NUM_SACKS: usize = 4;
 /// TCP_SACK_BLOCKS_EXPECTED (tcp_input.c): blocks an ACK is assumed to carry to the sender
 /// ("given that SACK packets might be lost, be conservative and use 2").
 const SACK_BLOCKS_EXPECTED: usize = 2;
-/// Linux >= 5.7 opens with a receive window of 64 KB rounded down to the MSS (65160 at 1448).
-const INIT_RCV_WND: u64 = 65535;
 
 pub struct Receiver {
     flow: u32,
@@ -182,8 +183,12 @@ pub struct Receiver {
     srtt_ns: Nanos,
     /// TCP_ATO_MIN = TCP_DELACK_MIN in jiffies.
     ato_min_j: i64,
-    /// Receive window used for the quick-ack count.
-    rcv_wnd: u64,
+    /// The receive buffer and the window it offers (`tcp_select_window`).
+    buf: RcvBuf,
+    /// Segments held out of order (each costs the buffer a truesize).
+    ooo_segs: u64,
+    /// The time of the event being handled, for the timestamp the ACKs carry.
+    now: Nanos,
     /// Delayed-ACK timer expiry (`icsk_ack.timeout`), in jiffies.
     delack_j: Option<i64>,
     compressed_ack: u32,
@@ -248,9 +253,8 @@ impl Receiver {
     }
 
     /// `handshake_rtt_ns` is the RTT the receiver measured on the three-way handshake;
-    /// `rwnd_bytes` the configured receive buffer, if any.
-    pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32, rwnd_bytes: Option<u64>, handshake_rtt_ns: Nanos) -> Self {
-        let init_wnd = (INIT_RCV_WND / mss as u64) * mss as u64;
+    /// `rwnd_bytes` the configured receive window, if any; `rmem_max` `tcp_rmem[2]`.
+    pub fn new(flow: u32, cfg: DelayedAckConfig, mss: u32, rwnd_bytes: Option<u64>, handshake_rtt_ns: Nanos, rmem_max: u64) -> Self {
         let mut r = Receiver {
             flow,
             rcv_nxt: 0,
@@ -268,7 +272,9 @@ impl Receiver {
             synack_sent_at: None,
             handshake_pkts: 0,
             ato_min_j: ceil_jiffies(cfg.timeout_ns).max(1),
-            rcv_wnd: rwnd_bytes.map_or(init_wnd, |w| w.min(init_wnd)),
+            buf: RcvBuf::new(mss, rwnd_bytes, rmem_max),
+            ooo_segs: 0,
+            now: 0,
             delack_j: None,
             compressed_ack: 0,
             compressed_ack_rcv_nxt: 0,
@@ -307,7 +313,7 @@ impl Receiver {
     pub fn on_syn(&mut self, now: Nanos, p: &DataPacket) -> AckPacket {
         self.handshake_pkts += 1;
         self.synack_sent_at = Some(now);
-        AckPacket::syn_ack(self.flow, p.sent_at)
+        AckPacket::syn_ack(self.flow, p.sent_at, self.buf.syn_window(), now)
     }
 
     /// The handshake's final ACK arrived: its RTT since the SYN-ACK is the receiver's.
@@ -388,6 +394,7 @@ impl Receiver {
     #[inline]
     pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> DataAcks {
         self.arrived_pkts += 1;
+        self.now = now;
         let seq = p.seq;
         // tcp_replace_ts_recent: only a segment at or below rcv_wup updates ts_recent.
         if seq <= self.rcv_wup && self.ts_recent.is_none_or(|t| p.sent_at >= t) {
@@ -411,12 +418,17 @@ impl Receiver {
             let had_ooo = !self.ooo.is_empty();
             self.rcv_nxt += 1;
             if let Some(end) = self.ooo.pop_starting_at(self.rcv_nxt) {
+                self.ooo_segs -= end - self.rcv_nxt;
                 self.rcv_nxt = end;
             }
             self.sack_remove();
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
             self.event_data_recv(now);
             self.ecn_check_ce(p);
+            self.segment_buffered(now, p);
+            // the application reads it at once (tcp_recvmsg's tcp_rcv_space_adjust)
+            let ooo_end = self.ooo.ranges().last().map(|(_, e)| self.bytes_below(e));
+            self.buf.on_read(now, self.delivered_bytes, ooo_end);
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
@@ -430,6 +442,10 @@ impl Receiver {
                 self.duplicate_pkts += 1;
             } else {
                 self.ooo.insert(seq, seq + 1);
+                self.ooo_segs += 1;
+                self.segment_buffered(now, p);
+                let end = self.ooo.ranges().last().map_or(seq + 1, |(_, e)| e);
+                self.buf.on_out_of_order(self.delivered_bytes, self.bytes_below(end));
             }
             flushed = self.sack_new_ofo(seq, seq + 1);
         }
@@ -439,6 +455,16 @@ impl Receiver {
             self.ack_snd_check(now)
         };
         DataAcks { ce_flushed: self.extra_ack.take(), flushed, ack }
+    }
+
+    /// A new segment entered the buffer (in order or out of it): the receiver's RTT from its
+    /// timestamp echo, and `tcp_grow_window`, which asks for one quick ACK while it opens the
+    /// window.
+    fn segment_buffered(&mut self, now: Nanos, p: &DataPacket) {
+        let held = self.ooo_segs * self.buf.ooo_cost();
+        if self.buf.on_segment(now, p.payload as u64, p.ts_echo, held) {
+            self.quick |= 1;
+        }
     }
 
     /// `tcp_sack_new_ofo_skb`: the SACK list after an out-of-order arrival of `[s, e)`; returns
@@ -482,6 +508,7 @@ impl Receiver {
 
     /// The receiver's timer (delayed ACK or compressed SACK, whichever is earlier) fired.
     pub fn on_timer(&mut self, now: Nanos) -> Option<AckPacket> {
+        self.now = now;
         if let Some(at) = self.comp_at {
             if at <= now {
                 // tcp_compressed_ack_kick
@@ -549,7 +576,7 @@ impl Receiver {
     }
 
     fn incr_quickack(&mut self) {
-        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        let mut q = (self.buf.offered() / (2 * self.mss as u64)) as u32;
         if q == 0 {
             q = 2;
         }
@@ -566,7 +593,7 @@ impl Receiver {
 
     /// `tcp_enter_quickack_mode(sk, max)`: at most `max` quick ACKs.
     fn enter_quickack_mode_max(&mut self, max: u32) {
-        let mut q = (self.rcv_wnd / (2 * self.mss as u64)) as u32;
+        let mut q = (self.buf.offered() / (2 * self.mss as u64)) as u32;
         if q == 0 {
             q = 2;
         }
@@ -661,7 +688,7 @@ impl Receiver {
         }
     }
 
-    fn make_ack(&self, delayed: bool) -> AckPacket {
+    fn make_ack(&mut self, delayed: bool) -> AckPacket {
         let mut sacks = [(0, 0); MAX_SACK_BLOCKS];
         let n = self.sacks.len().min(MAX_SACK_BLOCKS);
         // Block by block rather than `copy_from_slice`: a copy of variable length is a call
@@ -669,7 +696,11 @@ impl Receiver {
         for (slot, &b) in sacks.iter_mut().zip(&self.sacks) {
             *slot = b;
         }
-        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr }
+        let (wnd, stop_quick) = self.buf.select_window(self.bytes_below(self.rcv_nxt), self.ooo_segs * self.buf.ooo_cost());
+        if stop_quick {
+            self.quick = 0;
+        }
+        AckPacket { flow: self.flow, ack: self.rcv_nxt, sacks, n_sacks: n as u8, delayed, tsecr: self.ts_recent, ece: self.demand_cwr, wnd, ts_val: self.now }
     }
 }
 
@@ -713,7 +744,7 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn data(seq: u64) -> DataPacket {
-        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false }
+        DataPacket { flow: 0, seq, size: 1500, payload: 1448, sent_at: 0, ecn: Ecn::NotEct, cwr: false, ts_echo: None }
     }
 
     fn cfg(quickacks: u32) -> DelayedAckConfig {
@@ -721,9 +752,10 @@ mod tests {
     }
 
     /// A receiver with a 100 ms handshake RTT: rto = 100 + 200 = 300 ms = 75 jiffies,
-    /// srtt = 25 jiffies.
+    /// srtt = 25 jiffies. Its window is fixed at the first one Linux offers (65160), so that
+    /// the ACK policy is seen without `tcp_grow_window`'s quick ACKs (tested on their own).
     fn rx(quickacks: u32) -> Receiver {
-        Receiver::new(0, cfg(quickacks), 1448, None, 100 * MS)
+        Receiver::new(0, cfg(quickacks), 1448, Some(65160), 100 * MS, 6 << 20)
     }
 
     /// Fires the receiver's timer if due by `until`; returns the ACK and when it went out.
@@ -743,7 +775,7 @@ mod tests {
     /// every ACK carries ECE until a segment with CWR arrives.
     #[test]
     fn classic_echo_repeats_ece_until_cwr() {
-        let mut r = Receiver::new(0, DelayedAckConfig { enabled: false, ..cfg(16) }, 1448, None, 100 * MS).with_ecn(EcnEcho::Classic);
+        let mut r = Receiver::new(0, DelayedAckConfig { enabled: false, ..cfg(16) }, 1448, None, 100 * MS, 6 << 20).with_ecn(EcnEcho::Classic);
         assert!(!r.on_data(0, &marked(0, Ecn::Ect0, false)).ack.unwrap().ece);
         assert!(r.on_data(MS, &marked(1, Ecn::Ce, false)).ack.unwrap().ece);
         assert!(r.on_data(2 * MS, &marked(2, Ecn::Ect0, false)).ack.unwrap().ece, "still echoing");
@@ -767,6 +799,27 @@ mod tests {
         assert_eq!((b.ack, b.ece), (3, false));
     }
 
+    /// While `tcp_grow_window` opens the window (from 65160 towards the 81920 a 131072-byte
+    /// buffer gives, 2 MSS a segment), each segment it grows on sets one quick ACK: segments
+    /// that would otherwise wait for the delayed-ACK timer are ACKed at once until the window
+    /// is open.
+    #[test]
+    fn window_growth_acks_at_once_until_the_window_is_open() {
+        // at most one quick ACK from quick-ack mode itself (TCP_MAX_QUICKACKS = 1)
+        let mut r = Receiver::new(0, cfg(1), 1448, None, 100 * MS, 6 << 20);
+        // 65160 -> 81920 at 2896 a segment: the first 6 segments grow it, each ACKed at once
+        for i in 0..6 {
+            assert!(r.on_data(i as Nanos * 100 * MS, &data(i)).ack.is_some(), "segment {i} grows the window");
+            assert!(run_timer(&mut r, i as Nanos * 100 * MS + 99 * MS).is_none());
+        }
+        assert_eq!(r.buf.offered(), 81_920);
+        assert!(r.on_data(600 * MS, &data(6)).ack.is_none(), "the window is open: the ACK waits");
+        // with the window fixed there is nothing to grow: only quick-ack mode's one
+        let mut fixed = Receiver::new(0, cfg(1), 1448, Some(65160), 100 * MS, 6 << 20);
+        assert!(fixed.on_data(0, &data(0)).ack.is_some());
+        assert!(fixed.on_data(100 * MS, &data(1)).ack.is_none());
+    }
+
     #[test]
     fn quickack_count_at_start_is_rcv_wnd_over_two_mss_capped() {
         // 65160 / (2 * 1448) = 22, capped at TCP_MAX_QUICKACKS = 16.
@@ -778,7 +831,7 @@ mod tests {
         }
         assert!(r.on_data(now, &data(16)).ack.is_none(), "the 17th lone segment is delayed");
         // A 10-segment receive window allows 10 * 1448 / 2896 = 5 quick ACKs.
-        let mut r = Receiver::new(0, cfg(16), 1448, Some(10 * 1448), 100 * MS);
+        let mut r = Receiver::new(0, cfg(16), 1448, Some(10 * 1448), 100 * MS, 6 << 20);
         for i in 0..5 {
             assert!(r.on_data(i as Nanos * 100 * MS, &data(i)).ack.is_some());
         }
@@ -980,14 +1033,14 @@ mod tests {
         // Stretch ACKs (3 segments per ACK) reach tcp_send_delayed_ack with a timer armed.
         let mut c = cfg(1);
         c.segments_per_ack = 3;
-        let mut r = Receiver::new(0, c.clone(), 1448, None, 100 * MS);
+        let mut r = Receiver::new(0, c.clone(), 1448, Some(65160), 100 * MS, 6 << 20);
         let _ = r.on_data(0, &data(0)).ack;
         assert!(r.on_data(0, &data(1)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(40 * MS));
         // At jiffy 2: ato = 10/2 + 5 = 10, new timeout jiffy 12; the earlier one (10) is kept.
         assert!(r.on_data(8 * MS, &data(2)).ack.is_none());
         assert_eq!(r.timer_deadline(), Some(40 * MS));
-        let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
+        let mut r = Receiver::new(0, c, 1448, Some(65160), 100 * MS, 6 << 20);
         let _ = r.on_data(0, &data(0)).ack;
         assert!(r.on_data(0, &data(1)).ack.is_none());
         // At jiffy 8: ato = 5 + 8 = 13; the armed timer (jiffy 10) is within ato/4 = 3 jiffies.
@@ -1000,7 +1053,7 @@ mod tests {
     fn disabled_acks_every_segment() {
         let mut c = cfg(0);
         c.enabled = false;
-        let mut r = Receiver::new(0, c, 1448, None, 100 * MS);
+        let mut r = Receiver::new(0, c, 1448, Some(65160), 100 * MS, 6 << 20);
         for i in 0..5 {
             assert!(r.on_data(i as Nanos * MS, &data(i)).ack.is_some());
         }

@@ -155,7 +155,12 @@ pub struct Sender {
     max_pacing_rate: u64,
     /// Total segments for a fixed-size transfer, and the last one's payload.
     end: Option<(u64, u32)>,
+    /// The receiver's offered window (`snd_wnd`, bytes beyond `snd_una`), and what of it
+    /// whole segments fill.
+    snd_wnd: u64,
     rwnd_segs: u64,
+    /// `ts_recent`: the latest ACK's timestamp, echoed on the data sent.
+    ts_recent: Option<Nanos>,
 
     pub snd_una: u64,
     pub snd_nxt: u64,
@@ -255,7 +260,9 @@ impl Sender {
             pacing_left_to_cc: cfg.pacing.is_none(),
             max_pacing_rate,
             end,
-            rwnd_segs: cfg.rwnd_bytes.map_or(u64::MAX, |b| (b / mss as u64).max(1)),
+            snd_wnd: u64::MAX,
+            rwnd_segs: u64::MAX,
+            ts_recent: None,
             snd_una: 0,
             snd_nxt: 0,
             segs: VecDeque::new(),
@@ -514,6 +521,20 @@ impl Sender {
         self.arm_rto(at, io);
     }
 
+    /// The ACK's timestamp (`tcp_replace_ts_recent`: a pure ACK always sits at `rcv_wup`; PAWS
+    /// keeps it from going back) and its window (`tcp_ack_update_window`: taken when the ACK
+    /// advances `snd_una`, offers more, or offers none, as `tcp_may_update_window` allows).
+    /// A window below one MSS still lets one segment out (Linux would probe it).
+    fn take_window(&mut self, ack: &AckPacket, advances: bool) {
+        if self.ts_recent.is_none_or(|t| ack.ts_val >= t) {
+            self.ts_recent = Some(ack.ts_val);
+        }
+        if advances || ack.wnd > self.snd_wnd || ack.wnd == 0 || self.snd_wnd == u64::MAX {
+            self.snd_wnd = ack.wnd;
+            self.rwnd_segs = (ack.wnd / self.mss as u64).max(1);
+        }
+    }
+
     /// The SYN-ACK arrived (`tcp_rcv_synsent_state_process`): its RTT sample, from the echoed
     /// timestamp of the SYN it answers, seeds the RTT estimator (`tcp_ack_update_rtt`), then
     /// `tcp_init_transfer` sets the initial window and initialises the algorithm, and data
@@ -526,6 +547,7 @@ impl Sender {
         if let Some(ts) = ack.tsecr {
             self.rtt.on_sample(now - ts);
         }
+        self.take_window(ack, true);
         if self.syns_sent > 2 {
             // "Cut cwnd down to 1 per RFC5681 if SYN ... has been retransmitted" more than once.
             self.w.cwnd = 1;
@@ -885,7 +907,7 @@ impl Sender {
         } else {
             (Ecn::NotEct, false)
         };
-        io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now, ecn, cwr });
+        io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now, ecn, cwr, ts_echo: self.ts_recent });
         if !self.timers[TimerKind::Rto as usize].deadline().is_some() || retrans && seq == self.snd_una {
             let at = now + self.rtt.rto();
             self.arm_rto(at, io);
@@ -972,6 +994,7 @@ impl Sender {
         if ack.ack > self.snd_nxt {
             return;
         }
+        self.take_window(ack, ack.ack > self.snd_una);
         let prior_in_flight = self.packets_in_flight();
         let prior_lost = self.lost;
         let mut acc = AckAccum::default();
@@ -1676,7 +1699,7 @@ mod tests {
         } else {
             0
         };
-        AckPacket { flow: 0, ack, sacks, n_sacks: n, delayed: false, tsecr: Some(tsecr), ece: false }
+        AckPacket { flow: 0, ack, sacks, n_sacks: n, delayed: false, tsecr: Some(tsecr), ece: false, wnd: u32::MAX as u64, ts_val: 0 }
     }
 
     /// RFC 3168 section 6.1.2 as Linux (`tcp_enter_cwr`, `tcp_ecn_send`): new data leaves
