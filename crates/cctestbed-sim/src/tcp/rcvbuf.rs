@@ -63,6 +63,8 @@ const INIT_CWND: u64 = 10;
 /// page-fragment skbs measured 2280, and GSO skbs of several segments far less per byte).
 /// The overhead beyond the frame is taken as fixed.
 const TRUESIZE_OVERHEAD: u64 = 2304 - 1514;
+/// The frame around a segment's payload: Ethernet (14), IPv4 (20), TCP with timestamps (32).
+const FRAME_HEADERS: u64 = 66;
 /// The largest window scale (RFC 7323, `TCP_MAX_WSCALE`).
 const MAX_WSCALE: u32 = 14;
 /// Linux's timestamp tick (TCP_TS_HZ = 1000): the receiver's RTT samples are whole ticks.
@@ -78,8 +80,6 @@ pub fn tcp_rmem_max(bdp_bytes: u64, queue_bytes: u64) -> u64 {
 #[derive(Debug, Clone)]
 pub struct RcvBuf {
     advmss: u64,
-    /// `skb->truesize` of a full segment.
-    truesize: u64,
     /// `sk_rcvbuf`, `tcp_rmem[2]`, and whether the buffer is locked (`SOCK_RCVBUF_LOCK`).
     rcvbuf: u64,
     rmem_max: u64,
@@ -141,7 +141,6 @@ impl RcvBuf {
         let rcv_ssthresh = rcv_wnd.min(window_clamp);
         let mut b = RcvBuf {
             advmss,
-            truesize: advmss + 66 + TRUESIZE_OVERHEAD,
             rcvbuf,
             rmem_max,
             locked,
@@ -213,7 +212,7 @@ impl RcvBuf {
         // tcp_measure_rcv_mss: the ratio from the first full-sized segment
         if !self.ratio_learned && len >= self.advmss {
             self.ratio_learned = true;
-            let r = ((len << RMEM_TO_WIN_SCALE) / self.truesize).max(1);
+            let r = ((len << RMEM_TO_WIN_SCALE) / self.truesize_of(len)).max(1);
             if r != self.ratio {
                 self.ratio = r;
                 let clamp = if self.locked { self.window_clamp.min(win_from_space(r, self.rcvbuf)) } else { win_from_space(r, self.rcvbuf) };
@@ -243,8 +242,9 @@ impl RcvBuf {
         false
     }
 
+    /// `skb->truesize` of a segment of `len` payload bytes.
     fn truesize_of(&self, len: u64) -> u64 {
-        len + 66 + TRUESIZE_OVERHEAD
+        len + FRAME_HEADERS + TRUESIZE_OVERHEAD
     }
 
     /// `tcp_rcv_rtt_update` (since 6.16, "always seek for minimal rtt"): a lower sample is
@@ -349,7 +349,7 @@ impl RcvBuf {
 
     /// What one segment held out of order costs the buffer.
     pub fn ooo_cost(&self) -> u64 {
-        self.truesize
+        self.truesize_of(self.advmss)
     }
 }
 
