@@ -568,6 +568,22 @@ class AckAggregation(_Model):
         return {"model": "wifi", "interval_ns": self.interval, "max_acks": self.max_acks or 64}
 
 
+class ReceiverNic(_Model):
+    """The receiving hosts' NIC (Linux's defaults, the core's): GRO, and interrupt coalescing.
+
+    ``coalesce`` is ``ethtool -C rx-usecs``: the NAPI poll comes that long after the first frame
+    of a batch and takes up to ``budget`` frames per poll; with ``gro`` on, in-order segments of
+    a flow in one poll reach TCP as one skb and get one ACK decision (``docs/config.md``).
+    """
+
+    gro: StrictBool = CORE_DEFAULTS["receiver_nic"]["gro"]
+    coalesce: NonNegativeTime = CORE_DEFAULTS["receiver_nic"]["coalesce_ns"]
+    budget: PositiveU32 = CORE_DEFAULTS["receiver_nic"]["budget"]
+
+    def to_core(self) -> dict[str, Any]:
+        return {"gro": self.gro, "coalesce_ns": self.coalesce, "budget": self.budget}
+
+
 class ReverseLink(_Model):
     """The reverse path's own bottleneck (``link.reverse``): what goes right to left, the reverse
     flows' data and the forward flows' ACKs, queues here, on the same router model as the
@@ -603,6 +619,8 @@ class Link(_Delays):
     ack_aggregation: Optional[AckAggregation] = None
     #: The reverse path's own bottleneck; absent, that path is unconstrained (a plain delay).
     reverse: Optional[ReverseLink] = None
+    #: The receiving hosts' NIC: GRO and interrupt coalescing.
+    receiver_nic: ReceiverNic = Field(default_factory=ReceiverNic)
 
     @model_validator(mode="before")
     @classmethod
@@ -1385,6 +1403,7 @@ class Trial(_Model):
                 **({"trace": {"opportunities_ms": list(link.trace_opportunities() or ())}} if link.trace else {}),
                 **({"ack_aggregation": link.ack_aggregation.to_core()} if link.ack_aggregation else {}),
                 **({"reverse": self._reverse_core()} if link.reverse is not None else {}),
+                "receiver_nic": link.receiver_nic.to_core(),
             },
             "flows": flows,
             **({"capture": self._capture_core()} if self.capture_config is not None else {}),

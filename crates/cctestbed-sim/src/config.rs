@@ -300,6 +300,7 @@ pub fn defaults() -> serde_json::Value {
         "mss": MSS,
         "initial_cwnd": INITIAL_CWND,
         "delayed_ack": DelayedAckConfig::default(),
+        "receiver_nic": crate::nic::ReceiverNicConfig::default(),
         "capture": {
             "snaplen": capture.snaplen,
             "snaplen_min": MIN_SNAPLEN,

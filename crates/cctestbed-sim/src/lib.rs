@@ -5,6 +5,7 @@
 //! - [`link`]: delay lines and the bottleneck router (random loss, token-bucket shaper and
 //!   policer, capacity schedule), the one queue model; [`qdisc`]: its queue disciplines
 //!   (drop-tail, CoDel, FQ-CoDel, RED, PIE, fq, DualPI2), drop and mark causes;
+//! - [`nic`]: the receiving hosts' interface (interrupt coalescing, NAPI polls, GRO);
 //! - [`tcp`]: sender (SACK scoreboard, RACK loss detection, PRR, RTO, pacing, delivery-rate
 //!   sampling) and receiver (cumulative + SACK ACKs, delayed ACKs);
 //! - [`cc`]: the congestion-control interface and the algorithms; [`jiffies`]: the kernel's
@@ -26,6 +27,7 @@ pub mod datagram;
 pub mod event;
 pub mod jiffies;
 pub mod link;
+pub mod nic;
 pub mod packet;
 pub mod problem;
 pub mod qdisc;

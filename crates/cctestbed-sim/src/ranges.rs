@@ -37,6 +37,12 @@ impl RangeSet {
         i < self.r.len() && self.r[i].0 <= x
     }
 
+    /// How many of `[s, e)` the set holds.
+    pub fn covered_in(&self, s: u64, e: u64) -> u64 {
+        let from = self.r.partition_point(|&(_, re)| re <= s);
+        self.r.range(from..).take_while(|&&(rs, _)| rs < e).map(|&(rs, re)| re.min(e) - rs.max(s)).sum()
+    }
+
     /// Adds `[s, e)` and calls `newly(x)` for every x not already present, in increasing order.
     /// Returns the merged range containing it.
     pub fn insert_with(&mut self, s: u64, e: u64, mut newly: impl FnMut(u64)) -> (u64, u64) {
@@ -134,6 +140,9 @@ mod tests {
                 prop_assert_eq!(members, set.iter().copied().collect::<Vec<_>>());
                 for x in 0..230 {
                     prop_assert_eq!(rs.contains(x), set.contains(&x));
+                }
+                for (a, b) in [(0, 230), (s, s + len), (s / 2, s / 2 + 7), (s + 3, s + 40)] {
+                    prop_assert_eq!(rs.covered_in(a, b), (a..b).filter(|x| set.contains(x)).count() as u64);
                 }
             }
         }

@@ -30,7 +30,8 @@ use crate::cc::bpf;
 use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
-use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
+use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats, TrainLine};
+use crate::nic::{Gro, Skb};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
@@ -99,14 +100,14 @@ pub struct Simulation {
     /// are large and cold).
     sizes: Vec<Option<u64>>,
     access: Vec<DelayLine<DataPacket>>,
-    forward: DelayLine<DataPacket>,
+    forward: TrainLine,
     acks: Vec<DelayLine<AckPacket>>,
     /// Per-flow ACK aggregation before the ACK line, when the link asks for it.
     ack_agg: Vec<AckAggregator<AckPacket>>,
     pub bottleneck: Bottleneck,
     bottleneck_wake: Option<Nanos>,
     /// The line from the reverse path to the receivers of reverse flows (delay_rev).
-    backward: DelayLine<DataPacket>,
+    backward: TrainLine,
     /// The reverse path's bottleneck (`link.reverse`); `None` leaves the path unconstrained.
     pub rev_bottleneck: Option<Bottleneck>,
     rev_wake: Option<Nanos>,
@@ -132,6 +133,32 @@ pub struct Simulation {
     in_service: Option<DataPacket>,
     /// The first run-time error of a BPF congestion control, which ends the trial.
     bpf_fault: bpf::BpfFault,
+    /// Each receiving host's GRO table ([`Side`]) and the time its NIC's next poll is due,
+    /// when interrupts are coalesced.
+    gro: [Gro; 2],
+    poll_at: [Option<Nanos>; 2],
+    /// The skbs a GRO table released, on their way to TCP.
+    gro_ready: Vec<Skb>,
+    /// The time the run goes up to (`run_until`): the bottleneck never runs ahead of it.
+    horizon: Nanos,
+}
+
+/// The two receiving hosts: forward flows' receivers (behind the forward line) and reverse
+/// flows' (behind the backward line).
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Forward = 0,
+    Backward = 1,
+}
+
+impl Side {
+    /// The event of a frame at the head of this side's line.
+    fn event(self) -> Event {
+        match self {
+            Side::Forward => Event::ForwardHead,
+            Side::Backward => Event::BackwardHead,
+        }
+    }
 }
 
 impl Simulation {
@@ -238,8 +265,8 @@ impl Simulation {
         Ok(Simulation {
             capture,
             in_service: None,
-            forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
-            backward: DelayLine::new(cfg.link.delay_rev_ns, None),
+            forward: TrainLine::new(cfg.link.delay_fwd_ns),
+            backward: TrainLine::new(cfg.link.delay_rev_ns),
             rev_bottleneck,
             rev_wake: None,
             dir,
@@ -267,6 +294,10 @@ impl Simulation {
             timers: Vec::new(),
             telemetry,
             bpf_fault,
+            gro: Default::default(),
+            poll_at: [None; 2],
+            gro_ready: Vec::new(),
+            horizon: 0,
         })
     }
 
@@ -283,6 +314,7 @@ impl Simulation {
     /// completes is the same, bit for bit, as [`run`](Self::run).
     pub fn run_checked(mut self, every: u64, mut keep_going: impl FnMut() -> bool) -> Option<SimOutput> {
         let end = self.cfg.duration_ns;
+        self.horizon = end;
         let every = every.max(1);
         let mut n: u64 = 0;
         while let Some((now, ev)) = self.q.pop_until(end) {
@@ -303,6 +335,7 @@ impl Simulation {
     /// Processes every event up to and including time `t`, or up to a BPF congestion
     /// control's run-time error.
     pub fn run_until(&mut self, t: Nanos) {
+        self.horizon = t;
         let mut n: u64 = 0;
         while let Some((now, ev)) = self.q.pop_until(t) {
             self.handle(now, ev);
@@ -388,30 +421,34 @@ impl Simulation {
                 if self.bottleneck_wake != Some(now) {
                     return;
                 }
-                let (p, next) = self.bottleneck.wake(now);
-                if let Some(p) = p {
-                    if self.routed_acks && p.carried_ack().is_some() {
-                        self.ack_leaves_router(now, p);
-                    } else if let Some(at) = self.forward.push(now, p, p.size) {
-                        self.q.push(at, Event::ForwardHead);
+                // Departures follow one another without an event each while nothing else is
+                // due before the next one: no other event can touch the queue in between, and
+                // what they push keeps its order among the pending events.
+                let mut t = now;
+                loop {
+                    let (p, next) = self.bottleneck.wake(t);
+                    if let Some(p) = p {
+                        if self.routed_acks && p.carried_ack().is_some() {
+                            self.ack_leaves_router(t, p);
+                        } else if let Some(at) = self.forward.push(t, p) {
+                            self.q.push(at, Event::ForwardHead);
+                        }
+                    }
+                    self.bottleneck_wake = next;
+                    if self.capture.is_some() {
+                        self.note_service(t);
+                    }
+                    match next {
+                        Some(at) if at <= self.horizon && self.q.peek_time().is_none_or(|e| e > at) => t = at,
+                        Some(at) => {
+                            self.q.push(at, Event::BottleneckWake);
+                            break;
+                        }
+                        None => break,
                     }
                 }
-                self.bottleneck_wake = next;
-                if let Some(at) = next {
-                    self.q.push(at, Event::BottleneckWake);
-                }
-                if self.capture.is_some() {
-                    self.note_service(now);
-                }
             }
-            Event::ForwardHead => {
-                while let Some(p) = self.forward.pop_due(now) {
-                    self.deliver(now, p);
-                }
-                if let Some(at) = self.forward.head_time() {
-                    self.q.push(at, Event::ForwardHead);
-                }
-            }
+            Event::ForwardHead => self.nic_interrupt(now, Side::Forward),
             Event::ReverseWake => {
                 if self.rev_wake != Some(now) {
                     return;
@@ -421,7 +458,7 @@ impl Simulation {
                 if let Some(p) = p {
                     if p.carried_ack().is_some() {
                         self.ack_leaves_router(now, p);
-                    } else if let Some(at) = self.backward.push(now, p, p.size) {
+                    } else if let Some(at) = self.backward.push(now, p) {
                         self.q.push(at, Event::BackwardHead);
                     }
                 }
@@ -430,14 +467,7 @@ impl Simulation {
                     self.q.push(at, Event::ReverseWake);
                 }
             }
-            Event::BackwardHead => {
-                while let Some(p) = self.backward.pop_due(now) {
-                    self.deliver(now, p);
-                }
-                if let Some(at) = self.backward.head_time() {
-                    self.q.push(at, Event::BackwardHead);
-                }
-            }
+            Event::BackwardHead => self.nic_interrupt(now, Side::Backward),
             Event::AckHead(f) if self.any_datagram && self.datagrams[f as usize].is_some() => {
                 let d = self.datagrams[f as usize].as_mut().expect("a datagram flow");
                 while let Some(reply) = self.acks[f as usize].pop_due(now) {
@@ -539,7 +569,83 @@ impl Simulation {
         }
     }
 
-    /// A packet arrives at the receiving side (the forward line's end, or the backward line's).
+    /// A frame reached the receiving host of `side` (the forward line's head, or the backward
+    /// line's): the NIC's interrupt, which polls at once or `coalesce_ns` after the first frame
+    /// of a batch ([`crate::nic`]).
+    fn nic_interrupt(&mut self, now: Nanos, side: Side) {
+        let coalesce = self.cfg.link.receiver_nic.coalesce_ns;
+        if coalesce > 0 {
+            let armed = &mut self.poll_at[side as usize];
+            match *armed {
+                None => {
+                    *armed = Some(now + coalesce);
+                    self.q.push(now + coalesce, side.event());
+                    return;
+                }
+                Some(t) if now < t => return,
+                Some(_) => *armed = None,
+            }
+        }
+        self.napi_poll(now, side);
+        if let Some(at) = self.line(side).head_time() {
+            self.q.push(at, side.event());
+        }
+    }
+
+    fn line(&mut self, side: Side) -> &mut TrainLine {
+        match side {
+            Side::Forward => &mut self.forward,
+            Side::Backward => &mut self.backward,
+        }
+    }
+
+    /// The NAPI polls at `now`: every frame that has arrived, `budget` to a poll, TCP data
+    /// through GRO, each poll's held skbs flushed at its end.
+    fn napi_poll(&mut self, now: Nanos, side: Side) {
+        let nic = &self.cfg.link.receiver_nic;
+        let (gro, budget) = (nic.gro, nic.budget);
+        let mut left = budget;
+        let mut ready = std::mem::take(&mut self.gro_ready);
+        while let Some((p, k)) = self.line(side).pop_due(now, if gro { left } else { u32::MAX }) {
+            let f = p.flow as usize;
+            let tcp_data = !(p.is_syn() || p.is_handshake_ack() || self.any_datagram && self.datagrams[f].is_some());
+            if !gro || !tcp_data {
+                for i in 0..k as u64 {
+                    self.deliver(now, DataPacket { seq: p.seq + i, ..p });
+                }
+            } else {
+                if let Some(c) = self.capture.as_mut() {
+                    for i in 0..k as u64 {
+                        c.data_received(now, &DataPacket { seq: p.seq + i, ..p });
+                    }
+                }
+                self.gro[side as usize].receive(p, k, &mut ready);
+                for skb in ready.drain(..) {
+                    self.deliver_skb(now, skb);
+                }
+            }
+            if gro {
+                left -= k;
+                if left == 0 {
+                    self.flush_gro(now, side);
+                    left = budget;
+                }
+            }
+        }
+        self.gro_ready = ready;
+        self.flush_gro(now, side);
+    }
+
+    /// The end of a poll: the held skbs reach TCP, oldest first.
+    fn flush_gro(&mut self, now: Nanos, side: Side) {
+        let mut gro = std::mem::take(&mut self.gro[side as usize]);
+        for skb in gro.flush() {
+            self.deliver_skb(now, skb);
+        }
+        self.gro[side as usize] = gro;
+    }
+
+    /// A packet reaches its receiving endpoint on its own (no GRO).
     fn deliver(&mut self, now: Nanos, p: DataPacket) {
         let f = p.flow as usize;
         if let Some(c) = self.capture.as_mut() {
@@ -562,7 +668,13 @@ impl Simulation {
             self.receivers[f].on_handshake_ack(now);
             return;
         }
-        let acks = self.receivers[f].on_data(now, &p);
+        self.deliver_skb(now, Skb::single(p));
+    }
+
+    /// TCP data reaches its receiver: one segment, or a GRO skb.
+    fn deliver_skb(&mut self, now: Nanos, skb: Skb) {
+        let f = skb.first.flow as usize;
+        let acks = self.receivers[f].on_skb(now, &skb);
         acks.send_each(|a| self.send_ack(now, a));
         self.sync_delack(f);
         if let Some(size) = self.sizes[f] {
@@ -581,7 +693,7 @@ impl Simulation {
                 self.start_reverse(now);
             }
             None => {
-                if let Some(at) = self.backward.push(now, p, p.size) {
+                if let Some(at) = self.backward.push(now, p) {
                     self.q.push(at, Event::BackwardHead);
                 }
             }

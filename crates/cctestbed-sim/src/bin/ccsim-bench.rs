@@ -19,34 +19,41 @@ struct Scenario {
     /// A workload instead of bulk flows: this many flows of `WORKLOAD_FLOW_BYTES`, one every
     /// `secs / flows`, so the peak memory shows what finished flows keep.
     workload: bool,
+    /// The receiving host's interrupt coalescing (`ethtool -C rx-usecs`), microseconds.
+    rx_usecs: i64,
 }
 
 const WORKLOAD_FLOW_BYTES: u64 = 1_000_000;
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "4 cubic, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "cubic", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false },
-    Scenario { name: "1 cubic, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "cubic", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0, workload: false },
-    Scenario { name: "16 cubic, 10 Gb/s, 50 ms, 0.5 BDP, 10 s", cc: "cubic", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 50, bdp: 0.5, secs: 10, loss: 0.0, workload: false },
-    Scenario { name: "1 cubic, 1 Gb/s, 10 ms, 1 BDP, 1% loss, 10 s", cc: "cubic", flows: 1, rate_bps: 1_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 10, loss: 0.01, workload: false },
+    Scenario { name: "4 cubic, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "cubic", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "1 cubic, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "cubic", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "16 cubic, 10 Gb/s, 50 ms, 0.5 BDP, 10 s", cc: "cubic", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 50, bdp: 0.5, secs: 10, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "1 cubic, 1 Gb/s, 10 ms, 1 BDP, 1% loss, 10 s", cc: "cubic", flows: 1, rate_bps: 1_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 10, loss: 0.01, workload: false, rx_usecs: 0 },
     // The best-known simulator's published scenarios (performance.md): 17.2 s and 147.3 s.
-    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false },
-    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0, workload: false },
-    Scenario { name: "1 bbr, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "bbr", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0, workload: false },
+    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "4 bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bbr", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "1 bbr, 10 Gb/s, 100 ms, 1 BDP, 10 s", cc: "bbr", flows: 1, rate_bps: 10_000_000_000, rtt_ms: 100, bdp: 1.0, secs: 10, loss: 0.0, workload: false, rx_usecs: 0 },
     // ESnet's data-transfer nodes: 16 parallel streams over 88 ms with a switch buffer of about
     // 16 MB (0.15 BDP at 10 Gb/s), on today's 10G and 100G hosts.
-    Scenario { name: "16 bbr3, 10 Gb/s, 88 ms, 0.15 BDP, 10 s", cc: "bbr3", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 10, loss: 0.0, workload: false },
-    Scenario { name: "16 bbr3, 100 Gb/s, 88 ms, 0.15 BDP, 3 s", cc: "bbr3", flows: 16, rate_bps: 100_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 3, loss: 0.0, workload: false },
+    Scenario { name: "16 bbr3, 10 Gb/s, 88 ms, 0.15 BDP, 10 s", cc: "bbr3", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 10, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "16 bbr3, 100 Gb/s, 88 ms, 0.15 BDP, 3 s", cc: "bbr3", flows: 16, rate_bps: 100_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 3, loss: 0.0, workload: false, rx_usecs: 0 },
+    // The same with the receiving NIC's interrupt coalescing at a 100G NIC's default (mlx5:
+    // rx-usecs 8), so GRO coalesces what one poll finds, as on such a host.
+    Scenario { name: "16 bbr3, 10 Gb/s, 88 ms, 0.15 BDP, NIC 8 us, 10 s", cc: "bbr3", flows: 16, rate_bps: 10_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 10, loss: 0.0, workload: false, rx_usecs: 8 },
+    Scenario { name: "16 bbr3, 100 Gb/s, 88 ms, 0.15 BDP, NIC 8 us, 3 s", cc: "bbr3", flows: 16, rate_bps: 100_000_000_000, rtt_ms: 88, bdp: 0.15, secs: 3, loss: 0.0, workload: false, rx_usecs: 8 },
     // The BPF port of BBR (target/bpf/bbr.bpf.o, the object the kernel backend registers) in
     // the simulator's interpreter, at the two BBR points above: its cost against the Rust bbr.
-    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false },
-    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0, workload: false },
+    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 2 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 2.0, secs: 60, loss: 0.0, workload: false, rx_usecs: 0 },
+    Scenario { name: "4 bpf:bbr, 80 Mb/s, 25 ms, 0.5 BDP, 60 s", cc: "bpf", flows: 4, rate_bps: 80_000_000, rtt_ms: 25, bdp: 0.5, secs: 60, loss: 0.0, workload: false, rx_usecs: 0 },
     // Short flows: 6,000 flows of 1 MB at 400 a second (a 3.2 Gbit/s offered load).
-    Scenario { name: "6000 x 1 MB cubic, 10 Gb/s, 10 ms, 1 BDP, 15 s", cc: "cubic", flows: 6000, rate_bps: 10_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 15, loss: 0.0, workload: true },
+    Scenario { name: "6000 x 1 MB cubic, 10 Gb/s, 10 ms, 1 BDP, 15 s", cc: "cubic", flows: 6000, rate_bps: 10_000_000_000, rtt_ms: 10, bdp: 1.0, secs: 15, loss: 0.0, workload: true, rx_usecs: 0 },
 ];
 
 fn config(s: &Scenario) -> SimConfig {
     let mut c = SimConfig::dumbbell(s.rate_bps, s.rtt_ms * 1_000_000, s.bdp);
     c.duration_ns = s.secs * 1_000_000_000;
+    c.link.receiver_nic.coalesce_ns = s.rx_usecs * 1_000;
     if s.loss > 0.0 {
         c.link.loss = LossConfig::Bernoulli { p: s.loss };
     }

@@ -67,8 +67,8 @@ const TRUESIZE_OVERHEAD: u64 = 2304 - 1514;
 const FRAME_HEADERS: u64 = 66;
 /// The largest window scale (RFC 7323, `TCP_MAX_WSCALE`).
 const MAX_WSCALE: u32 = 14;
-/// Linux's timestamp tick (TCP_TS_HZ = 1000): the receiver's RTT samples are whole ticks.
-const TS_TICK: Nanos = 1_000_000;
+/// The receiver's RTT samples from timestamps are whole ticks.
+use super::TCP_TS_TICK as TS_TICK;
 
 /// `tcp_rmem[2]` as the kernel backend sets it: room for four times the path's BDP and queue,
 /// at least Linux's default of 6 MB.
@@ -205,14 +205,15 @@ impl RcvBuf {
         }
     }
 
-    /// A data segment of `len` bytes arrived (in order or not) with the timestamp echo `echo`
-    /// (when the ACK it echoes left); `ooo_mem` is what the out-of-order queue then holds.
-    /// Returns whether `tcp_grow_window` asked for a quick ACK.
-    pub fn on_segment(&mut self, now: Nanos, len: u64, echo: Option<Nanos>, ooo_mem: u64) -> bool {
+    /// An skb of `len` bytes in `segs` segments arrived (in order or not) with the timestamp
+    /// echo `echo` (when the ACK it echoes left); `ooo_mem` is what the out-of-order queue then
+    /// holds. Returns whether `tcp_grow_window` asked for a quick ACK.
+    pub fn on_segment(&mut self, now: Nanos, len: u64, segs: u64, echo: Option<Nanos>, ooo_mem: u64) -> bool {
+        let truesize = self.truesize_of(len, segs);
         // tcp_measure_rcv_mss: the ratio from the first full-sized segment
         if !self.ratio_learned && len >= self.advmss {
             self.ratio_learned = true;
-            let r = ((len << RMEM_TO_WIN_SCALE) / self.truesize_of(len)).max(1);
+            let r = ((len << RMEM_TO_WIN_SCALE) / truesize).max(1);
             if r != self.ratio {
                 self.ratio = r;
                 let clamp = if self.locked { self.window_clamp.min(win_from_space(r, self.rcvbuf)) } else { win_from_space(r, self.rcvbuf) };
@@ -234,7 +235,7 @@ impl RcvBuf {
         }
         // tcp_grow_window (skbs of at least 128 bytes)
         let room = self.window_clamp.min(self.free_space(ooo_mem)).saturating_sub(self.rcv_ssthresh);
-        if len >= 128 && room > 0 && win_from_space(self.ratio, self.truesize_of(len)) <= len {
+        if len >= 128 && room > 0 && win_from_space(self.ratio, truesize) <= len {
             let incr = (2 * self.advmss).max(2 * len);
             self.rcv_ssthresh += incr.min(room);
             return true;
@@ -242,9 +243,10 @@ impl RcvBuf {
         false
     }
 
-    /// `skb->truesize` of a segment of `len` payload bytes.
-    fn truesize_of(&self, len: u64) -> u64 {
-        len + FRAME_HEADERS + TRUESIZE_OVERHEAD
+    /// `skb->truesize` of `segs` segments of `len` payload bytes in all (a GRO skb's truesize
+    /// is the sum of its frames').
+    fn truesize_of(&self, len: u64, segs: u64) -> u64 {
+        len + segs * (FRAME_HEADERS + TRUESIZE_OVERHEAD)
     }
 
     /// `tcp_rcv_rtt_update` (since 6.16, "always seek for minimal rtt"): a lower sample is
@@ -349,7 +351,7 @@ impl RcvBuf {
 
     /// What one segment held out of order costs the buffer.
     pub fn ooo_cost(&self) -> u64 {
-        self.truesize_of(self.advmss)
+        self.truesize_of(self.advmss, 1)
     }
 }
 
@@ -374,11 +376,11 @@ mod tests {
         assert_eq!(b.syn_window(), 65160, "64 KB rounded down to the MSS");
         assert_eq!(b.wscale, 7);
         // the first full segment teaches the ratio: 1448 << 8 / 2304 = 160
-        b.on_segment(0, 1448, None, 0);
+        b.on_segment(0, 1448, 1, None, 0);
         assert_eq!(b.ratio, 160);
         assert_eq!(b.buffer(), (131_072, 81_920));
         for _ in 0..20 {
-            b.on_segment(0, 1448, None, 0);
+            b.on_segment(0, 1448, 1, None, 0);
         }
         let (w, _) = b.select_window(21 * 1448, 0);
         assert_eq!(w, 81_920, "rcv_ssthresh grows 2 MSS a segment up to the clamp");
@@ -397,7 +399,7 @@ mod tests {
             if n % (14 * 1448) == 0 {
                 echo = t - 10_000 * MS;
             }
-            slow.on_segment(t, 1448, Some(echo), 0);
+            slow.on_segment(t, 1448, 1, Some(echo), 0);
             slow.on_read(t, n, None);
             slow.select_window(n, 0);
         }
@@ -411,7 +413,7 @@ mod tests {
                 let t = start + k * (10 * MS) / per_rtt;
                 n += 1448;
                 // the data echoes the ACK that left half an RTT before the flight
-                fast.on_segment(t, 1448, Some(start - 5 * MS), 0);
+                fast.on_segment(t, 1448, 1, Some(start - 5 * MS), 0);
                 fast.on_read(t, n, None);
                 fast.select_window(n, 0);
             }
@@ -428,7 +430,7 @@ mod tests {
     fn out_of_order_data_takes_the_window_but_never_moves_its_right_edge_back() {
         let mut b = RcvBuf::new(MSS, None, 6 << 20);
         for _ in 0..30 {
-            b.on_segment(0, 1448, None, 0);
+            b.on_segment(0, 1448, 1, None, 0);
         }
         let (w0, _) = b.select_window(0, 0);
         assert_eq!(w0, 81_920);
@@ -452,9 +454,9 @@ mod tests {
     #[test]
     fn a_configured_window_is_the_clamp_and_the_buffer_is_locked() {
         let mut b = RcvBuf::new(MSS, Some(40_000), 6 << 20);
-        b.on_segment(0, 1448, None, 0);
+        b.on_segment(0, 1448, 1, None, 0);
         for _ in 0..100 {
-            b.on_segment(0, 1448, None, 0);
+            b.on_segment(0, 1448, 1, None, 0);
         }
         assert_eq!(b.select_window(0, 0).0.div_ceil(128), 40_000u64.div_ceil(128));
         assert_eq!(b.buffer().0, 80_000);

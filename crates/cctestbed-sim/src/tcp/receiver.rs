@@ -70,6 +70,7 @@
 
 use super::rcvbuf::RcvBuf;
 use crate::jiffies;
+use crate::nic::Skb;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::problem::{Path, Problem};
 use crate::ranges::RangeSet;
@@ -202,8 +203,10 @@ pub struct Receiver {
     comp_at: Option<Nanos>,
     /// In-order payload bytes handed to the application.
     pub delivered_bytes: u64,
-    /// Every data packet that arrived, duplicates included.
+    /// Every data packet that arrived, duplicates included, and the skbs they came in (more
+    /// packets than skbs when the NIC's GRO coalesced them).
     pub arrived_pkts: u64,
+    pub arrived_skbs: u64,
     pub duplicate_pkts: u64,
     /// ACKs sent, and of those the ones sent by a timer.
     pub acks_sent: u64,
@@ -282,6 +285,7 @@ impl Receiver {
             comp_at: None,
             delivered_bytes: 0,
             arrived_pkts: 0,
+            arrived_skbs: 0,
             duplicate_pkts: 0,
             acks_sent: 0,
             timer_acks: 0,
@@ -393,61 +397,80 @@ impl Receiver {
     /// the receiver's timer for [`Receiver::timer_deadline`].
     #[inline]
     pub fn on_data(&mut self, now: Nanos, p: &DataPacket) -> DataAcks {
-        self.arrived_pkts += 1;
+        self.on_skb(now, &Skb::single(*p))
+    }
+
+    /// An skb reaches TCP (`tcp_rcv_established` / `tcp_data_queue`): one segment, or the GRO
+    /// skb of consecutive segments the NIC coalesced ([`crate::nic`]). Linux handles the skb as
+    /// one: one `tcp_event_data_recv`, one `tcp_grow_window` with the skb's length and truesize,
+    /// one ACK decision, the timestamp, ECN field and CWR flag of its first segment.
+    pub fn on_skb(&mut self, now: Nanos, skb: &Skb) -> DataAcks {
+        let p = &skb.first;
+        self.arrived_pkts += skb.segs;
+        self.arrived_skbs += 1;
         self.now = now;
         let seq = p.seq;
+        let end = seq + skb.segs;
         // tcp_replace_ts_recent: only a segment at or below rcv_wup updates ts_recent.
         if seq <= self.rcv_wup && self.ts_recent.is_none_or(|t| p.sent_at >= t) {
             self.ts_recent = Some(p.sent_at);
         }
-        if p.payload < self.mss {
-            self.last_seg = Some((seq, p.payload));
+        if skb.last_payload < self.mss {
+            self.last_seg = Some((end - 1, skb.last_payload));
         }
         if p.ecn == Ecn::Ce {
-            self.ce_pkts += 1;
+            self.ce_pkts += skb.segs;
         }
         self.ecn_accept_cwr(p);
         // Every path schedules an ACK (inet_csk_schedule_ack) before the SACK list changes.
         self.ack_sched = true;
         let mut flushed = None;
-        if seq < self.rcv_nxt {
+        if end <= self.rcv_nxt {
             // Old data (tcp_data_queue): enter quick-ack mode, ACK at once.
-            self.duplicate_pkts += 1;
+            self.duplicate_pkts += skb.segs;
             self.enter_quickack_mode();
-        } else if seq == self.rcv_nxt {
+        } else if seq <= self.rcv_nxt {
+            // In order, or partly old ("seq < rcv_next < end_seq": the new part is queued).
+            self.duplicate_pkts += self.rcv_nxt - seq;
             let had_ooo = !self.ooo.is_empty();
-            self.rcv_nxt += 1;
-            if let Some(end) = self.ooo.pop_starting_at(self.rcv_nxt) {
-                self.ooo_segs -= end - self.rcv_nxt;
-                self.rcv_nxt = end;
+            self.rcv_nxt = end;
+            if !self.ooo.is_empty() {
+                self.ooo_segs -= self.ooo.covered_in(seq, end);
+                self.ooo.remove_below(end);
+                if let Some(e) = self.ooo.pop_starting_at(self.rcv_nxt) {
+                    self.ooo_segs -= e - self.rcv_nxt;
+                    self.rcv_nxt = e;
+                }
             }
             self.sack_remove();
             self.delivered_bytes = self.bytes_below(self.rcv_nxt);
             self.event_data_recv(now);
             self.ecn_check_ce(p);
-            self.segment_buffered(now, p);
+            self.segment_buffered(now, skb);
             // the application reads it at once (tcp_recvmsg's tcp_rcv_space_adjust)
             let ooo_end = self.ooo.ranges().last().map(|(_, e)| self.bytes_below(e));
             self.buf.on_read(now, self.delivered_bytes, ooo_end);
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
-            if p.payload < self.mss {
+            if skb.last_payload < self.mss {
                 self.ack_now = true;
             }
         } else {
             self.ecn_check_ce(p);
-            if self.ooo.contains(seq) {
+            let held = self.ooo.covered_in(seq, end);
+            if held == skb.segs {
                 // Already held (tcp_data_queue_ofo drops it and goes on to add_sack).
-                self.duplicate_pkts += 1;
+                self.duplicate_pkts += skb.segs;
             } else {
-                self.ooo.insert(seq, seq + 1);
-                self.ooo_segs += 1;
-                self.segment_buffered(now, p);
-                let end = self.ooo.ranges().last().map_or(seq + 1, |(_, e)| e);
-                self.buf.on_out_of_order(self.delivered_bytes, self.bytes_below(end));
+                self.duplicate_pkts += held;
+                self.ooo.insert(seq, end);
+                self.ooo_segs += skb.segs - held;
+                self.segment_buffered(now, skb);
+                let last = self.ooo.ranges().last().map_or(end, |(_, e)| e);
+                self.buf.on_out_of_order(self.delivered_bytes, self.bytes_below(last));
             }
-            flushed = self.sack_new_ofo(seq, seq + 1);
+            flushed = self.sack_new_ofo(seq, end);
         }
         let ack = if !self.cfg.enabled {
             Some(self.send_ack(false))
@@ -460,9 +483,9 @@ impl Receiver {
     /// A new segment entered the buffer (in order or out of it): the receiver's RTT from its
     /// timestamp echo, and `tcp_grow_window`, which asks for one quick ACK while it opens the
     /// window.
-    fn segment_buffered(&mut self, now: Nanos, p: &DataPacket) {
+    fn segment_buffered(&mut self, now: Nanos, skb: &Skb) {
         let held = self.ooo_segs * self.buf.ooo_cost();
-        if self.buf.on_segment(now, p.payload as u64, p.ts_echo, held) {
+        if self.buf.on_segment(now, skb.bytes, skb.segs, skb.first.ts_echo, held) {
             self.quick |= 1;
         }
     }

@@ -73,8 +73,7 @@ use crate::time::Nanos;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// Linux's TCP timestamps tick in milliseconds (`TCP_TS_HZ` = 1000): the echoed timestamp's unit.
-const TCP_TS_TICK: Nanos = 1_000_000;
+use super::TCP_TS_TICK;
 
 const NIL: u64 = u64::MAX;
 
