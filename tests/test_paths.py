@@ -106,3 +106,21 @@ def test_ack_aggregation_is_validated_and_refused_by_the_kernel():
     traced = parse_trial(trace_trial(str(TRACES / "step-24-6.trace")))
     assert not any(p.startswith("link.trace:") for p in trial_problems(traced))
     assert "link.trace" in full_link_needs(traced)
+
+
+def test_receiver_nic_is_validated_and_the_kernel_takes_only_gro():
+    base = {"name": "nic", "duration": "2s", "flows": [{"cc": "cubic"}],
+            "link": {"capacity": "1Gbit", "rtt": "10ms", "queue": "1bdp"}}
+    plain = parse_trial(base)
+    assert plain.to_core()["link"]["receiver_nic"] == {"gro": True, "coalesce_ns": 0, "budget": 64}
+    nic = parse_trial({**base, "link": {**base["link"], "receiver_nic": {"coalesce": "8us", "gro": False}}})
+    assert nic.to_core()["link"]["receiver_nic"] == {"gro": False, "coalesce_ns": 8000, "budget": 64}
+    for bad, field in (({"budget": 0}, "budget"), ({"coalesce": "-1us"}, "coalesce"), ({"gro": "yes"}, "gro")):
+        with pytest.raises(ConfigError, match=field):
+            parse_trial({**base, "link": {**base["link"], "receiver_nic": bad}})
+    # the kernel's veths poll at each frame: GRO follows the trial, coalescing is refused
+    assert not any(p.startswith("link.receiver_nic") for p in trial_problems(plain))
+    no_gro = parse_trial({**base, "link": {**base["link"], "receiver_nic": {"gro": False}}})
+    assert not any(p.startswith("link.receiver_nic") for p in trial_problems(no_gro))
+    assert any(p.startswith("link.receiver_nic: ") and "coalesce" in p for p in trial_problems(nic))
+

@@ -235,6 +235,11 @@ def trial_problems(trial: Trial) -> list[str]:
     if link.access_rate is not None:
         problems.append("link.access_rate: the kernel backend's hosts send at veth speed; the link emulator does "
                         "not serialise each sender's access link yet")
+    nic = link.receiver_nic
+    defaults = type(nic)()
+    if nic.coalesce != defaults.coalesce or nic.budget != defaults.budget:
+        problems.append("link.receiver_nic: the kernel backend's hosts receive on veths, which poll at each frame "
+                        f"(coalesce = 0s) and take {defaults.budget} frames a poll; only gro can be set")
     problems += aqm_problems(trial)
     n = len(trial.flow_list())
     if n > MAX_PORT - PORT_BASE:

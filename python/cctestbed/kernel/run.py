@@ -207,6 +207,7 @@ def run_kernel_trial(
                            reverse=g.flow_direction == "reverse", ecn=bool(g.ecn)) for g in trial.flows],
         tcp_rmem_max=rmem,
         tcp_wmem_max=wmem,
+        gro=trial.link.receiver_nic.gro,
     )
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
     old_hup = signal.signal(signal.SIGHUP, _raise_terminated)

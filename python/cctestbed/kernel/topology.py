@@ -12,8 +12,10 @@ One sender host and one receiver host per flow group, each a namespace; a switch
 hosts share one private /24 derived from the id (senders .1.., receivers .129..), so trials
 run side by side without meeting. Nothing is routed out of these namespaces: they have no
 link to the root namespace at all. IPv6 is off (no stray neighbour discovery), neighbours
-are static (no ARP at flow start), and TSO, GSO, GRO and checksum offloads are off on every
-veth so that every frame is one MTU-sized packet with a real checksum.
+are static (no ARP at flow start), and TSO, GSO and checksum offloads are off on every veth
+so that every frame is one MTU-sized packet with a real checksum. GRO is on on the hosts'
+interfaces (``link.receiver_nic.gro``, Linux's default for a NIC) and off on the switches' and
+the router's.
 
 The router joins ``left`` and ``right`` in one of two ways:
 
@@ -362,6 +364,8 @@ class Topology:
     hosts: list[HostSettings]
     tcp_rmem_max: int = 6 << 20
     tcp_wmem_max: int = 4 << 20
+    #: GRO on the hosts' interfaces (``link.receiver_nic.gro``).
+    gro: bool = True
     made: list[str] = field(default_factory=list)
     #: net.core.netdev_max_backlog as it was before the run raised it (restored at teardown)
     _backlog_prev: Optional[int] = None
@@ -397,8 +401,13 @@ class Topology:
             for dev in [*ports, n.uplink]:
                 sh(["ip", "-n", sw, "link", "set", "dev", dev, "master", n.bridge])
             sh(["ip", "-n", sw, "link", "set", "dev", n.bridge, "up"])
+        hosts = {(ns, n.host_if(k)) for k in range(n.groups) for ns in (n.snd(k), n.rcv(k))}
         for ns, dev in veths:
-            sh(nsexec(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off", "rx", "off"))
+            # GRO on a host's interface as the trial's receiver_nic says (on a veth it also
+            # turns on the NAPI poll that GRO needs); never on the switches and the router,
+            # which forward frame by frame.
+            gro = "on" if self.gro and (ns, dev) in hosts else "off"
+            sh(nsexec(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", gro, "tx", "off", "rx", "off"))
             sh(["ip", "-n", ns, "link", "set", "dev", dev, "up"])
         macs = {}
         for k in range(n.groups):
@@ -461,7 +470,10 @@ class Topology:
         for k in keys:
             r = sh(nsexec(ns, "sysctl", "-n", k), check=False)
             values[k.rsplit(".", 1)[1]] = r.stdout.strip() if r.returncode == 0 else None
-        return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values}
+        features = sh(nsexec(n.rcv(0), "ethtool", "-k", n.host_if(0)), check=False).stdout
+        gro = next((line.split(":", 1)[1].split()[0] for line in features.splitlines()
+                    if line.startswith("generic-receive-offload:")), None)
+        return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values, "receiver_gro": gro}
 
     def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
                        change: bool = False, dev: Optional[str] = None) -> dict[str, Any]:
