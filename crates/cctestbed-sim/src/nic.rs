@@ -120,42 +120,24 @@ pub struct Gro {
 }
 
 impl Gro {
-    /// `k` consecutive TCP data segments from `p` on arrive in one poll (a run a bottleneck
-    /// sent back to back); the skbs they release go to `out` in order: a flow's held skb a
-    /// segment does not continue, or one a segment ends or fills.
-    pub fn receive(&mut self, mut p: DataPacket, mut k: u32, out: &mut Vec<Skb>) {
-        while k > 0 {
-            let i = self.held.iter().position(|s| s.first.flow == p.flow);
-            let joined = match i {
-                Some(i) if self.held[i].continued_by(&p) => {
-                    let s = &mut self.held[i];
-                    let pay = p.payload as u64;
-                    let m = if p.payload < s.first.payload {
-                        1
-                    } else {
-                        ((GRO_MAX_SIZE - 1 - IP_TCP_HEADERS - s.bytes) / pay.max(1)).min(k as u64)
-                    };
-                    s.segs += m;
-                    s.bytes += m * pay;
-                    s.last_payload = p.payload;
-                    if p.payload < s.first.payload {
-                        out.push(self.held.remove(i));
-                    }
-                    m
-                }
-                other => {
-                    if let Some(i) = other {
-                        out.push(self.held.remove(i));
-                    }
-                    // A new skb: held whatever its size (`tcp_gro_receive`'s `mss` is 1 with
-                    // no skb to join).
-                    self.held.push(Skb::single(p));
-                    1
-                }
-            };
-            p.seq += joined;
-            k -= joined as u32;
+    /// A TCP data segment arrives in a poll; returns the skb it releases, if any: its flow's
+    /// held skb, which it either does not continue (and then starts the next) or ends.
+    pub fn receive(&mut self, p: DataPacket) -> Option<Skb> {
+        let i = self.held.iter().position(|s| s.first.flow == p.flow);
+        if let Some(i) = i {
+            let s = &mut self.held[i];
+            if s.continued_by(&p) {
+                s.segs += 1;
+                s.bytes += p.payload as u64;
+                s.last_payload = p.payload;
+                // a segment shorter than the skb's MSS ends it (`flush = len < mss`)
+                return (p.payload < s.first.payload).then(|| self.held.remove(i));
+            }
         }
+        let out = i.map(|i| self.held.remove(i));
+        // A new skb: held whatever its size (`tcp_gro_receive`'s `mss` is 1 with no skb to join).
+        self.held.push(Skb::single(p));
+        out
     }
 
     /// The end of a poll: every held skb, oldest first.
@@ -183,10 +165,7 @@ mod tests {
     /// order TCP gets them.
     fn poll(pkts: &[DataPacket]) -> Vec<(u32, u64, u64)> {
         let mut g = Gro::default();
-        let mut out = Vec::new();
-        for &p in pkts {
-            g.receive(p, 1, &mut out);
-        }
+        let mut out: Vec<Skb> = pkts.iter().filter_map(|&p| g.receive(p)).collect();
         out.extend(g.flush());
         out.iter().map(|s| (s.first.flow, s.first.seq, s.segs)).collect()
     }
@@ -215,21 +194,6 @@ mod tests {
     }
 
     #[test]
-    fn a_run_joins_as_its_segments_would_one_by_one() {
-        let mut g = Gro::default();
-        let mut out = Vec::new();
-        g.receive(seg(0, 7), 1, &mut out);
-        g.receive(seg(1, 0), 3, &mut out);
-        g.receive(seg(0, 8), 100, &mut out);
-        out.extend(g.flush());
-        let got: Vec<(u32, u64, u64)> = out.iter().map(|s| (s.first.flow, s.first.seq, s.segs)).collect();
-        let one_by_one: Vec<DataPacket> =
-            std::iter::once(seg(0, 7)).chain((0..3).map(|i| seg(1, i))).chain((8..108).map(|i| seg(0, i))).collect();
-        assert_eq!(got, poll(&one_by_one));
-        assert_eq!(got, [(0, 7, 45), (0, 52, 45), (1, 0, 3), (0, 97, 11)]);
-    }
-
-    #[test]
     fn an_skb_stops_below_gro_max_size() {
         let pkts: Vec<DataPacket> = (0..100).map(|i| seg(0, i)).collect();
         let skbs = poll(&pkts);
@@ -241,11 +205,8 @@ mod tests {
     fn a_short_segment_ends_its_skb_and_nothing_joins_a_short_one() {
         let short = DataPacket { payload: 100, size: 152, ..seg(0, 2) };
         let mut g = Gro::default();
-        let mut out = Vec::new();
-        g.receive(seg(0, 1), 1, &mut out);
-        assert!(out.is_empty());
-        g.receive(short, 1, &mut out);
-        let ended = out.pop().expect("a short segment ends the skb at once");
+        assert_eq!(g.receive(seg(0, 1)), None);
+        let ended = g.receive(short).expect("a short segment ends the skb at once");
         assert_eq!((ended.segs, ended.bytes, ended.last_payload), (2, 1548, 100));
         assert!(g.is_empty());
         assert_eq!(poll(&[short, seg(0, 3)]), [(0, 2, 1), (0, 3, 1)]);

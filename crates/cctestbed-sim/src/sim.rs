@@ -30,8 +30,8 @@ use crate::cc::bpf;
 use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
-use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats, TrainLine};
-use crate::nic::{Gro, Skb};
+use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
+use crate::nic::{Gro, ReceiverNicConfig, Skb};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
@@ -100,14 +100,14 @@ pub struct Simulation {
     /// are large and cold).
     sizes: Vec<Option<u64>>,
     access: Vec<DelayLine<DataPacket>>,
-    forward: TrainLine,
+    forward: DelayLine<DataPacket>,
     acks: Vec<DelayLine<AckPacket>>,
     /// Per-flow ACK aggregation before the ACK line, when the link asks for it.
     ack_agg: Vec<AckAggregator<AckPacket>>,
     pub bottleneck: Bottleneck,
     bottleneck_wake: Option<Nanos>,
     /// The line from the reverse path to the receivers of reverse flows (delay_rev).
-    backward: TrainLine,
+    backward: DelayLine<DataPacket>,
     /// The reverse path's bottleneck (`link.reverse`); `None` leaves the path unconstrained.
     pub rev_bottleneck: Option<Bottleneck>,
     rev_wake: Option<Nanos>,
@@ -137,8 +137,8 @@ pub struct Simulation {
     /// when interrupts are coalesced.
     gro: [Gro; 2],
     poll_at: [Option<Nanos>; 2],
-    /// The skbs a GRO table released, on their way to TCP.
-    gro_ready: Vec<Skb>,
+    /// `link.receiver_nic`, read once per frame (the configuration is large and cold).
+    nic: ReceiverNicConfig,
     /// The time the run goes up to (`run_until`): the bottleneck never runs ahead of it.
     horizon: Nanos,
 }
@@ -262,11 +262,12 @@ impl Simulation {
             Box::new(Recorder::new(c, &flows, cfg.mss, cfg.mtu))
         });
         let sizes = cfg.flows.iter().map(|f| f.size_bytes).collect();
+        let nic = cfg.link.receiver_nic.clone();
         Ok(Simulation {
             capture,
             in_service: None,
-            forward: TrainLine::new(cfg.link.delay_fwd_ns),
-            backward: TrainLine::new(cfg.link.delay_rev_ns),
+            forward: DelayLine::new(cfg.link.delay_fwd_ns, None),
+            backward: DelayLine::new(cfg.link.delay_rev_ns, None),
             rev_bottleneck,
             rev_wake: None,
             dir,
@@ -296,7 +297,7 @@ impl Simulation {
             bpf_fault,
             gro: Default::default(),
             poll_at: [None; 2],
-            gro_ready: Vec::new(),
+            nic,
             horizon: 0,
         })
     }
@@ -430,7 +431,7 @@ impl Simulation {
                     if let Some(p) = p {
                         if self.routed_acks && p.carried_ack().is_some() {
                             self.ack_leaves_router(t, p);
-                        } else if let Some(at) = self.forward.push(t, p) {
+                        } else if let Some(at) = self.forward.push(t, p, p.size) {
                             self.q.push(at, Event::ForwardHead);
                         }
                     }
@@ -458,7 +459,7 @@ impl Simulation {
                 if let Some(p) = p {
                     if p.carried_ack().is_some() {
                         self.ack_leaves_router(now, p);
-                    } else if let Some(at) = self.backward.push(now, p) {
+                    } else if let Some(at) = self.backward.push(now, p, p.size) {
                         self.q.push(at, Event::BackwardHead);
                     }
                 }
@@ -573,7 +574,7 @@ impl Simulation {
     /// line's): the NIC's interrupt, which polls at once or `coalesce_ns` after the first frame
     /// of a batch ([`crate::nic`]).
     fn nic_interrupt(&mut self, now: Nanos, side: Side) {
-        let coalesce = self.cfg.link.receiver_nic.coalesce_ns;
+        let coalesce = self.nic.coalesce_ns;
         if coalesce > 0 {
             let armed = &mut self.poll_at[side as usize];
             match *armed {
@@ -592,7 +593,7 @@ impl Simulation {
         }
     }
 
-    fn line(&mut self, side: Side) -> &mut TrainLine {
+    fn line(&mut self, side: Side) -> &mut DelayLine<DataPacket> {
         match side {
             Side::Forward => &mut self.forward,
             Side::Backward => &mut self.backward,
@@ -602,42 +603,40 @@ impl Simulation {
     /// The NAPI polls at `now`: every frame that has arrived, `budget` to a poll, TCP data
     /// through GRO, each poll's held skbs flushed at its end.
     fn napi_poll(&mut self, now: Nanos, side: Side) {
-        let nic = &self.cfg.link.receiver_nic;
-        let (gro, budget) = (nic.gro, nic.budget);
+        let (gro, budget) = (self.nic.gro, self.nic.budget);
         let mut left = budget;
-        let mut ready = std::mem::take(&mut self.gro_ready);
-        while let Some((p, k)) = self.line(side).pop_due(now, if gro { left } else { u32::MAX }) {
+        while let Some(p) = self.line(side).pop_due(now) {
+            // Alone in its poll (the common case without coalescing), a frame goes up as it
+            // is: GRO would hold it and hand it over at the poll's end, which is now.
+            let alone = self.gro[side as usize].is_empty() && self.line(side).head_time().is_none_or(|t| t > now);
             let f = p.flow as usize;
-            let tcp_data = !(p.is_syn() || p.is_handshake_ack() || self.any_datagram && self.datagrams[f].is_some());
-            if !gro || !tcp_data {
-                for i in 0..k as u64 {
-                    self.deliver(now, DataPacket { seq: p.seq + i, ..p });
-                }
+            if !gro || alone || p.is_syn() || p.is_handshake_ack() || self.any_datagram && self.datagrams[f].is_some() {
+                self.deliver(now, p);
             } else {
                 if let Some(c) = self.capture.as_mut() {
-                    for i in 0..k as u64 {
-                        c.data_received(now, &DataPacket { seq: p.seq + i, ..p });
-                    }
+                    c.data_received(now, &p);
                 }
-                self.gro[side as usize].receive(p, k, &mut ready);
-                for skb in ready.drain(..) {
+                if let Some(skb) = self.gro[side as usize].receive(p) {
                     self.deliver_skb(now, skb);
                 }
             }
             if gro {
-                left -= k;
+                left -= 1;
                 if left == 0 {
                     self.flush_gro(now, side);
                     left = budget;
                 }
             }
         }
-        self.gro_ready = ready;
         self.flush_gro(now, side);
     }
 
     /// The end of a poll: the held skbs reach TCP, oldest first.
+    #[inline]
     fn flush_gro(&mut self, now: Nanos, side: Side) {
+        if self.gro[side as usize].is_empty() {
+            return;
+        }
         let mut gro = std::mem::take(&mut self.gro[side as usize]);
         for skb in gro.flush() {
             self.deliver_skb(now, skb);
@@ -672,6 +671,7 @@ impl Simulation {
     }
 
     /// TCP data reaches its receiver: one segment, or a GRO skb.
+    #[inline]
     fn deliver_skb(&mut self, now: Nanos, skb: Skb) {
         let f = skb.first.flow as usize;
         let acks = self.receivers[f].on_skb(now, &skb);
@@ -693,7 +693,7 @@ impl Simulation {
                 self.start_reverse(now);
             }
             None => {
-                if let Some(at) = self.backward.push(now, p) {
+                if let Some(at) = self.backward.push(now, p, p.size) {
                     self.q.push(at, Event::BackwardHead);
                 }
             }

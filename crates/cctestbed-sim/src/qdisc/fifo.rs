@@ -4,19 +4,13 @@
 //! codel, pie and red.
 
 use super::{Counters, DropCause, Limit, Qdisc, Queued};
-use crate::packet::DataPacket;
 use crate::time::Nanos;
 use std::collections::VecDeque;
 
-/// Packets in arrival order and their bytes. A sender's GSO train reaches the router at one
-/// instant and is admitted packet by packet; the admitted packets that continue the one
-/// before them (the same flow's next segment, alike in all else, enqueued at the same time)
-/// are kept as one entry with a count, so a 64-KB train costs the queue one entry, not 45.
-/// Packets still leave one at a time, exactly as they would from a queue of single packets.
+/// Packets in arrival order and their bytes.
 #[derive(Debug, Default)]
 pub struct Fifo {
-    q: VecDeque<(Queued, u32)>,
-    len: u64,
+    q: VecDeque<Queued>,
     bytes: u64,
 }
 
@@ -24,41 +18,22 @@ impl Fifo {
     /// Whether `q` fits within `limit` beside the queue and `held` (packets and bytes a peek
     /// holds outside it).
     pub fn fits(&self, limit: &Limit, q: &Queued, held: (u64, u64)) -> bool {
-        limit.holds(self.len + held.0 + 1, self.bytes + held.1 + q.pkt.size as u64)
+        limit.holds(self.q.len() as u64 + held.0 + 1, self.bytes + held.1 + q.pkt.size as u64)
     }
 
     pub fn push(&mut self, q: Queued) {
         self.bytes += q.pkt.size as u64;
-        self.len += 1;
-        if let Some((last, n)) = self.q.back_mut() {
-            let p = &last.pkt;
-            if q.enqueued_at == last.enqueued_at
-                && q.pkt.seq == p.seq.wrapping_add(*n as u64)
-                && (DataPacket { seq: p.seq, ..q.pkt }) == *p
-            {
-                *n += 1;
-                return;
-            }
-        }
-        self.q.push_back((q, 1));
+        self.q.push_back(q);
     }
 
     pub fn pop(&mut self) -> Option<Queued> {
-        let (head, n) = self.q.front_mut()?;
-        let out = *head;
-        if *n == 1 {
-            self.q.pop_front();
-        } else {
-            head.pkt.seq += 1;
-            *n -= 1;
-        }
-        self.len -= 1;
-        self.bytes -= out.pkt.size as u64;
-        Some(out)
+        let q = self.q.pop_front()?;
+        self.bytes -= q.pkt.size as u64;
+        Some(q)
     }
 
     pub fn front(&self) -> Option<&Queued> {
-        self.q.front().map(|(q, _)| q)
+        self.q.front()
     }
 
     pub fn bytes(&self) -> u64 {
@@ -67,7 +42,7 @@ impl Fifo {
 
     /// Packets and bytes queued.
     pub fn backlog(&self) -> (u64, u64) {
-        (self.len, self.bytes)
+        (self.q.len() as u64, self.bytes)
     }
 }
 

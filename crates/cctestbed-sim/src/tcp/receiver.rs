@@ -404,6 +404,7 @@ impl Receiver {
     /// skb of consecutive segments the NIC coalesced ([`crate::nic`]). Linux handles the skb as
     /// one: one `tcp_event_data_recv`, one `tcp_grow_window` with the skb's length and truesize,
     /// one ACK decision, the timestamp, ECN field and CWR flag of its first segment.
+    #[inline]
     pub fn on_skb(&mut self, now: Nanos, skb: &Skb) -> DataAcks {
         let p = &skb.first;
         self.arrived_pkts += skb.segs;
