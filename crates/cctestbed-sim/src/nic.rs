@@ -16,8 +16,8 @@
 //! - at the end of each poll (`napi_complete_done` / `gro_flush`; with CONFIG_HZ=250 a poll
 //!   that spent its whole budget flushes everything too), oldest skb first.
 //!
-//! Frames that are not TCP data (the handshake, datagram flows' packets) go
-//! up as they come; UDP GRO is off by default in Linux.
+//! Frames that are not TCP data (the handshake, datagram flows' packets) go up as they come
+//! (UDP GRO is off by default in Linux), and so does a frame alone in its poll.
 //!
 //! Deviations: no PSH flag is modelled (a bulk sender's PSH at the end of each `sendmsg` would
 //! end an skb a little earlier); the GRO table's limit of 8 held skbs per hash bucket
@@ -39,8 +39,9 @@ const IP_TCP_HEADERS: u64 = 52;
 pub const NAPI_POLL_WEIGHT: u32 = 64;
 
 /// The receiving hosts' NIC (`link.receiver_nic`): GRO on or off, the interrupt coalescing
-/// delay and the NAPI budget. Linux's defaults receive each frame as it arrives (no
-/// coalescing delay, as on a veth) with GRO on.
+/// delay and the NAPI budget. By default GRO is on (Linux's default on a NIC; a veth has it off
+/// until `ethtool -K gro on`) and each frame is polled as it arrives (a veth's way; a NIC
+/// coalesces for some microseconds).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiverNicConfig {
