@@ -83,20 +83,25 @@ impl ReceiverNicConfig {
 }
 
 /// What reaches TCP at once: `segs` consecutive segments of one flow from `first` on
-/// (a GRO skb, or a single segment), `bytes` of payload, the last one `last_payload` bytes.
+/// (a GRO skb, or a single segment), each the size of the first but the last, which carries
+/// `last_payload` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Skb {
     /// The first segment: its sequence number, timestamps, ECN field and CWR flag stand for
     /// the whole skb.
     pub first: DataPacket,
     pub segs: u64,
-    pub bytes: u64,
     pub last_payload: u32,
 }
 
 impl Skb {
     pub fn single(p: DataPacket) -> Self {
-        Skb { first: p, segs: 1, bytes: p.payload as u64, last_payload: p.payload }
+        Skb { first: p, segs: 1, last_payload: p.payload }
+    }
+
+    /// Payload bytes in all (only a short segment, which ends an skb, differs from the first).
+    pub fn bytes(&self) -> u64 {
+        (self.segs - 1) * self.first.payload as u64 + self.last_payload as u64
     }
 
     /// Whether `p` continues this skb as `tcp_gro_receive` requires (see the module header).
@@ -110,7 +115,7 @@ impl Skb {
             && p.ts_echo.map(|e| e / TCP_TS_TICK) == f.ts_echo.map(|e| e / TCP_TS_TICK)
             && p.ecn == f.ecn
             && !p.cwr
-            && IP_TCP_HEADERS + self.bytes + (p.payload as u64) < GRO_MAX_SIZE
+            && IP_TCP_HEADERS + self.bytes() + (p.payload as u64) < GRO_MAX_SIZE
     }
 }
 
@@ -129,7 +134,6 @@ impl Gro {
             let s = &mut self.held[i];
             if s.continued_by(&p) {
                 s.segs += 1;
-                s.bytes += p.payload as u64;
                 s.last_payload = p.payload;
                 // a segment shorter than the skb's MSS ends it (`flush = len < mss`)
                 return (p.payload < s.first.payload).then(|| self.held.remove(i));
@@ -208,7 +212,7 @@ mod tests {
         let mut g = Gro::default();
         assert_eq!(g.receive(seg(0, 1)), None);
         let ended = g.receive(short).expect("a short segment ends the skb at once");
-        assert_eq!((ended.segs, ended.bytes, ended.last_payload), (2, 1548, 100));
+        assert_eq!((ended.segs, ended.bytes(), ended.last_payload), (2, 1548, 100));
         assert!(g.is_empty());
         assert_eq!(poll(&[short, seg(0, 3)]), [(0, 2, 1), (0, 3, 1)]);
     }

@@ -31,7 +31,7 @@ use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
-use crate::nic::{Gro, ReceiverNicConfig, Skb};
+use crate::nic::{Gro, Skb};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
 use crate::rng::{stream, SimRng};
 use crate::tcp::receiver::{EcnEcho, Receiver};
@@ -137,8 +137,6 @@ pub struct Simulation {
     /// when interrupts are coalesced.
     gro: [Gro; 2],
     poll_at: [Option<Nanos>; 2],
-    /// `link.receiver_nic`, read once per frame (the configuration is large and cold).
-    nic: ReceiverNicConfig,
     /// The time the run goes up to (`run_until`): the bottleneck never runs ahead of it.
     horizon: Nanos,
 }
@@ -262,7 +260,6 @@ impl Simulation {
             Box::new(Recorder::new(c, &flows, cfg.mss, cfg.mtu))
         });
         let sizes = cfg.flows.iter().map(|f| f.size_bytes).collect();
-        let nic = cfg.link.receiver_nic.clone();
         Ok(Simulation {
             capture,
             in_service: None,
@@ -297,7 +294,6 @@ impl Simulation {
             bpf_fault,
             gro: Default::default(),
             poll_at: [None; 2],
-            nic,
             horizon: 0,
         })
     }
@@ -574,7 +570,7 @@ impl Simulation {
     /// line's): the NIC's interrupt, which polls at once or `coalesce_ns` after the first frame
     /// of a batch ([`crate::nic`]).
     fn nic_interrupt(&mut self, now: Nanos, side: Side) {
-        let coalesce = self.nic.coalesce_ns;
+        let coalesce = self.cfg.link.receiver_nic.coalesce_ns;
         if coalesce > 0 {
             let armed = &mut self.poll_at[side as usize];
             match *armed {
@@ -603,14 +599,20 @@ impl Simulation {
     /// The NAPI polls at `now`: every frame that has arrived, `budget` to a poll, TCP data
     /// through GRO, each poll's held skbs flushed at its end.
     fn napi_poll(&mut self, now: Nanos, side: Side) {
-        let (gro, budget) = (self.nic.gro, self.nic.budget);
+        let nic = &self.cfg.link.receiver_nic;
+        let (gro, budget) = (nic.gro, nic.budget);
         let mut left = budget;
         while let Some(p) = self.line(side).pop_due(now) {
-            // Alone in its poll (the common case without coalescing), a frame goes up as it
-            // is: GRO would hold it and hand it over at the poll's end, which is now.
-            let alone = self.gro[side as usize].is_empty() && self.line(side).head_time().is_none_or(|t| t > now);
             let f = p.flow as usize;
-            if !gro || alone || p.is_syn() || p.is_handshake_ack() || self.any_datagram && self.datagrams[f].is_some() {
+            // Up as it is: without GRO, what is not TCP data, and a frame alone in its poll
+            // (the common case without coalescing), which GRO would hold and hand over at the
+            // poll's end, now.
+            let direct = !gro
+                || p.is_syn()
+                || p.is_handshake_ack()
+                || self.any_datagram && self.datagrams[f].is_some()
+                || self.gro[side as usize].is_empty() && self.line(side).head_time().is_none_or(|t| t > now);
+            if direct {
                 self.deliver(now, p);
             } else {
                 if let Some(c) = self.capture.as_mut() {

@@ -486,7 +486,7 @@ impl Receiver {
     /// window.
     fn segment_buffered(&mut self, now: Nanos, skb: &Skb) {
         let held = self.ooo_segs * self.buf.ooo_cost();
-        if self.buf.on_segment(now, skb.bytes, skb.segs, skb.first.ts_echo, held) {
+        if self.buf.on_segment(now, skb.bytes(), skb.segs, skb.first.ts_echo, held) {
             self.quick |= 1;
         }
     }
