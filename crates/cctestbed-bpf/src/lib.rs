@@ -164,7 +164,7 @@
 //! let ssthresh = flow.call(Op::Ssthresh, &[], None, None, &mut env).unwrap();
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod btf;
 mod core_relo;

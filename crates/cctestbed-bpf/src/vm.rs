@@ -13,6 +13,7 @@ use crate::kernel::{self, Kfunc};
 use crate::load::{DataSection, MapStore, Object, Shared, MAP_TYPE_ARRAY, MAP_TYPE_HASH};
 
 mod fast;
+mod jit;
 pub(crate) use fast::{compile, run, Code, CtxLayout, Regs};
 #[cfg(test)]
 use fast::run_with;
@@ -57,7 +58,7 @@ pub(crate) fn sock_addr() -> u64 {
 /// One decoded instruction. `ld_imm64` holds its whole 64-bit value in `imm` and is followed
 /// by a filler slot (code 0) so that indices match the object's; calls carry their kind in
 /// `src` and, for local calls, the absolute target index in `imm`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Insn {
     pub code: u8,
     pub dst: u8,

@@ -294,7 +294,16 @@ struct Outcome {
     env: (u64, u64, u32, bool),
 }
 
-fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
+/// How [`run_one`] runs a program.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Reference,
+    Fast,
+    /// The native code (where the program qualifies) and the fast loop.
+    Native,
+}
+
+fn run_one(w: &World, insns: &[Insn], mode: Mode, budget: u64) -> Outcome {
     let mut shared = Shared { data: w.shared_data.clone(), maps: Vec::new() };
     let mut env = w.env.clone();
     // context slot 1 is expected to hold the rate sample (a guess the loop checks)
@@ -308,7 +317,8 @@ fn run_one(w: &World, insns: &[Insn], fast: bool, budget: u64) -> Outcome {
         ..Mem::default()
     };
     let mut m = Machine { object: &w.object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
-    let result = run_with(&mut m, insns, fast.then_some(&code), 0, budget);
+    let jit = if mode == Mode::Native { code.jit.fresh(insns) } else { None };
+    let result = run_with(&mut m, insns, (mode != Mode::Reference).then_some(&code), jit.as_ref(), 0, budget);
     let Mem { stack, sock, sk_storage: sk, .. } = mem;
     Outcome { result, stack, sock, data: shared.data, sk_storage: sk, env: (env.now_ns, env.jiffies, env.prandom, env.send_ack) }
 }
@@ -371,9 +381,34 @@ proptest! {
             return Ok(());
         }
         let w = world(bytes);
-        let fast = run_one(&w, &insns, true, budget);
-        let reference = run_one(&w, &insns, false, budget);
+        let fast = run_one(&w, &insns, Mode::Fast, budget);
+        let reference = run_one(&w, &insns, Mode::Reference, budget);
         prop_assert_eq!(fast, reference, "program {:?}", insns);
+    }
+}
+
+proptest! {
+    // a compilation takes about a millisecond: fewer cases than the fast loop's
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, .. ProptestConfig::default() })]
+
+    /// The native code (with the fast loop and the reference for what it hands back) against
+    /// the reference alone, on the same programs.
+    #[test]
+    fn native_code_matches_reference(
+        items in proptest::collection::vec(item_strategy(), 1..48),
+        regs in any::<[u64; 5]>(),
+        bytes in any::<u64>(),
+        budget in prop_oneof![1u64..40, 40u64..4000],
+        exit in prop_oneof![9 => Just(true), 1 => Just(false)],
+    ) {
+        let insns = lower(&items, regs, exit);
+        if validate(&insns, "t").is_err() {
+            return Ok(());
+        }
+        let w = world(bytes);
+        let native = run_one(&w, &insns, Mode::Native, budget);
+        let reference = run_one(&w, &insns, Mode::Reference, budget);
+        prop_assert_eq!(native, reference, "program {:?}", insns);
     }
 }
 
@@ -391,7 +426,7 @@ fn generator_covers_outcomes() {
             *counts.entry("refused").or_default() += 1;
             continue;
         }
-        let o = run_one(&world(bytes), &insns, false, 2000);
+        let o = run_one(&world(bytes), &insns, Mode::Reference, 2000);
         let k = match &o.result {
             Ok(_) => "ok",
             Err((_, m)) if m.contains("budget") => "budget",
@@ -434,5 +469,40 @@ fn mov_immediate_with_offset_is_refused() {
     for code in [0xb7, 0xb4] {
         assert!(validate(&[ins(code, 0, 0, 8, 0x80), ins(0x95, 0, 0, 0, 0)], "t").is_err());
         validate(&[ins(code, 0, 0, 0, 0x80), ins(0x95, 0, 0, 0, 0)], "t").unwrap();
+    }
+}
+
+/// The native code's differential test is not vacuous: most generated programs (those without
+/// a bpf-to-bpf call) are compiled, and their runs end in each way the reference's do.
+#[test]
+fn native_code_covers_programs() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strat = (proptest::collection::vec(item_strategy(), 1..48), any::<[u64; 5]>(), any::<u64>());
+    let (mut compiled, mut total) = (0, 0);
+    let mut ends = std::collections::BTreeMap::<&str, usize>::new();
+    for _ in 0..300 {
+        let (items, regs, bytes) = strat.new_tree(&mut runner).unwrap().current();
+        let insns = lower(&items, regs, true);
+        if validate(&insns, "t").is_err() {
+            continue;
+        }
+        total += 1;
+        let code = compile(&insns, 0, &world(bytes).object.data, &[], CtxLayout { sample: Some((1, R_RS)) });
+        if code.jit.fresh(&insns).is_none() {
+            continue;
+        }
+        compiled += 1;
+        let o = run_one(&world(bytes), &insns, Mode::Native, 2000);
+        let k = match &o.result {
+            Ok(_) => "ok",
+            Err((_, m)) if m.contains("budget") => "budget",
+            Err(_) => "fault",
+        };
+        *ends.entry(k).or_default() += 1;
+    }
+    eprintln!("compiled {compiled} of {total}: {ends:?}");
+    assert!(compiled * 2 >= total, "compiled {compiled} of {total}");
+    for k in ["ok", "budget", "fault"] {
+        assert!(ends.get(k).copied().unwrap_or(0) >= 10, "{k}: {ends:?}");
     }
 }

@@ -157,6 +157,8 @@ pub(crate) struct Code {
     /// For a program whose result depends only on the socket view's bytes it reads (see
     /// [`socket_reads`]), those bytes: (first, end) ranges of the view.
     pub reads: Option<Vec<(usize, usize)>>,
+    /// The program as native code, once called often enough (see [`super::jit`]).
+    pub(crate) jit: super::jit::Lazy,
 }
 
 const NO_OP: u16 = u16::MAX;
@@ -205,8 +207,9 @@ pub(crate) fn compile(insns: &[Insn], entry: usize, data: &[DataSection], maps: 
             cost[next.min(n)].saturating_add(1)
         };
     }
+    let jit = super::jit::Lazy::new(entry, bases.clone(), cost.clone(), data);
     // the ops, in program order, without covered instructions
-    let mut code = Code { ops: Vec::new(), pc_of: Vec::new(), op_of: vec![NO_OP; n + 1], reads };
+    let mut code = Code { ops: Vec::new(), pc_of: Vec::new(), op_of: vec![NO_OP; n + 1], reads, jit };
     let mut pc = 0;
     while pc < n {
         code.op_of[pc] = code.ops.len() as u16;
@@ -490,7 +493,7 @@ fn const_load(x: &Insn, y: Option<&Insn>, data: &[DataSection]) -> Option<u64> {
 
 /// What a register or an 8-byte stack slot is expected to hold: a pointer into a region (at
 /// a known offset, or not), or anything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Val {
     Any,
     Ptr(u32, Option<i64>),
@@ -895,34 +898,37 @@ fn cost_at(code: &[Fast], i: usize) -> u64 {
 /// resolve, to the reference interpreter [`step`] (which then reports any fault).
 pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &Code, entry: usize, regs: &mut Regs) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
+    drive(m, insns, Some(code), code.jit.get(insns), &mut cpu, regs)
+}
+
+/// Runs a program from `cpu.pc` to its exit: the native code where it can be entered, else the
+/// fast loop over `code`; what either hands back goes to the reference interpreter [`step`]
+/// (alone when both are None).
+fn drive(m: &mut Machine, insns: &[Insn], code: Option<&Code>, jit: Option<&super::jit::Jit>, cpu: &mut Cpu, regs: &mut Regs) -> Result<u64, (usize, String)> {
     loop {
-        if let Some(r0) = run_fast(m, code, &mut cpu, regs)? {
-            return Ok(r0);
+        if let Some((jit, k)) = jit.and_then(|j| Some((j, j.entry_at(cpu.pc)?))) {
+            if let Some(r0) = jit.run(m, cpu, k) {
+                return Ok(r0);
+            }
+        } else if let Some(code) = code {
+            if let Some(r0) = run_fast(m, code, cpu, regs)? {
+                return Ok(r0);
+            }
         }
-        if let Some(r0) = step(m, insns, &mut cpu)? {
+        if let Some(r0) = step(m, insns, cpu)? {
             return Ok(r0);
         }
     }
 }
 
-/// Runs a program from `entry` with `budget` instructions, through the fast loop over `code`
-/// or, when `code` is None, through the reference interpreter [`step`] alone (for the
-/// differential tests, which hold the fast loop to the reference).
+/// Runs a program from `entry` with `budget` instructions, through the reference interpreter
+/// [`step`] alone (`code` None), the fast loop over `code`, or also `jit`'s native code (for
+/// the differential tests, which hold both to the reference).
 #[cfg(test)]
-pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&Code>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
+pub(crate) fn run_with(m: &mut Machine, insns: &[Insn], code: Option<&Code>, jit: Option<&super::jit::Jit>, entry: usize, budget: u64) -> Result<u64, (usize, String)> {
     let mut cpu = Cpu::new(entry);
     cpu.budget = budget;
-    let mut regs = [0; 256];
-    loop {
-        if let Some(code) = code {
-            if let Some(r0) = run_fast(m, code, &mut cpu, &mut regs)? {
-                return Ok(r0);
-            }
-        }
-        if let Some(r0) = step(m, insns, &mut cpu)? {
-            return Ok(r0);
-        }
-    }
+    drive(m, insns, code, jit, &mut cpu, &mut [0; 256])
 }
 
 /// The fast loop, from `cpu.pc`. Returns Ok(Some(r0)) at the program's exit; Ok(None) with
@@ -1288,7 +1294,7 @@ mod long_program {
         let mut m = Machine { object: &object, mem: &mut mem, stack_top: STACK_PER_FRAME, shared: &mut shared, env: &mut env };
         let expected: u64 = (0..n).map(|k| (k % 7) as u64).sum();
         assert_eq!(run(&mut m, &p, &code, 0, &mut [0; 256]), Ok(expected));
-        let e = run_with(&mut m, &p, Some(&code), 0, 100).unwrap_err();
+        let e = run_with(&mut m, &p, Some(&code), None, 0, 100).unwrap_err();
         assert_eq!(e.0, 100, "{e:?}");
     }
 }
