@@ -12,6 +12,12 @@
 //!   `sacked_out >= 3` (the DupThresh rule, `tcp_rack_reo_wnd`), else min_rtt/4 capped at SRTT.
 //!   Packets wait in a list sorted by last transmit time (`tsorted_sent_queue`); delivered or
 //!   lost packets leave it, retransmissions go to its tail, so detection costs O(newly lost).
+//!   RACK advances on every packet newly (S)ACKed (`tcp_rack_advance`), except a
+//!   retransmission acknowledged sooner than min_rtt after it left, and a retransmitted packet
+//!   cumulatively ACKed by an ACK whose echo predates its last transmission
+//!   (`tcp_clean_rtx_queue`'s `tcp_skb_spurious_retrans`): that ACK was for an earlier copy,
+//!   so packets sent before the retransmission are not judged lost by it (a first flight held
+//!   seconds in a deep queue, its head retransmitted by timeouts, is undone, not recovered).
 //! - Recovery: Proportional Rate Reduction (RFC 6937, `tcp_cwnd_reduction`) for algorithms
 //!   without `cong_control`; cwnd = ssthresh on exit (`tcp_end_cwnd_reduction`).
 //! - RTO (`tcp_retransmit_timer`, `tcp_enter_loss`): the head and every un-SACKed packet
