@@ -12,6 +12,12 @@
 //!   `sacked_out >= 3` (the DupThresh rule, `tcp_rack_reo_wnd`), else min_rtt/4 capped at SRTT.
 //!   Packets wait in a list sorted by last transmit time (`tsorted_sent_queue`); delivered or
 //!   lost packets leave it, retransmissions go to its tail, so detection costs O(newly lost).
+//!   RACK advances on every packet newly (S)ACKed (`tcp_rack_advance`), except a
+//!   retransmission acknowledged sooner than min_rtt after it left, and a retransmitted packet
+//!   cumulatively ACKed by an ACK whose echo predates its last transmission
+//!   (`tcp_clean_rtx_queue`'s `tcp_skb_spurious_retrans`): that ACK was for an earlier copy,
+//!   so packets sent before the retransmission are not judged lost by it (a first flight held
+//!   seconds in a deep queue, its head retransmitted by timeouts, is undone, not recovered).
 //! - Recovery: Proportional Rate Reduction (RFC 6937, `tcp_cwnd_reduction`) for algorithms
 //!   without `cong_control`; cwnd = ssthresh on exit (`tcp_end_cwnd_reduction`).
 //! - RTO (`tcp_retransmit_timer`, `tcp_enter_loss`): the head and every un-SACKed packet
@@ -957,9 +963,14 @@ impl Sender {
             acc.retrans_acked = true;
             acc.retrans_data_acked |= !sacked;
         }
-        // RACK: skip likely-spurious retransmission timing (tcp_rack_advance).
+        // RACK: skip likely-spurious retransmission timing (tcp_rack_advance), and a segment
+        // cumulatively ACKed for an earlier transmission than its last, as the echoed
+        // timestamp shows (tcp_clean_rtx_queue's tcp_skb_spurious_retrans).
         let rtt = now - s.tx_time;
-        if !(s.flags & EVER_RETRANS != 0 && rtt < self.rtt.min_rtt) {
+        let spurious = !sacked
+            && s.flags & EVER_RETRANS != 0
+            && acc.tsecr.is_some_and(|ts| ts / TCP_TS_TICK < s.tx_time / TCP_TS_TICK);
+        if !spurious && !(s.flags & EVER_RETRANS != 0 && rtt < self.rtt.min_rtt) {
             if !self.rack.valid || sent_after(s.tx_time, seq, self.rack.xmit_ts, self.rack.end_seq) {
                 self.rack.xmit_ts = s.tx_time;
                 self.rack.end_seq = seq;
@@ -996,7 +1007,7 @@ impl Sender {
         self.take_window(ack, ack.ack > self.snd_una);
         let prior_in_flight = self.packets_in_flight();
         let prior_lost = self.lost;
-        let mut acc = AckAccum::default();
+        let mut acc = AckAccum { tsecr: ack.tsecr, ..AckAccum::default() };
         acc.rs.prior_in_flight = prior_in_flight;
         let una_advanced = ack.ack > self.snd_una;
         let prior_sacked_out = self.sacked_out;
@@ -1587,6 +1598,8 @@ struct AckAccum {
     last_end_seq: u64,
     /// `tx.delivered_ce` of the sampled packet.
     prior_delivered_ce: u64,
+    /// The ACK's timestamp echo (`rx_opt.rcv_tsecr`).
+    tsecr: Option<Nanos>,
 }
 
 /// `tcp_skb_sent_after`: was (t1, seq1) sent after (t2, seq2)?
@@ -1778,5 +1791,47 @@ mod tests {
         assert_eq!(s.ca_state, CaState::Recovery);
         assert!(s.stats.retrans_segs > 0);
         assert_eq!(s.stats.rto_count, 0);
+    }
+
+    /// A first flight that waits seconds in a deep queue: the probe and the timeouts fire
+    /// (the head is retransmitted three times), then the ACK of the original head arrives,
+    /// echoing the original's send time. `tcp_clean_rtx_queue` does not advance RACK on it
+    /// (`tcp_skb_spurious_retrans`: the echo predates the head's last transmission), so the
+    /// rest of the flight, sent before that retransmission, is not marked lost; the timeout
+    /// is undone (`tcp_try_undo_loss`) and the flow goes on in Open with its window, as on
+    /// Linux 6.18 (8 BBR at 128 kbit/s: loss -> open, cwnd 11 packets, no recovery). An ACK
+    /// echoing the last retransmission is no such proof: RACK advances and marks the flight
+    /// (F-RTO then sends new data first).
+    #[test]
+    fn an_ack_for_the_original_of_a_retransmitted_head_does_not_advance_rack() {
+        let run = |echo_last_retransmission: bool| {
+            let cc = crate::cc::build("reno", &Default::default()).unwrap();
+            let mut s = Sender::new(0, &FlowConfig::bulk("reno"), 1448, 1500, cc);
+            let (mut out, mut timers) = (Vec::new(), Vec::new());
+            let mut io = Io { out: &mut out, timers: &mut timers };
+            let t0 = 10_000_000;
+            s.start(t0, &mut io);
+            assert_eq!(s.snd_nxt, 10);
+            // the SYN's RTT stands for the path: 100 ms
+            s.rtt.on_sample(100_000_000);
+            let mut t = t0;
+            while s.stats.rto_count < 3 {
+                t = s.timers[TimerKind::Rto as usize].deadline().unwrap();
+                s.on_timer(t, TimerKind::Rto, &mut io);
+            }
+            let last_rexmit = s.seg(0).tx_time;
+            assert_eq!(last_rexmit, t);
+            let retrans_before = s.stats.retrans_segs;
+            let tsecr = if echo_last_retransmission { last_rexmit } else { t0 };
+            s.on_ack(t + 300_000_000, &ack(1, None, tsecr), &mut io);
+            (s.ca_state, s.lost_out, s.stats.retrans_segs - retrans_before, s.w.cwnd)
+        };
+        let (state, lost, rexmits, cwnd) = run(false);
+        assert_eq!(state, CaState::Open, "the timeout is undone");
+        assert_eq!(lost, 0, "nothing of the first flight is marked lost");
+        assert_eq!(rexmits, 0, "no retransmission after the undo");
+        assert!(cwnd >= 10, "the window before the timeout is restored: {cwnd}");
+        let (state, lost, _, _) = run(true);
+        assert_eq!((state, lost), (CaState::Loss, 10), "an ACK of the retransmission advances RACK: the rest of the flight and the probe are lost");
     }
 }
