@@ -907,7 +907,7 @@ pub(crate) fn run(m: &mut Machine, insns: &[Insn], code: &Code, entry: usize, re
 fn drive(m: &mut Machine, insns: &[Insn], code: Option<&Code>, jit: Option<&super::jit::Jit>, cpu: &mut Cpu, regs: &mut Regs) -> Result<u64, (usize, String)> {
     loop {
         if let Some((jit, k)) = jit.and_then(|j| Some((j, j.entry_at(cpu.pc)?))) {
-            if let Some(r0) = jit.run(m, cpu, k) {
+            if let Some(r0) = jit.run(m, insns, cpu, k)? {
                 return Ok(r0);
             }
         } else if let Some(code) = code {

@@ -38,7 +38,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, AbiParam, Block, InstBuilder, MemFlagsData, Value};
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 
@@ -61,15 +61,17 @@ struct JitFrame {
     regs: [u64; 11],
     pc: u64,
     budget: u64,
+    /// The [`Host`] of the code's calls.
+    host: u64,
     regions: [[u64; 2]; MAX_REGIONS],
 }
 
 const OFF_PC: i32 = 88;
 const OFF_BUDGET: i32 = 96;
-const OFF_REGIONS: i32 = 104;
+const OFF_REGIONS: i32 = 112;
 
 /// The generated function: (frame, entry index) -> 0 at the program's exit (r0 in the frame),
-/// 1 when it hands back the instruction in `pc`.
+/// 1 when it hands back the instruction in `pc`, 2 when a helper or kfunc it called failed.
 type JitFn = unsafe extern "C" fn(*mut JitFrame, u32) -> u32;
 
 /// A program compiled to native code.
@@ -81,6 +83,8 @@ pub(crate) struct Jit {
     entries: Vec<u32>,
     /// The region each slot of [`JitFrame::regions`] holds.
     slots: Vec<u32>,
+    /// The run costs by instruction, which the code reads when it hands an instruction back.
+    _costs: Box<[u32]>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -112,7 +116,7 @@ pub(crate) fn enabled() -> bool {
 }
 
 /// Calls of a program before it is compiled: compiling bbr's main program takes about as long
-/// as 20,000 of its calls in the interpreter, so only the programs a trial calls often are
+/// as 17,000 of its calls in the interpreter, so only the programs a trial calls often are
 /// compiled (once per process: see [`Lazy`]).
 pub(crate) const CALLS_BEFORE_COMPILING: u32 = 1000;
 
@@ -196,44 +200,102 @@ impl Jit {
     }
 
     /// Runs the code from entry `k` with `cpu`'s registers: Some(r0) at the program's exit,
-    /// None with `cpu.pc` at the instruction handed back.
-    pub(crate) fn run(&self, m: &mut Machine, cpu: &mut Cpu, k: u32) -> Option<u64> {
+    /// None with `cpu.pc` at the instruction handed back; Err as [`step`] reports a fault of a
+    /// helper or kfunc the code called.
+    pub(crate) fn run(&self, m: &mut Machine, insns: &[Insn], cpu: &mut Cpu, k: u32) -> Result<Option<u64>, (usize, String)> {
         // the code addresses the frame pointer's buffer as the first frame's
         if m.stack_top != STACK_PER_FRAME || m.mem.stack.len() < STACK_PER_FRAME {
-            return None;
+            return Ok(None);
         }
-        let mut f = JitFrame { regs: [0; 11], pc: cpu.pc as u64, budget: cpu.budget, regions: [[0; 2]; MAX_REGIONS] };
+        let mut f = JitFrame { regs: [0; 11], pc: cpu.pc as u64, budget: cpu.budget, host: 0, regions: [[0; 2]; MAX_REGIONS] };
         f.regs.copy_from_slice(&cpu.r[..11]);
-        for (slot, &region) in f.regions.iter_mut().zip(&self.slots) {
-            let (p, n): (*const u8, usize) = match region {
-                R_CTX => (m.mem.ctx.as_mut_ptr(), m.mem.ctx.len()),
-                R_SOCK => (m.mem.sock.as_mut_ptr(), m.mem.sock.len()),
-                R_ACK => (m.mem.ack.as_mut_ptr(), m.mem.ack.len()),
-                R_RS => (m.mem.rs.as_mut_ptr(), m.mem.rs.len()),
-                R_STACK => (m.mem.stack.as_mut_ptr(), m.stack_top),
-                r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => match m.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
-                    Some(Some(v)) => (v.as_mut_ptr(), v.len()),
-                    _ => (std::ptr::null(), 0),
-                },
-                r if r.wrapping_sub(R_DATA) < 0x100 => match m.object.data.get((r - R_DATA) as usize) {
-                    Some(d) if !d.writable => (d.initial.as_ptr(), d.initial.len()),
-                    _ => (std::ptr::null(), 0),
-                },
-                _ => (std::ptr::null(), 0),
-            };
-            *slot = [p as u64, n as u64];
-        }
+        fill_regions(&mut f, m, &self.slots);
+        let mut host = Host { m, insns, slots: &self.slots, error: None };
+        f.host = &mut host as *mut Host as u64;
         // SAFETY: the code accesses memory only inside the regions just written, after
-        // checking the bounds; their slices stay borrowed (through `m`) for the call and no
-        // other reference to them is used meanwhile.
+        // checking the bounds; their slices stay borrowed (through `m`, which only the code's
+        // calls back into `call_back` use meanwhile, refreshing the regions after each).
         let status = unsafe { (self.func)(&mut f, k) };
         cpu.r[..11].copy_from_slice(&f.regs);
         cpu.budget = f.budget;
-        if status == 0 {
-            Some(f.regs[0])
-        } else {
-            cpu.pc = f.pc as usize;
-            None
+        match status {
+            0 => Ok(Some(f.regs[0])),
+            1 => {
+                cpu.pc = f.pc as usize;
+                Ok(None)
+            }
+            _ => Err(host.error.take().unwrap_or((f.pc as usize, "native code failed".into()))),
+        }
+    }
+}
+
+/// The buffers of the call into the frame's region table.
+fn fill_regions(f: &mut JitFrame, m: &mut Machine, slots: &[u32]) {
+    for (slot, &region) in f.regions.iter_mut().zip(slots) {
+        let (p, n): (*const u8, usize) = match region {
+            R_CTX => (m.mem.ctx.as_mut_ptr(), m.mem.ctx.len()),
+            R_SOCK => (m.mem.sock.as_mut_ptr(), m.mem.sock.len()),
+            R_ACK => (m.mem.ack.as_mut_ptr(), m.mem.ack.len()),
+            R_RS => (m.mem.rs.as_mut_ptr(), m.mem.rs.len()),
+            R_STACK => (m.mem.stack.as_mut_ptr(), m.stack_top),
+            r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => match m.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
+                Some(Some(v)) => (v.as_mut_ptr(), v.len()),
+                _ => (std::ptr::null(), 0),
+            },
+            r if r.wrapping_sub(R_DATA) < 0x100 => match m.object.data.get((r - R_DATA) as usize) {
+                Some(d) if !d.writable => (d.initial.as_ptr(), d.initial.len()),
+                _ => (std::ptr::null(), 0),
+            },
+            _ => (std::ptr::null(), 0),
+        };
+        *slot = [p as u64, n as u64];
+    }
+}
+
+/// What the code's helper and kfunc calls reach through the frame.
+struct Host<'h, 'a> {
+    m: &'h mut Machine<'a>,
+    insns: &'h [Insn],
+    slots: &'h [u32],
+    error: Option<(usize, String)>,
+}
+
+/// Runs the helper or kfunc call at `pc` for the code, as the interpreter does (r0 its
+/// result, r1-r5 cleared; the call was charged with its run): 0 when it returned (the socket
+/// storage regions refreshed, as a helper may create or delete a value), 1 on a fault (kept
+/// for [`Jit::run`]).
+extern "C" fn call_back(frame: *mut JitFrame, pc: u64) -> u32 {
+    // SAFETY: the code passes the frame `Jit::run` gave it, whose `host` points at the `Host`
+    // that `Jit::run` keeps alive (and does not touch) until the code returns.
+    let f = unsafe { &mut *frame };
+    let host = unsafe { &mut *(f.host as *mut Host) };
+    let pc = pc as usize;
+    let Some(x) = host.insns.get(pc) else { return 1 };
+    let args = [f.regs[1], f.regs[2], f.regs[3], f.regs[4], f.regs[5]];
+    let result = match x.src {
+        CALL_HELPER => kernel::helper(host.m, x.imm, args),
+        _ => match Kfunc::from_index(x.imm) {
+            Some(k) => kernel::kfunc(host.m, k, args),
+            None => Err("unknown kfunc".into()),
+        },
+    };
+    match result {
+        Ok(r0) => {
+            f.regs[0] = r0;
+            f.regs[1..=5].fill(0);
+            for (slot, &region) in f.regions.iter_mut().zip(host.slots) {
+                if let Some(k) = region.checked_sub(R_SK_STORAGE).filter(|k| *k < 0x1000) {
+                    *slot = match host.m.mem.sk_storage.get_mut(k as usize) {
+                        Some(Some(v)) => [v.as_mut_ptr() as u64, v.len() as u64],
+                        _ => [0, 0],
+                    };
+                }
+            }
+            0
+        }
+        Err(e) => {
+            host.error = Some((pc, e));
+            1
         }
     }
 }
@@ -397,9 +459,15 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
     ctx.func.signature.params.push(AbiParam::new(ptr));
     ctx.func.signature.params.push(AbiParam::new(types::I32));
     ctx.func.signature.returns.push(AbiParam::new(types::I32));
+    let mut callback = module.make_signature();
+    callback.params.push(AbiParam::new(ptr));
+    callback.params.push(AbiParam::new(types::I64));
+    callback.returns.push(AbiParam::new(types::I32));
+    let costs: Box<[u32]> = cost.into();
     let mut fctx = FunctionBuilderContext::new();
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let call_sig = b.import_signature(callback);
         let start = b.create_block();
         b.append_block_params_for_function_params(start);
         b.switch_to_block(start);
@@ -407,11 +475,11 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
         let which = b.block_params(start)[1];
         let blocks: Vec<Option<Block>> = (0..=n).map(|i| (leader[i] && (i == n || reached[i])).then(|| b.create_block())).collect();
         let past_end = blocks[n];
-        let left = b.declare_var(types::I64);
         let handback = b.create_block();
         b.append_block_param(handback, types::I64);
-        b.append_block_param(handback, types::I64);
-        let g = Gen { fp, cost, left, handback, limit: n as i64 + 1, trusted: MemFlagsData::trusted(), data: MemFlagsData::new().with_notrap() };
+        let refund = b.create_block();
+        b.append_block_param(refund, types::I64);
+        let g = Gen { fp, cost, handback, refund, limit: n as i64 + 1, trusted: MemFlagsData::trusted(), data: MemFlagsData::new().with_notrap() };
         // dispatch on the entry index to a block that loads the registers
         let mut switch = Switch::new();
         let mut trampolines = Vec::new();
@@ -427,15 +495,24 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
         b.ins().return_(&[two]);
         for (t, pc) in trampolines {
             b.switch_to_block(t);
-            let v = b.ins().load(types::I64, g.trusted, fp, OFF_BUDGET);
-            b.def_var(g.left, v);
             g.checked_goto(&mut b, blocks[pc]?, pc);
         }
-        // the one way back: the instruction and the budget into the frame
+        // handing back inside a charged run: what the run charged for the instruction and
+        // those after it is given back (the interpreter charges them one by one)
+        b.switch_to_block(refund);
+        let at = b.block_params(refund)[0];
+        let table = b.ins().iconst(ptr, costs.as_ptr() as i64);
+        let index = b.ins().ishl_imm_u(at, 2);
+        let entry = b.ins().iadd(table, index);
+        let c = b.ins().uload32(g.trusted.with_readonly(), entry, 0);
+        let left = g.left(&mut b);
+        let rest = b.ins().iadd(left, c);
+        g.set_left(&mut b, rest);
+        b.ins().jump(handback, &[at.into()]);
+        // the one way back: the instruction into the frame
         b.switch_to_block(handback);
-        let (at, rest) = (b.block_params(handback)[0], b.block_params(handback)[1]);
+        let at = b.block_params(handback)[0];
         b.ins().store(g.trusted, at, fp, OFF_PC);
-        b.ins().store(g.trusted, rest, fp, OFF_BUDGET);
         let one = b.ins().iconst(types::I32, 1);
         b.ins().return_(&[one]);
         // the instructions, in program order
@@ -462,6 +539,21 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
             }
             let block_at = |t: usize| blocks.get(t).copied().flatten();
             match kind(&x) {
+                Kind::Hand if x.code == 0x85 && pc + 1 < n => {
+                    // a helper or kfunc: run through `call_back`, then on
+                    let callee = b.ins().iconst(ptr, call_back as *const () as usize as i64);
+                    let at = b.ins().iconst(types::I64, pc as i64);
+                    let call = b.ins().call_indirect(call_sig, callee, &[fp, at]);
+                    let status = b.inst_results(call)[0];
+                    let (fail, cont) = (b.create_block(), b.create_block());
+                    b.ins().brif(status, fail, &[], cont, &[]);
+                    b.switch_to_block(fail);
+                    let two = b.ins().iconst(types::I32, 2);
+                    b.ins().return_(&[two]);
+                    b.switch_to_block(cont);
+                    g.checked_goto(&mut b, blocks[pc + 1]?, pc + 1);
+                    open = false;
+                }
                 Kind::Hand => {
                     g.hand_back(&mut b, pc);
                     open = false;
@@ -477,8 +569,6 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
                     4 | 7 => g.alu(&mut b, &x),
                     _ => match x.code {
                         0x95 => {
-                            let rest = b.use_var(g.left);
-                            b.ins().store(g.trusted, rest, fp, OFF_BUDGET);
                             let zero = b.ins().iconst(types::I32, 0);
                             b.ins().return_(&[zero]);
                             open = false;
@@ -506,9 +596,9 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
                                 let kt = b.ins().iconst(types::I64, ct);
                                 let kf = b.ins().iconst(types::I64, cf);
                                 let k = b.ins().select(c, kt, kf);
-                                let left = b.use_var(g.left);
+                                let left = g.left(&mut b);
                                 let rest = b.ins().isub(left, k);
-                                b.def_var(g.left, rest);
+                                g.set_left(&mut b, rest);
                                 b.ins().brif(c, taken, &[], fall, &[]);
                             }
                             open = false;
@@ -538,7 +628,7 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
     // SAFETY: `code` is the function just defined with this signature (frame pointer, u32
     // entry -> u32), in memory owned by `module`, which the `Jit` keeps until it is dropped.
     let func: JitFn = unsafe { std::mem::transmute::<*const u8, JitFn>(code) };
-    Some(Jit { module: Some(module), func, entries, slots })
+    Some(Jit { module: Some(module), func, entries, slots, _costs: costs })
 }
 
 /// What the translation of one instruction needs.
@@ -546,9 +636,10 @@ struct Gen<'c> {
     /// The frame, which holds the registers while the code runs.
     fp: Value,
     /// The budget left (the frame's at entry, less the runs charged since).
-    left: Variable,
     /// The block that hands an instruction back: parameters its index and the budget left.
     handback: Block,
+    /// The same inside a charged run (see [`Gen::back_args`]).
+    refund: Block,
     /// The budget a pass without a jump back can spend at most: the program's length and
     /// the instruction after its end.
     limit: i64,
@@ -577,9 +668,9 @@ impl Gen<'_> {
         if check {
             self.checked_goto(b, block, pc);
         } else {
-            let left = b.use_var(self.left);
+            let left = self.left(b);
             let rest = b.ins().iadd_imm_s(left, -self.cost_of(pc));
-            b.def_var(self.left, rest);
+            self.set_left(b, rest);
             b.ins().jump(block, &[]);
         }
     }
@@ -588,31 +679,37 @@ impl Gen<'_> {
     /// a pass through the program without a jump back (so that the code never reaches the
     /// end of the budget), `pc` is handed back with nothing charged.
     fn checked_goto(&self, b: &mut FunctionBuilder, block: Block, pc: usize) {
-        let left = b.use_var(self.left);
+        let left = self.left(b);
         let covered = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, left, self.limit + self.cost_of(pc));
         let go = b.create_block();
         let at = b.ins().iconst(types::I64, pc as i64);
-        b.ins().brif(covered, go, &[], self.handback, &[at.into(), left.into()]);
+        b.ins().brif(covered, go, &[], self.handback, &[at.into()]);
         b.switch_to_block(go);
         let rest = b.ins().iadd_imm_s(left, -self.cost_of(pc));
-        b.def_var(self.left, rest);
+        self.set_left(b, rest);
         b.ins().jump(block, &[]);
     }
 
     /// The block arguments that hand `pc` back inside a charged run: what the run charged for
     /// `pc` and the instructions after it is given back (the interpreter charges them one by
     /// one).
-    fn back_args(&self, b: &mut FunctionBuilder, pc: usize) -> [cranelift_codegen::ir::BlockArg; 2] {
-        let left = b.use_var(self.left);
-        let rest = b.ins().iadd_imm_s(left, self.cost_of(pc));
+    fn back_args(&self, b: &mut FunctionBuilder, pc: usize) -> [cranelift_codegen::ir::BlockArg; 1] {
         let at = b.ins().iconst(types::I64, pc as i64);
-        [at.into(), rest.into()]
+        [at.into()]
+    }
+
+    /// The budget left (in the frame while the code runs).
+    fn left(&self, b: &mut FunctionBuilder) -> Value {
+        b.ins().load(types::I64, self.trusted, self.fp, OFF_BUDGET)
+    }
+    fn set_left(&self, b: &mut FunctionBuilder, v: Value) {
+        b.ins().store(self.trusted, v, self.fp, OFF_BUDGET);
     }
 
     /// Ends the current block, handing `pc` (inside a charged run) back.
     fn hand_back(&self, b: &mut FunctionBuilder, pc: usize) {
         let args = self.back_args(b, pc);
-        b.ins().jump(self.handback, &args);
+        b.ins().jump(self.refund, &args);
     }
 
     /// The second operand of an ALU or jump instruction: its register, or its immediate
@@ -761,12 +858,38 @@ impl Gen<'_> {
         if !load && readonly {
             return self.hand_back_open(b, pc);
         }
-        let a = {
-            let r = self.reg(b, breg);
-            b.ins().iadd_imm_s(r, off)
-        };
+        let r = self.reg(b, breg);
         let (buf, len) = self.region(b, k);
         let ok_block = b.create_block();
+        // where the pass expects the base at a known offset: the address itself is compared
+        // (the frame pointer's region offsets count from the frame's top)
+        let top = if region == R_STACK { STACK_PER_FRAME as i64 } else { 0 };
+        let exact = known.and_then(|o| o.checked_add(off + top)).filter(|o| (0..1 << 31).contains(o) && o + n < 1 << 32);
+        if let (Some(o), false) = (exact, !load && region == R_SOCK) {
+            let expected = ((region as u64) << 32 | o as u64) as i64;
+            let same = b.ins().icmp_imm_s(IntCC::Equal, r, expected - off);
+            let args = self.back_args(b, pc);
+            // the socket view and the first frame always have their full length
+            let fixed = match region {
+                R_SOCK => o + n <= TcpSock::SIZE as i64,
+                R_STACK => o + n <= STACK_PER_FRAME as i64,
+                _ => false,
+            };
+            let ok = if fixed {
+                same
+            } else {
+                let fits = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, len, o + n);
+                b.ins().band(same, fits)
+            };
+            b.ins().brif(ok, ok_block, &[], self.refund, &args);
+            b.switch_to_block(ok_block);
+            self.move_bytes(b, x, buf, o);
+            let cont = b.create_block();
+            b.ins().jump(cont, &[]);
+            b.switch_to_block(cont);
+            return;
+        }
+        let a = b.ins().iadd_imm_s(r, off);
         if !load && region == R_SOCK {
             // only the exact address of a writable field, known at load
             let Some(o) = known.and_then(|o| o.checked_add(off)).filter(|o| (0..1 << 31).contains(o)) else {
@@ -781,7 +904,7 @@ impl Gen<'_> {
             let fits = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, len, o + n);
             let ok = b.ins().band(same, fits);
             let args = self.back_args(b, pc);
-            b.ins().brif(ok, ok_block, &[], self.handback, &args);
+            b.ins().brif(ok, ok_block, &[], self.refund, &args);
             b.switch_to_block(ok_block);
             self.move_bytes(b, x, buf, o);
         } else {
@@ -792,7 +915,7 @@ impl Gen<'_> {
             let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
             let ok = b.ins().band(same, fits);
             let args = self.back_args(b, pc);
-            b.ins().brif(ok, ok_block, &[], self.handback, &args);
+            b.ins().brif(ok, ok_block, &[], self.refund, &args);
             b.switch_to_block(ok_block);
             let p = b.ins().iadd(buf, lo);
             self.move_bytes(b, x, p, 0);
