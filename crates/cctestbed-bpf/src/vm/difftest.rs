@@ -362,6 +362,22 @@ fn item_strategy() -> impl Strategy<Value = Item> {
     (any::<u8>(), any::<u8>(), any::<u8>(), any::<u16>(), any::<u64>())
 }
 
+/// Runs a generated program in `mode` and in the reference alone: the same outcome.
+fn agrees(mode: Mode, items: &[Item], regs: [u64; 5], bytes: u64, budget: u64, exit: bool) -> Result<(), TestCaseError> {
+    let insns = lower(items, regs, exit);
+    // the generator makes well-formed programs, except where validate is meant to refuse
+    // (an atomic fetch into r10)
+    if let Err(e) = validate(&insns, "t") {
+        prop_assert!(e.0.contains("r10"), "{e:?}");
+        return Ok(());
+    }
+    let w = world(bytes);
+    let tried = run_one(&w, &insns, mode, budget);
+    let reference = run_one(&w, &insns, Mode::Reference, budget);
+    prop_assert_eq!(tried, reference, "program {:?}", insns);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 10000, failure_persistence: None, .. ProptestConfig::default() })]
 
@@ -373,17 +389,7 @@ proptest! {
         budget in prop_oneof![1u64..40, 40u64..4000],
         exit in prop_oneof![9 => Just(true), 1 => Just(false)],
     ) {
-        let insns = lower(&items, regs, exit);
-        // the generator makes well-formed programs, except where validate is meant to refuse
-        // (an atomic fetch into r10)
-        if let Err(e) = validate(&insns, "t") {
-            prop_assert!(e.0.contains("r10"), "{e:?}");
-            return Ok(());
-        }
-        let w = world(bytes);
-        let fast = run_one(&w, &insns, Mode::Fast, budget);
-        let reference = run_one(&w, &insns, Mode::Reference, budget);
-        prop_assert_eq!(fast, reference, "program {:?}", insns);
+        agrees(Mode::Fast, &items, regs, bytes, budget, exit)?;
     }
 }
 
@@ -401,14 +407,7 @@ proptest! {
         budget in prop_oneof![1u64..40, 40u64..4000],
         exit in prop_oneof![9 => Just(true), 1 => Just(false)],
     ) {
-        let insns = lower(&items, regs, exit);
-        if validate(&insns, "t").is_err() {
-            return Ok(());
-        }
-        let w = world(bytes);
-        let native = run_one(&w, &insns, Mode::Native, budget);
-        let reference = run_one(&w, &insns, Mode::Reference, budget);
-        prop_assert_eq!(native, reference, "program {:?}", insns);
+        agrees(Mode::Native, &items, regs, bytes, budget, exit)?;
     }
 }
 

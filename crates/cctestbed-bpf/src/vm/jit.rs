@@ -722,67 +722,47 @@ impl Gen<'_> {
         }
     }
 
+    /// An ALU instruction: 64-bit, or 32-bit on the low halves with the result zero-extended.
     fn alu(&self, b: &mut FunctionBuilder, x: &Insn) {
         let wide = x.code & 7 == 7;
-        let d = self.reg(b, x.dst);
-        let s = self.operand(b, x);
         let low = |b: &mut FunctionBuilder, v: Value| b.ins().band_imm_u(v, 0xffff_ffff);
-        let v = if wide {
-            match x.code & 0xf0 {
-                0x00 => b.ins().iadd(d, s),
-                0x10 => b.ins().isub(d, s),
-                0x20 => b.ins().imul(d, s),
-                0x30 => self.divide(b, d, s, false),
-                0x40 => b.ins().bor(d, s),
-                0x50 => b.ins().band(d, s),
-                0x60 => {
-                    let k = b.ins().band_imm_u(s, 63);
-                    b.ins().ishl(d, k)
-                }
-                0x70 => {
-                    let k = b.ins().band_imm_u(s, 63);
-                    b.ins().ushr(d, k)
-                }
-                0x80 => b.ins().ineg(d),
-                0x90 => self.divide(b, d, s, true),
-                0xa0 => b.ins().bxor(d, s),
-                0xb0 => s,
-                _ => {
-                    let k = b.ins().band_imm_u(s, 63);
-                    b.ins().sshr(d, k)
-                }
+        let (mut d, mut s) = (self.reg(b, x.dst), self.operand(b, x));
+        if !wide {
+            (d, s) = (low(b, d), low(b, s));
+        }
+        // shift amounts are taken modulo the width
+        let width_mask = if wide { 63 } else { 31 };
+        let v = match x.code & 0xf0 {
+            0x00 => b.ins().iadd(d, s),
+            0x10 => b.ins().isub(d, s),
+            0x20 => b.ins().imul(d, s),
+            0x30 => self.divide(b, d, s, false),
+            0x40 => b.ins().bor(d, s),
+            0x50 => b.ins().band(d, s),
+            0x60 => {
+                let k = b.ins().band_imm_u(s, width_mask);
+                b.ins().ishl(d, k)
             }
-        } else {
-            let dl = low(b, d);
-            let sl = low(b, s);
-            let v = match x.code & 0xf0 {
-                0x00 => b.ins().iadd(dl, sl),
-                0x10 => b.ins().isub(dl, sl),
-                0x20 => b.ins().imul(dl, sl),
-                0x30 => self.divide(b, dl, sl, false),
-                0x40 => b.ins().bor(dl, sl),
-                0x50 => b.ins().band(dl, sl),
-                0x60 => {
-                    let k = b.ins().band_imm_u(sl, 31);
-                    b.ins().ishl(dl, k)
-                }
-                0x70 => {
-                    let k = b.ins().band_imm_u(sl, 31);
-                    b.ins().ushr(dl, k)
-                }
-                0x80 => b.ins().ineg(dl),
-                0x90 => self.divide(b, dl, sl, true),
-                0xa0 => b.ins().bxor(dl, sl),
-                0xb0 => sl,
-                _ => {
-                    let k = b.ins().band_imm_u(sl, 31);
-                    let d32 = b.ins().ireduce(types::I32, dl);
-                    let wide = b.ins().sextend(types::I64, d32);
-                    b.ins().sshr(wide, k)
-                }
-            };
-            low(b, v)
+            0x70 => {
+                let k = b.ins().band_imm_u(s, width_mask);
+                b.ins().ushr(d, k)
+            }
+            0x80 => b.ins().ineg(d),
+            0x90 => self.divide(b, d, s, true),
+            0xa0 => b.ins().bxor(d, s),
+            0xb0 => s,
+            _ => {
+                let k = b.ins().band_imm_u(s, width_mask);
+                let signed = if wide {
+                    d
+                } else {
+                    let d32 = b.ins().ireduce(types::I32, d);
+                    b.ins().sextend(types::I64, d32)
+                };
+                b.ins().sshr(signed, k)
+            }
         };
+        let v = if wide { v } else { low(b, v) };
         self.set(b, x.dst, v);
     }
 
