@@ -1,7 +1,8 @@
-//! Native code for the programs that allow it: each program compiled once, at load, with
-//! Cranelift (the code generator of wasmtime) into a function that runs it on the host CPU with
-//! the same memory rules as the interpreter; whatever it does not do itself it hands back, one
-//! instruction at a time, to the reference interpreter ([`step`](super::step)).
+//! Native code for the programs that allow it: each program compiled at its
+//! [`CALLS_BEFORE_COMPILING`]th call (once per process) with Cranelift (the code generator of
+//! wasmtime) into a function that runs it on the host CPU with the same memory rules as the
+//! interpreter; whatever it does not do itself it hands back, one instruction at a time, to the
+//! reference interpreter ([`step`](super::step)).
 //!
 //! What is compiled: a program that makes no bpf-to-bpf call, of at most [`MAX_INSNS`]
 //! instructions, on a host Cranelift supports. Everything else runs in the fast loop as before.
@@ -21,17 +22,19 @@
 //! lies in that buffer, all of it (a store into the socket view: that it is the very address of
 //! a field a congestion control may write, known at load), exactly as the interpreter's checks
 //! do; an access through the frame pointer at a constant offset inside its frame needs no check.
-//! Anything else (helper and kfunc calls, atomics, signed division, byte swaps, sign-extending
-//! moves and loads, an access whose check fails) stores the registers and returns the
-//! instruction's index: the interpreter runs it (a fault is reported there, with its message
-//! and index) and the code is entered again at the next instruction where it can be (after a
-//! call), else the fast loop goes on.
+//! Helpers and kfuncs it calls through [`call_back`], which runs them as the interpreter does.
+//! Anything else (atomics, signed division, byte swaps, sign-extending moves and loads, an
+//! access whose check fails) returns the instruction's index (the registers live in the frame
+//! the code shares with [`Jit::run`]): the interpreter runs it (a fault is reported there, with
+//! its message and index) and the code is entered again at the next instruction where it can
+//! be, else the fast loop goes on.
 //!
-//! Safety: the only `unsafe` of the crate is here: calling the generated function, and
-//! releasing its memory. The code reads and writes only through the table of buffers
-//! [`Jit::run`] builds from the call's own slices (held mutably borrowed for the call), and only
-//! after the bounds check described above; the differential test holds it to the reference
-//! interpreter on random programs.
+//! Safety: the only `unsafe` of the crate is here: calling the generated function, its call
+//! back (which reaches the machine through the frame), and releasing the code's memory. The
+//! code reads and writes only through the table of buffers [`Jit::run`] builds from the call's
+//! own slices (held mutably borrowed for the call; the call back refreshes the socket storage
+//! entries a helper may create or delete), and only after the bounds check described above; the
+//! differential test holds it to the reference interpreter on random programs.
 
 #![allow(unsafe_code)]
 
@@ -69,6 +72,9 @@ struct JitFrame {
 const OFF_PC: i32 = 88;
 const OFF_BUDGET: i32 = 96;
 const OFF_REGIONS: i32 = 112;
+const _: () = assert!(std::mem::offset_of!(JitFrame, pc) == OFF_PC as usize);
+const _: () = assert!(std::mem::offset_of!(JitFrame, budget) == OFF_BUDGET as usize);
+const _: () = assert!(std::mem::offset_of!(JitFrame, regions) == OFF_REGIONS as usize);
 
 /// The generated function: (frame, entry index) -> 0 at the program's exit (r0 in the frame),
 /// 1 when it hands back the instruction in `pc`, 2 when a helper or kfunc it called failed.
@@ -203,8 +209,9 @@ impl Jit {
     /// None with `cpu.pc` at the instruction handed back; Err as [`step`] reports a fault of a
     /// helper or kfunc the code called.
     pub(crate) fn run(&self, m: &mut Machine, insns: &[Insn], cpu: &mut Cpu, k: u32) -> Result<Option<u64>, (usize, String)> {
-        // the code addresses the frame pointer's buffer as the first frame's
-        if m.stack_top != STACK_PER_FRAME || m.mem.stack.len() < STACK_PER_FRAME {
+        // the code addresses the frame pointer's buffer as the first frame's, and the socket
+        // view as a whole one (the interpreter takes over otherwise)
+        if m.stack_top != STACK_PER_FRAME || m.mem.stack.len() < STACK_PER_FRAME || m.mem.sock.len() < TcpSock::SIZE {
             return Ok(None);
         }
         let mut f = JitFrame { regs: [0; 11], pc: cpu.pc as u64, budget: cpu.budget, host: 0, regions: [[0; 2]; MAX_REGIONS] };
