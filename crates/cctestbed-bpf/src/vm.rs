@@ -687,12 +687,8 @@ fn step(m: &mut Machine, insns: &[Insn], cpu: &mut Cpu) -> Result<Option<u64>, (
                                 r[10] = addr(R_STACK, m.stack_top as u64);
                                 *pc = x.imm as usize;
                             }
-                            CALL_HELPER => {
-                                r[0] = kernel::helper(m, x.imm, [r[1], r[2], r[3], r[4], r[5]]).map_err(fail)?;
-                            }
                             _ => {
-                                let k = Kfunc::from_index(x.imm).ok_or_else(|| fail("unknown kfunc".into()))?;
-                                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(fail)?;
+                                r[0] = call_kernel(m, x.src, x.imm, [r[1], r[2], r[3], r[4], r[5]]).map_err(fail)?;
                             }
                         }
                         if x.src != CALL_LOCAL {
@@ -774,6 +770,16 @@ fn step(m: &mut Machine, insns: &[Insn], cpu: &mut Cpu) -> Result<Option<u64>, (
         }
             return Ok(None);
     }
+}
+
+/// A helper call (`src` [`CALL_HELPER`], `imm` its id) or a kfunc call (`imm` the kfunc's
+/// index): its r0. The one way every runner (interpreter, fast loop, native code) calls out.
+pub(crate) fn call_kernel(m: &mut Machine, src: u8, imm: i64, args: [u64; 5]) -> Result<u64, String> {
+    if src == CALL_HELPER {
+        return kernel::helper(m, imm, args);
+    }
+    let k = Kfunc::from_index(imm).ok_or_else(|| String::from("unknown kfunc"))?;
+    kernel::kfunc(m, k, args)
 }
 
 /// The state of a run: registers (r0-r10; 16 slots so that a 4-bit register number indexes

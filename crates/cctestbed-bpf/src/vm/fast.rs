@@ -1176,15 +1176,10 @@ fn run_fast(m: &mut Machine, compiled: &Code, cpu: &mut Cpu, r: &mut Regs) -> Re
                 cpu.budget = budget;
                 return Ok(Some(r[0]));
             }
-            K::CallHelper => {
-                r[0] = kernel::helper(m, imm as i64, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (compiled.pc_of.get(i).map_or(0, |&p| p as usize), e))?;
+            K::CallHelper | K::CallKfunc => {
+                let src = if x.k == K::CallHelper { CALL_HELPER } else { CALL_KFUNC };
+                r[0] = call_kernel(m, src, imm as i64, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (compiled.pc_of.get(i).map_or(0, |&p| p as usize), e))?;
                 // r1-r5 are clobbered by a call, as in step
-                r[1..=5].fill(0);
-                goto!(i + 1)
-            }
-            K::CallKfunc => {
-                let Some(k) = Kfunc::from_index(imm as i64) else { bail!() };
-                r[0] = kernel::kfunc(m, k, [r[1], r[2], r[3], r[4], r[5]]).map_err(|e| (compiled.pc_of.get(i).map_or(0, |&p| p as usize), e))?;
                 r[1..=5].fill(0);
                 goto!(i + 1)
             }

@@ -239,24 +239,34 @@ impl Jit {
 /// The buffers of the call into the frame's region table.
 fn fill_regions(f: &mut JitFrame, m: &mut Machine, slots: &[u32]) {
     for (slot, &region) in f.regions.iter_mut().zip(slots) {
-        let (p, n): (*const u8, usize) = match region {
-            R_CTX => (m.mem.ctx.as_mut_ptr(), m.mem.ctx.len()),
-            R_SOCK => (m.mem.sock.as_mut_ptr(), m.mem.sock.len()),
-            R_ACK => (m.mem.ack.as_mut_ptr(), m.mem.ack.len()),
-            R_RS => (m.mem.rs.as_mut_ptr(), m.mem.rs.len()),
-            R_STACK => (m.mem.stack.as_mut_ptr(), m.stack_top),
-            r if r.wrapping_sub(R_SK_STORAGE) < 0x1000 => match m.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
-                Some(Some(v)) => (v.as_mut_ptr(), v.len()),
-                _ => (std::ptr::null(), 0),
-            },
-            r if r.wrapping_sub(R_DATA) < 0x100 => match m.object.data.get((r - R_DATA) as usize) {
-                Some(d) if !d.writable => (d.initial.as_ptr(), d.initial.len()),
-                _ => (std::ptr::null(), 0),
-            },
-            _ => (std::ptr::null(), 0),
-        };
-        *slot = [p as u64, n as u64];
+        *slot = region_of(m, region);
     }
+}
+
+/// Where `region`'s buffer is and its length (null and 0 for one the call lacks).
+fn region_of(m: &mut Machine, region: u32) -> [u64; 2] {
+    let (p, n): (*const u8, usize) = match region {
+        R_CTX => (m.mem.ctx.as_mut_ptr(), m.mem.ctx.len()),
+        R_SOCK => (m.mem.sock.as_mut_ptr(), m.mem.sock.len()),
+        R_ACK => (m.mem.ack.as_mut_ptr(), m.mem.ack.len()),
+        R_RS => (m.mem.rs.as_mut_ptr(), m.mem.rs.len()),
+        R_STACK => (m.mem.stack.as_mut_ptr(), m.stack_top),
+        r if is_storage(r) => match m.mem.sk_storage.get_mut((r - R_SK_STORAGE) as usize) {
+            Some(Some(v)) => (v.as_mut_ptr(), v.len()),
+            _ => (std::ptr::null(), 0),
+        },
+        r if r.wrapping_sub(R_DATA) < 0x100 => match m.object.data.get((r - R_DATA) as usize) {
+            Some(d) if !d.writable => (d.initial.as_ptr(), d.initial.len()),
+            _ => (std::ptr::null(), 0),
+        },
+        _ => (std::ptr::null(), 0),
+    };
+    [p as u64, n as u64]
+}
+
+/// A socket storage region (the only buffers a helper can create or delete).
+fn is_storage(region: u32) -> bool {
+    region.wrapping_sub(R_SK_STORAGE) < 0x1000
 }
 
 /// What the code's helper and kfunc calls reach through the frame.
@@ -279,23 +289,13 @@ extern "C" fn call_back(frame: *mut JitFrame, pc: u64) -> u32 {
     let pc = pc as usize;
     let Some(x) = host.insns.get(pc) else { return 1 };
     let args = [f.regs[1], f.regs[2], f.regs[3], f.regs[4], f.regs[5]];
-    let result = match x.src {
-        CALL_HELPER => kernel::helper(host.m, x.imm, args),
-        _ => match Kfunc::from_index(x.imm) {
-            Some(k) => kernel::kfunc(host.m, k, args),
-            None => Err("unknown kfunc".into()),
-        },
-    };
-    match result {
+    match call_kernel(host.m, x.src, x.imm, args) {
         Ok(r0) => {
             f.regs[0] = r0;
             f.regs[1..=5].fill(0);
             for (slot, &region) in f.regions.iter_mut().zip(host.slots) {
-                if let Some(k) = region.checked_sub(R_SK_STORAGE).filter(|k| *k < 0x1000) {
-                    *slot = match host.m.mem.sk_storage.get_mut(k as usize) {
-                        Some(Some(v)) => [v.as_mut_ptr() as u64, v.len() as u64],
-                        _ => [0, 0],
-                    };
+                if is_storage(region) {
+                    *slot = region_of(host.m, region);
                 }
             }
             0
@@ -396,7 +396,7 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
     let mut slots: Vec<u32> = Vec::new();
     let mut slot_of = |r: u32| -> Option<usize> {
         let ok = matches!(r, R_CTX | R_SOCK | R_ACK | R_RS | R_STACK)
-            || r.wrapping_sub(R_SK_STORAGE) < 0x1000
+            || is_storage(r)
             || r.wrapping_sub(R_DATA) < 0x100 && readonly.get((r - R_DATA) as usize).copied().unwrap_or(false);
         if !ok {
             return None;
@@ -420,7 +420,7 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
     let stack_slot = slot_of(R_STACK)?;
 
     // where the code can be entered: the program's entry, and after each instruction it
-    // always hands back
+    // always hands back (or, for a call, where it goes on when the budget left is short)
     let mut entries = vec![NONE; n];
     let mut entry_pcs = vec![entry];
     entries[entry] = 0;
@@ -487,7 +487,7 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
         let refund = b.create_block();
         b.append_block_param(refund, types::I64);
         let g = Gen { fp, cost, handback, refund, limit: n as i64 + 1, trusted: MemFlagsData::trusted(), data: MemFlagsData::new().with_notrap() };
-        // dispatch on the entry index to a block that loads the registers
+        // dispatch on the entry index to a block that charges the run entered
         let mut switch = Switch::new();
         let mut trampolines = Vec::new();
         for (k, &pc) in entry_pcs.iter().enumerate() {
@@ -640,10 +640,9 @@ fn compile(insns: &[Insn], entry: usize, bases: &[Val], readonly: &[bool], cost:
 
 /// What the translation of one instruction needs.
 struct Gen<'c> {
-    /// The frame, which holds the registers while the code runs.
+    /// The frame, which holds the registers and the budget left while the code runs.
     fp: Value,
-    /// The budget left (the frame's at entry, less the runs charged since).
-    /// The block that hands an instruction back: parameters its index and the budget left.
+    /// The block that hands an instruction back: parameter its index.
     handback: Block,
     /// The same inside a charged run (see [`Gen::back_args`]).
     refund: Block,
