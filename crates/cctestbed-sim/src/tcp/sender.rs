@@ -969,7 +969,7 @@ impl Sender {
         let rtt = now - s.tx_time;
         let spurious = !sacked
             && s.flags & EVER_RETRANS != 0
-            && acc.tsecr.is_some_and(|ts| ts / TCP_TS_TICK < s.tx_time / TCP_TS_TICK);
+            && echo_before(acc.tsecr, s.tx_time);
         if !spurious && !(s.flags & EVER_RETRANS != 0 && rtt < self.rtt.min_rtt) {
             if !self.rack.valid || sent_after(s.tx_time, seq, self.rack.xmit_ts, self.rack.end_seq) {
                 self.rack.xmit_ts = s.tx_time;
@@ -1334,10 +1334,7 @@ impl Sender {
     /// `tcp_packet_delayed`: the ACK echoes a timestamp from before the first retransmission,
     /// so it was caused by an original transmission (in [`TCP_TS_TICK`]s).
     fn packet_delayed(&self, tsecr: Option<Nanos>) -> bool {
-        match (self.retrans_stamp, tsecr) {
-            (Some(rs), Some(ts)) => ts / TCP_TS_TICK < rs / TCP_TS_TICK,
-            _ => false,
-        }
+        self.retrans_stamp.is_some_and(|rs| echo_before(tsecr, rs))
     }
 
     /// `tcp_may_undo`. Without D-SACK, only the timestamp test can show every retransmission
@@ -1600,6 +1597,12 @@ struct AckAccum {
     prior_delivered_ce: u64,
     /// The ACK's timestamp echo (`rx_opt.rcv_tsecr`).
     tsecr: Option<Nanos>,
+}
+
+/// `tcp_tsopt_ecr_before`: the ACK echoes a timestamp from before `when` (in
+/// [`TCP_TS_TICK`]s; false without an echo).
+fn echo_before(tsecr: Option<Nanos>, when: Nanos) -> bool {
+    tsecr.is_some_and(|ts| ts / TCP_TS_TICK < when / TCP_TS_TICK)
 }
 
 /// `tcp_skb_sent_after`: was (t1, seq1) sent after (t2, seq2)?
