@@ -114,6 +114,23 @@ def test_a_scenario_may_ask_for_more_reps_without_changing_its_key():
         parse_suite(more)
 
 
+def test_simulator_reps_raise_the_simulator_side_alone():
+    """``simulator_reps`` adds seeds on the simulator only: the kernel's reps, their keys and the
+    reference stay as measured, and ``fidelity check`` averages the simulator's many seeds."""
+    doc = {**json.loads(json.dumps(MINI)), "simulator_reps": 5}
+    suite, plain = parse_suite(doc), parse_suite(MINI)
+    a, b = suite.scenarios
+    assert suite.seeds_of(a) == suite.seeds_of(a, "kernel") == [1, 2]
+    assert suite.seeds_of(a, "sim") == [1, 2, 3, 4, 5]
+    assert [s.seed for s in suite.sweep("kernel").specs] == [1, 1, 2, 2]
+    assert [s.key for s in suite.sweep("kernel").specs] == [s.key for s in plain.sweep("kernel").specs]
+    assert len(suite.sweep("sim").specs) == 10
+    assert b.scenario_key(3, "kernel") == plain.scenarios[1].scenario_key(3, "kernel")
+    for bad in (0, 2.5, True, "20"):
+        with pytest.raises(SuiteError, match=r"simulator_reps: .*: must be a whole number from 1 to 1000"):
+            parse_suite({**doc, "simulator_reps": bad})
+
+
 # --- metrics and verdicts ----------------------------------------------------------------------
 
 

@@ -19,6 +19,8 @@ pub mod stream {
     /// Per-flow datagram on/off periods: DATAGRAM_BASE + flow index.
     pub const DATAGRAM_BASE: u64 = 1 << 24;
     pub const CC_BASE: u64 = 1 << 32;
+    /// The phase of the kernel's tick clock against the trial's start (`jiffies::TickClock`).
+    pub const TICK_PHASE: u64 = 5;
 }
 
 #[derive(Clone, Debug)]

@@ -30,6 +30,7 @@ use crate::cc::bpf;
 use crate::config::{Direction, SimConfig, Traffic};
 use crate::datagram::DatagramFlow;
 use crate::event::{Event, EventQueue, Timer, TimerKind, TimerPop};
+use crate::jiffies::TickClock;
 use crate::link::{AckAggregator, Bottleneck, DelayLine, FlowRouterStats, RouterStats};
 use crate::nic::{Gro, Skb};
 use crate::packet::{AckPacket, DataPacket, ACK_SIZE};
@@ -170,6 +171,8 @@ impl Simulation {
         let mut acks = Vec::with_capacity(n);
         let mut datagrams = Vec::with_capacity(n);
         let bpf_fault = bpf::BpfFault::default();
+        // one kernel, one tick clock, for every host of the trial
+        let ticks = TickClock::from_seed(cfg.seed);
         type ObjectKey = (Option<String>, Option<bpf::ObjectBytes>);
         let mut bpf_objects: Vec<(ObjectKey, std::sync::Arc<ccbpf::Object>)> = Vec::new();
         // tcp_rmem[2] as the kernel backend sets it on every host
@@ -199,7 +202,7 @@ impl Simulation {
             };
             cc.seed(SimRng::new(cfg.seed, stream::CC_BASE + i as u64));
             let wants_ce = cc.wants_ce_events();
-            senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc));
+            senders.push(Sender::new(i as u32, f, cfg.mss, cfg.mtu, cc).with_ticks(ticks));
             // The receiver's RTT until the handshake measures it: RTprop plus a small packet's
             // serialisation at the bottleneck its data crosses (none on an unconstrained path).
             let data_rate = match f.direction {
@@ -218,7 +221,7 @@ impl Simulation {
                 (true, false) => EcnEcho::Classic,
                 (true, true) => EcnEcho::PerPacket,
             };
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo));
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo).with_ticks(ticks));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             acks.push(DelayLine::new(ack_delay, None).with_jitter(cfg.link.jitter_ns, jitter_rng));

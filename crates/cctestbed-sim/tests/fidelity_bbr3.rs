@@ -287,6 +287,7 @@ impl Driver {
             wstamp_ns: self.now,
             sk_pacing_rate: u64::MAX,
             max_pacing_rate: u64::MAX,
+            ticks: Default::default(),
         }
     }
 

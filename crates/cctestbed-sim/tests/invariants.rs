@@ -82,6 +82,24 @@ fn same_seed_is_identical_and_another_seed_differs_under_loss() {
     assert_ne!(a.flows.delivered_bytes, c.flows.delivered_bytes);
 }
 
+/// Without random loss a CUBIC trial's seed still sets where the kernel's ticks fall
+/// (jiffies.rs), and CUBIC's epoch and the receivers' delayed-ACK timers run in ticks: two
+/// seeds give two realisations, as two kernel runs do, and one seed gives one.
+#[test]
+fn the_seed_sets_the_tick_phase_of_a_lossless_cubic_trial() {
+    let mk = |seed| {
+        let mut c = with_flows(dumbbell(10_000_000, 25 * MS, 2.0), vec![flow("cubic"), flow("cubic")]);
+        c.duration_ns = 10 * S;
+        c.seed = seed;
+        run(c)
+    };
+    let (a, b, c) = (mk(1), mk(1), mk(2));
+    assert_eq!(a.flows.cwnd_pkts, b.flows.cwnd_pkts);
+    assert_eq!(a.events, b.events);
+    assert_ne!(a.flows.cwnd_pkts, c.flows.cwnd_pkts);
+    assert_ne!(ccsim::jiffies::TickClock::from_seed(1), ccsim::jiffies::TickClock::from_seed(2));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
     #[test]

@@ -247,7 +247,7 @@ def simulate_suite(suite: Any, scenario_ids: list[str], workers: int, progress: 
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(sc.id, sc.doc, seed) for sc, seed in suite.jobs() if sc.id in scenario_ids]
+    jobs = [(sc.id, sc.doc, seed) for sc, seed in suite.jobs("sim") if sc.id in scenario_ids]
     out: dict[str, list[dict[str, Any]]] = {}
     ctx = multiprocessing.get_context("spawn")  # polars and rayon threads do not survive fork
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -276,7 +276,7 @@ def check_command(
     if not kernel:
         fail(f"{ref.path} holds no kernel rep of this suite's scenarios: run `sudo cctestbed fidelity run "
              f"{suite_file} --backend kernel` first")
-    n = sum(len(suite.seeds_of(sc)) for sc in suite.scenarios if sc.id in kernel)
+    n = sum(len(suite.seeds_of(sc, "sim")) for sc in suite.scenarios if sc.id in kernel)
     progress = _progress(f"{suite.name}: simulator", n)
     with progress:
         sim = simulate_suite(suite, list(kernel), workers or os.cpu_count() or 1, progress)

@@ -4,6 +4,7 @@
 
     name = "fidelity"
     reps = 3                         # seeds 1..reps on each backend
+    simulator_reps = 20              # optional: at least this many seeds on the simulator
     [defaults]                       # merged under every scenario (a scenario's keys win)
     duration = "40s"
     steady = ["10s", "40s"]
@@ -12,6 +13,12 @@
     reps = 6                         # optional: at least this many seeds for this scenario
     link = { capacity = "80Mbit", rtt = "25ms", queue = "0.5bdp" }
     flows = [{ cc = "bbr", count = 4 }]
+
+``simulator_reps`` raises the simulator's side alone: a simulator rep costs well under a
+second, and where a scenario's outcome turns on the flows' phases (CUBIC's sawtooth against
+the tick clock, two BBR flows' cycles), three seeds sample that distribution too coarsely to
+say whether the model's mean is the kernel's; the verdict compares means (verdict.py), so the
+simulator's mean is best taken over many seeds. The kernel's reps stay as measured.
 
 A scenario's own ``reps`` is for scenarios whose metrics vary much from seed to seed on both
 backends (two BBR flows' loss depends on how their gain cycles line up): both sides then average
@@ -39,7 +46,7 @@ from ..config import ConfigError, Trial, parse_trial, read_trial_file
 from ..sweep.store import merge
 from ..sweep.spec import Axis, Sweep, SweepError, TrialSpec, trial_key
 
-TOP_KEYS = ("name", "description", "reps", "defaults", "scenarios", "tolerances")
+TOP_KEYS = ("name", "description", "reps", "simulator_reps", "defaults", "scenarios", "tolerances")
 #: Bumped when the meaning of a scenario key changes (every kernel reference row is then stale).
 KEY_FORMAT = 1
 
@@ -86,21 +93,26 @@ class Suite:
     tolerances: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     source: Optional[str] = None
+    #: The simulator side's minimum number of seeds per scenario (0: as the kernel's).
+    simulator_reps: int = 0
 
     @property
     def seeds(self) -> list[int]:
         """Seeds of a scenario without reps of its own."""
         return list(range(1, self.reps + 1))
 
-    def seeds_of(self, sc: Scenario) -> list[int]:
-        """Seeds 1..max(suite reps, the scenario's own reps) of one scenario, on each backend."""
-        return list(range(1, max(self.reps, sc.min_reps) + 1))
+    def seeds_of(self, sc: Scenario, backend: str = "kernel") -> list[int]:
+        """Seeds 1..max(suite reps, the scenario's own reps) of one scenario on one backend,
+        and at least ``simulator_reps`` on the simulator."""
+        floor = self.simulator_reps if backend != "kernel" else 0
+        return list(range(1, max(self.reps, sc.min_reps, floor) + 1))
 
-    def jobs(self) -> list[tuple[Scenario, int]]:
-        """Every (scenario, seed), rep by rep: every scenario's first rep, then every second
-        rep, ..., so a campaign cut short still covers every scenario."""
-        top = max((len(self.seeds_of(sc)) for sc in self.scenarios), default=0)
-        return [(sc, seed) for seed in range(1, top + 1) for sc in self.scenarios if seed <= len(self.seeds_of(sc))]
+    def jobs(self, backend: str = "kernel") -> list[tuple[Scenario, int]]:
+        """Every (scenario, seed) on one backend, rep by rep: every scenario's first rep, then
+        every second rep, ..., so a campaign cut short still covers every scenario."""
+        top = max((len(self.seeds_of(sc, backend)) for sc in self.scenarios), default=0)
+        return [(sc, seed) for seed in range(1, top + 1) for sc in self.scenarios
+                if seed <= len(self.seeds_of(sc, backend))]
 
     def scenario(self, sid: str) -> Scenario:
         for s in self.scenarios:
@@ -114,12 +126,12 @@ class Suite:
         ids = tuple(s.id for s in self.scenarios)
         axis = Axis("scenario", "scenario", ids)
         raw = {"name": f"{self.name}-{backend}", "fidelity_suite": self.raw, "backend": backend}
-        top = max((len(self.seeds_of(sc)) for sc in self.scenarios), default=0)
+        top = max((len(self.seeds_of(sc, backend)) for sc in self.scenarios), default=0)
         sweep = Sweep(name=f"{self.name}-{backend}", raw=raw, axes=[axis], seeds=list(range(1, top + 1)), steady=None,
                       source=self.source, description=self.description)
         point = {sc.id: i for i, sc in enumerate(self.scenarios)}
         specs: list[TrialSpec] = []
-        for sc, seed in self.jobs():
+        for sc, seed in self.jobs(backend):
             t = sc.trial_for(seed, backend)
             specs.append(TrialSpec(len(specs), point[sc.id], {"scenario": sc.id}, seed, t, trial_key(t)))
         sweep.specs = specs
@@ -154,6 +166,11 @@ def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
     if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= 100:
         problems.append(f"reps: {_show(reps)}: must be a whole number from 1 to 100 (seeds per backend)")
         reps = 1
+    sim_reps = raw.get("simulator_reps", 0)
+    if not isinstance(sim_reps, int) or isinstance(sim_reps, bool) or not 1 <= sim_reps <= 1000:
+        if "simulator_reps" in raw:
+            problems.append(f"simulator_reps: {_show(sim_reps)}: must be a whole number from 1 to 1000 (seeds on the simulator)")
+        sim_reps = 0
     defaults = raw.get("defaults", {})
     if not isinstance(defaults, dict):
         problems.append(f"defaults: {_show(defaults)}: must be a table of trial fields")
@@ -201,5 +218,5 @@ def parse_suite(raw: Any, source: Optional[str] = None) -> Suite:
     bad = check_tolerances(tolerances)
     if bad:
         raise SuiteError(bad, source)
-    return Suite(name=name, reps=reps, scenarios=scenarios, raw=raw, tolerances=tolerances,
+    return Suite(name=name, reps=reps, scenarios=scenarios, raw=raw, tolerances=tolerances, simulator_reps=sim_reps,
                  description=str(raw.get("description", "")), source=source)

@@ -31,7 +31,7 @@
 //!   algorithm leaves cwnd and pacing as they were from that moment.
 
 use super::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, RateSample, Window};
-use crate::jiffies::{jiffies, CONFIG_HZ};
+use crate::jiffies::CONFIG_HZ;
 use crate::rng::SimRng;
 use crate::tcp::tso;
 use ccbpf::{Env, Instance, Object, Op};
@@ -128,7 +128,7 @@ impl BpfCc {
         s.mss_cache = info.mss;
         s.srtt_us = ((info.srtt_ns / 1000) as u32) << 3;
         let min_rtt_us = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { u32::MAX };
-        let now_j = jiffies(info.now, CONFIG_HZ) as u32;
+        let now_j = info.ticks.jiffies(info.now, CONFIG_HZ) as u32;
         for m in s.rtt_min.s.iter_mut() {
             m.t = now_j;
             m.v = min_rtt_us;
@@ -149,7 +149,7 @@ impl BpfCc {
         s.tcp_wstamp_ns = info.wstamp_ns as u64;
         s.snd_nxt = (info.snd_nxt * mss) as u32;
         s.snd_una = ack_seq(info);
-        s.lsndtime = jiffies(info.last_send_ns, CONFIG_HZ) as u32;
+        s.lsndtime = info.ticks.jiffies(info.last_send_ns, CONFIG_HZ) as u32;
         s.inet_conn.icsk_ca_state = ca_state(info.ca_state);
         // TCP_ECN_OK when the connection negotiated ECN; the other bits are the program's.
         s.ecn_flags = (s.ecn_flags & !TCP_ECN_OK) | if info.ecn { TCP_ECN_OK } else { 0 };
@@ -159,7 +159,7 @@ impl BpfCc {
         sk.sk_gso_max_size = tso::SK_GSO_MAX_SIZE as u32;
         sk.sk_pacing_rate = info.sk_pacing_rate;
         self.env.now_ns = info.now as u64;
-        self.env.jiffies = jiffies(info.now, CONFIG_HZ);
+        self.env.jiffies = info.ticks.jiffies(info.now, CONFIG_HZ);
     }
 
     /// Reads back what the program may have written.

@@ -181,9 +181,9 @@ impl Cubic {
         }
     }
 
-    /// `tcp_jiffies32` at `now`.
-    fn jiffies(&self, now: Nanos) -> u64 {
-        jiffies::jiffies(now, self.hz)
+    /// `tcp_jiffies32` at `now` on the connection's tick clock.
+    fn jiffies(&self, info: &ConnInfo, now: Nanos) -> u64 {
+        info.ticks.jiffies(now, self.hz)
     }
 
     /// `usecs_to_jiffies`: rounds up.
@@ -206,8 +206,8 @@ impl Cubic {
     }
 
     /// `bictcp_update`: sets cnt, the number of ACKed packets per packet of growth.
-    fn update(&mut self, now: Nanos, cwnd: u32, acked: u32) {
-        let jiffies = self.jiffies(now);
+    fn update(&mut self, info: &ConnInfo, cwnd: u32, acked: u32) {
+        let jiffies = self.jiffies(info, info.now);
         self.ack_cnt = self.ack_cnt.wrapping_add(acked);
         if self.last_cwnd == cwnd && jiffies.wrapping_sub(self.last_time) <= self.hz / 32 {
             return;
@@ -366,7 +366,7 @@ impl CongestionControl for Cubic {
         if acked == 0 {
             return;
         }
-        self.update(info.now, w.cwnd, acked);
+        self.update(info, w.cwnd, acked);
         w.cong_avoid_ai(self.cnt, acked);
     }
 
@@ -381,8 +381,8 @@ impl CongestionControl for Cubic {
     /// `cubictcp_cwnd_event`: after idle the epoch shifts so the cubic curve does not jump.
     fn cwnd_event(&mut self, info: &ConnInfo, _w: &mut Window, ev: CaEvent) {
         if ev == CaEvent::TxStart {
-            let now = self.jiffies(info.now);
-            let delta = now as i64 - self.jiffies(info.last_send_ns) as i64;
+            let now = self.jiffies(info, info.now);
+            let delta = now as i64 - self.jiffies(info, info.last_send_ns) as i64;
             if let Some(start) = self.epoch_start {
                 if delta > 0 {
                     self.epoch_start = Some((start + delta as u64).min(now));
@@ -398,7 +398,7 @@ impl CongestionControl for Cubic {
         }
         // Discard delay samples right after fast recovery.
         if let Some(start) = self.epoch_start {
-            if (self.jiffies(info.now) as i64 - start as i64) < self.hz as i64 {
+            if (self.jiffies(info, info.now) as i64 - start as i64) < self.hz as i64 {
                 return;
             }
         }
@@ -463,6 +463,7 @@ pub(crate) mod tests {
             wstamp_ns: now,
             sk_pacing_rate: u64::MAX,
             max_pacing_rate: u64::MAX,
+            ticks: Default::default(),
         }
     }
 

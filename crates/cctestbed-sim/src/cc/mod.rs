@@ -12,6 +12,7 @@
 //!   set cwnd and pacing themselves in [`CongestionControl::cong_control`], called on every ACK
 //!   with the shared [`RateSample`] (Linux `cong_control`).
 
+use crate::jiffies::TickClock;
 use crate::problem::{Path, Problem};
 use crate::time::Nanos;
 use std::collections::BTreeMap;
@@ -93,6 +94,8 @@ pub struct ConnInfo {
     /// `sk_max_pacing_rate` in bytes/s (`u64::MAX` when not set), which algorithms that set
     /// their own pacing rate cap it at (`bbr_bw_to_pacing_rate`).
     pub max_pacing_rate: u64,
+    /// The kernel's tick clock, for the algorithms' jiffies stamps (`tcp_jiffies32`).
+    pub ticks: TickClock,
 }
 
 /// The values an algorithm may write.

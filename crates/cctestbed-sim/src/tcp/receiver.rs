@@ -69,7 +69,7 @@
 //! algorithm as both hosts run the same one. No AccECN.
 
 use super::rcvbuf::RcvBuf;
-use crate::jiffies;
+use crate::jiffies::{self, TickClock};
 use crate::nic::Skb;
 use crate::packet::{AckPacket, DataPacket, Ecn, MAX_SACK_BLOCKS};
 use crate::problem::{Path, Problem};
@@ -135,8 +135,7 @@ impl DelayedAckConfig {
     }
 }
 
-/// One jiffy at the reference kernel's CONFIG_HZ.
-pub const JIFFY_NS: Nanos = jiffies::jiffy_ns(jiffies::CONFIG_HZ);
+/// The reference kernel's CONFIG_HZ.
 const HZ: i64 = jiffies::CONFIG_HZ as i64;
 /// `tcp_delack_max()`: min(TCP_DELACK_MAX = HZ/5, TCP_RTO_MIN - 1 jiffy), in jiffies.
 const DELACK_MAX_J: i64 = HZ / 5 - 1;
@@ -160,6 +159,8 @@ const SACK_BLOCKS_EXPECTED: usize = 2;
 
 pub struct Receiver {
     flow: u32,
+    /// The host kernel's tick clock: the delayed-ACK timer and ATO run in its jiffies.
+    ticks: TickClock,
     cfg: DelayedAckConfig,
     /// Next in-order segment expected.
     pub rcv_nxt: u64,
@@ -270,6 +271,7 @@ impl Receiver {
             ato: 0,
             lrcvtime: 0,
             rto_j: 0,
+            ticks: TickClock::default(),
             srtt_j: 0,
             srtt_ns: 0,
             synack_sent_at: None,
@@ -326,6 +328,12 @@ impl Receiver {
         if let Some(t) = self.synack_sent_at.take() {
             self.set_handshake_rtt(now - t);
         }
+    }
+
+    /// Sets the host kernel's tick clock (the trial's tick phase).
+    pub fn with_ticks(mut self, ticks: TickClock) -> Self {
+        self.ticks = ticks;
+        self
     }
 
     /// Sets how CE marks are echoed (a flow that negotiated ECN).
@@ -543,7 +551,7 @@ impl Receiver {
             }
         }
         if let Some(t) = self.delack_j {
-            if t * JIFFY_NS <= now {
+            if self.ticks.tick_start(t, jiffies::CONFIG_HZ) <= now {
                 // tcp_delack_timer_handler
                 self.delack_j = None;
                 if self.compressed_ack > 0 {
@@ -560,7 +568,7 @@ impl Receiver {
 
     /// When the receiver's timer must fire next, if it is armed.
     pub fn timer_deadline(&self) -> Option<Nanos> {
-        let d = self.delack_j.map(|j| j * JIFFY_NS);
+        let d = self.delack_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
         match (d, self.comp_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -582,7 +590,7 @@ impl Receiver {
     }
 
     fn event_data_recv(&mut self, now: Nanos) {
-        let now_j = now / JIFFY_NS;
+        let now_j = self.ticks.jiffies(now, jiffies::CONFIG_HZ) as i64;
         if self.ato == 0 {
             self.incr_quickack();
             self.ato = self.ato_min_j;
@@ -659,7 +667,7 @@ impl Receiver {
     }
 
     fn send_delayed_ack(&mut self, now: Nanos) -> Option<AckPacket> {
-        let now_j = now / JIFFY_NS;
+        let now_j = self.ticks.jiffies(now, jiffies::CONFIG_HZ) as i64;
         let mut ato = self.ato;
         if ato > self.ato_min_j {
             // ICSK_ACK_PUSHED segments are ACKed at once here, and there is no pingpong mode.

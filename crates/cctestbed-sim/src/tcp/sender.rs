@@ -73,6 +73,7 @@ use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::FlowConfig;
 use crate::event::{Timer, TimerKind};
+use crate::jiffies::TickClock;
 use crate::packet::{AckPacket, DataPacket, Ecn};
 use crate::ranges::RangeSet;
 use crate::time::Nanos;
@@ -158,6 +159,8 @@ pub struct Sender {
     pacing_left_to_cc: bool,
     /// `sk_max_pacing_rate`, bytes/s: `SO_MAX_PACING_RATE`, `u64::MAX` when not set.
     max_pacing_rate: u64,
+    /// The host kernel's tick clock, handed to the algorithm for its jiffies stamps.
+    ticks: TickClock,
     /// Total segments for a fixed-size transfer, and the last one's payload.
     end: Option<(u64, u32)>,
     /// The receiver's offered window (`snd_wnd`, bytes beyond `snd_una`), and what of it
@@ -264,6 +267,7 @@ impl Sender {
             pacing,
             pacing_left_to_cc: cfg.pacing.is_none(),
             max_pacing_rate,
+            ticks: TickClock::default(),
             end,
             snd_wnd: u64::MAX,
             rwnd_segs: u64::MAX,
@@ -362,6 +366,12 @@ impl Sender {
         }
     }
 
+    /// Sets the host kernel's tick clock (the trial's tick phase).
+    pub fn with_ticks(mut self, ticks: TickClock) -> Self {
+        self.ticks = ticks;
+        self
+    }
+
     pub fn info(&self, now: Nanos) -> ConnInfo {
         ConnInfo {
             now,
@@ -391,6 +401,7 @@ impl Sender {
             wstamp_ns: self.next_send_time.max(now),
             sk_pacing_rate: self.sk_pacing_rate(),
             max_pacing_rate: self.max_pacing_rate,
+            ticks: self.ticks,
         }
     }
 

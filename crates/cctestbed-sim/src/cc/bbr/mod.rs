@@ -30,7 +30,7 @@
 //! its deviations.
 
 use super::{CaEvent, CaState, ConnInfo, RateSample, Window};
-use crate::jiffies::{jiffies, msecs_to_jiffies, CONFIG_HZ};
+use crate::jiffies::{msecs_to_jiffies, CONFIG_HZ};
 use crate::rng::SimRng;
 use crate::tcp::tso;
 use crate::time::Nanos;
@@ -252,7 +252,7 @@ impl MinRtt {
     #[inline]
     fn start(info: &ConnInfo) -> MinRtt {
         let us = if info.min_rtt_ns > 0 { (info.min_rtt_ns / 1000) as u32 } else { u32::MAX };
-        MinRtt { us, stamp: jiffies(info.now, CONFIG_HZ) }
+        MinRtt { us, stamp: info.ticks.jiffies(info.now, CONFIG_HZ) }
     }
 
     /// Whether `win_j` jiffies have passed since the last renewal (`after()`).
@@ -307,7 +307,7 @@ impl ProbeRttHold {
     #[inline]
     fn on_ack(&mut self, info: &ConnInfo, target: u32, hold_j: u64, round_start: bool, next_rtt_delivered: &mut u64) -> bool {
         if self.done_stamp.is_none() && info.packets_in_flight <= target {
-            self.done_stamp = Some(jiffies(info.now, CONFIG_HZ) + hold_j);
+            self.done_stamp = Some(info.ticks.jiffies(info.now, CONFIG_HZ) + hold_j);
             self.round_done = false;
             *next_rtt_delivered = info.delivered;
             return false;
@@ -315,13 +315,13 @@ impl ProbeRttHold {
         if self.done_stamp.is_some() && round_start {
             self.round_done = true;
         }
-        self.round_done && self.time_passed(info.now)
+        self.round_done && self.time_passed(info)
     }
 
     /// Whether the hold time has passed (`after(tcp_jiffies32, probe_rtt_done_stamp)`).
     #[inline]
-    fn time_passed(&self, now: Nanos) -> bool {
-        matches!(self.done_stamp, Some(t) if jiffies(now, CONFIG_HZ) > t)
+    fn time_passed(&self, info: &ConnInfo) -> bool {
+        matches!(self.done_stamp, Some(t) if info.ticks.jiffies(info.now, CONFIG_HZ) > t)
     }
 }
 
@@ -608,7 +608,7 @@ impl Core {
     /// PROBE_RTT schedule and leaves).
     #[inline]
     fn probe_rtt_done(&mut self, info: &ConnInfo, w: &mut Window) -> bool {
-        if !self.probe_rtt.time_passed(info.now) {
+        if !self.probe_rtt.time_passed(info) {
             return false;
         }
         w.cwnd = w.cwnd.max(self.prior_cwnd);

@@ -43,7 +43,7 @@
 use super::{to_unit, Core, Mode, Version, BBR_SCALE, BBR_UNIT, BW_UNIT, GSO_MAX_BYTES, TCP_INIT_CWND};
 use crate::cc::minmax::MinMax;
 use crate::cc::{CaState, CongestionControl, ConnInfo, RateSample, Window};
-use crate::jiffies::{jiffies, CONFIG_HZ};
+use crate::jiffies::CONFIG_HZ;
 use crate::tcp::tso;
 use crate::time::Nanos;
 
@@ -405,7 +405,7 @@ impl Bbr {
         if !self.core.probe_rtt_done(info, w) {
             return;
         }
-        self.core.min_rtt.stamp = jiffies(info.now, CONFIG_HZ);
+        self.core.min_rtt.stamp = info.ticks.jiffies(info.now, CONFIG_HZ);
         if self.p.stable_rtprop != 0.0 {
             self.judge_probe();
         }
@@ -415,7 +415,7 @@ impl Bbr {
     /// `bbr_update_min_rtt`, with PROBE_RTT entry and exit: min_rtt is also the filter that
     /// schedules PROBE_RTT.
     fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
-        let now_j = jiffies(info.now, CONFIG_HZ);
+        let now_j = info.ticks.jiffies(info.now, CONFIG_HZ);
         let filter_expired = self.core.min_rtt.expired(now_j, self.core.min_rtt_win_j);
         if self.p.stable_rtprop != 0.0 {
             self.stable_rtprop_sample(now_j, filter_expired, rs);

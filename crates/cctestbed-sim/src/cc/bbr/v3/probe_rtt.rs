@@ -6,7 +6,7 @@
 use super::{AckPhase, Bbr3};
 use crate::cc::bbr::{Mode, Version};
 use crate::cc::{ConnInfo, RateSample, Window};
-use crate::jiffies::{jiffies, CONFIG_HZ};
+use crate::jiffies::CONFIG_HZ;
 
 impl Bbr3 {
     /// `bbr_exit_probe_rtt`: back to PROBE_BW (DOWN, then at once CRUISE) or STARTUP.
@@ -26,13 +26,13 @@ impl Bbr3 {
         if !self.core.probe_rtt_done(info, w) {
             return;
         }
-        self.probe_rtt_min.stamp = jiffies(info.now, CONFIG_HZ);
+        self.probe_rtt_min.stamp = info.ticks.jiffies(info.now, CONFIG_HZ);
         self.exit_probe_rtt(info);
     }
 
     /// `bbr_update_min_rtt`: a 5 s min filter schedules PROBE_RTT, the 10 s one is min_rtt.
     pub(super) fn update_min_rtt(&mut self, info: &ConnInfo, w: &mut Window, rs: &RateSample) {
-        let now_j = jiffies(info.now, CONFIG_HZ);
+        let now_j = info.ticks.jiffies(info.now, CONFIG_HZ);
         let probe_rtt_expired = self.probe_rtt_min.expired(now_j, self.probe_rtt_win_j);
         self.probe_rtt_min.update(now_j, probe_rtt_expired, rs);
         let min_rtt_expired = self.core.min_rtt.expired(now_j, self.core.min_rtt_win_j);
