@@ -124,14 +124,21 @@ def test_ware_applies_to_1_bbr_against_2_cubic_in_8_bdp():
     assert m["predicted_share"] == pytest.approx(0.545, abs=0.001)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Linux 6.18 (the kernel backend, 2026-11-26, this trial): BBR took 0.420, 12.5 points below Ware's "
-    "0.545; the simulator's BBR takes 0.496 since its receivers ACK every segment while their window "
-    "opens, as Linux's do (0.420 within 5 points before): a fidelity gap, not yet explained"))
+#: BBR's share in this trial on Linux 6.18 (the kernel backend): 0.420 (2026-11-26) and 0.444,
+#: 0.424, 0.466 (2026-11-27, seeds 2-4), against Ware's 0.545.
+KERNEL_WARE_SHARES = (0.420, 0.444, 0.424, 0.466)
+
+
 def test_linux_takes_less_than_ware_predicts_for_1_bbr_against_2_cubic_in_8_bdp():
-    m = models("bbr-2cubic-8bdp")["ware"]
-    # the simulator's share is Linux's within 5 points, and so below the model's
-    assert abs(m["measured_share"] - 0.420) <= 0.05 and m["differs"]
+    # Each seed sets where the kernel's ticks fall, so seeds sample the outcome as kernel runs do
+    # (0.432-0.474 over seeds 1-8; 0.496 on every seed before the tick phase). The simulator's mean
+    # over six seeds lies within the kernel's four runs, and below the model's by over 5 points
+    # as the kernel's mean (0.439) is.
+    shares = [cctestbed.run_trial({**TRIALS["bbr-2cubic-8bdp"], "seed": s}).summary["models"]["ware"]["measured_share"]
+              for s in range(1, 7)]
+    mean = sum(shares) / len(shares)
+    assert min(KERNEL_WARE_SHARES) <= mean <= max(KERNEL_WARE_SHARES), shares
+    assert mean < models("bbr-2cubic-8bdp")["ware"]["predicted_share"] - 0.05
 
 
 def test_ware_applies_to_bbr_against_cubic():

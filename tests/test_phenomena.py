@@ -213,14 +213,18 @@ def test_standing_queue_of_cubic_in_a_deep_buffer_not_of_bbr():
 
 
 def test_share_oscillation_of_bbr_against_cubic_at_1_75_bdp():
-    # Linux 6.18 (the kernel backend, 2026-11-26, the same trial): a regular oscillation, period
-    # 31 s, autocorrelation 0.86, swing 0.36. The simulator shows it since its receivers ACK every
-    # segment while their window opens, as Linux's do (period 31 s, autocorrelation 0.89, swing
-    # 0.51); before that its shares swung irregularly (autocorrelation 0.11).
-    s = run("bbr-cubic-1.75bdp-90s")["share_oscillation"]
-    assert s["detected"]
-    (e,) = s["events"]
-    assert 21 <= e["period_s"] <= 41 and e["swing"] > 0.25
+    # Linux 6.18 (the kernel backend, the same trial) oscillates in 3 of 4 runs: period 31 s
+    # (autocorrelation 0.86, swing 0.36; 2026-11-26), then 20.5, none (0.05) and 30.5 s (0.45,
+    # 0.47; 2026-11-27, seeds 2-4). Over seeds 1-8 the simulator, each seed at its own tick phase,
+    # oscillates in 5 (20.5 s; 31 s with every seed at one phase before); its shares swung
+    # irregularly (autocorrelation 0.11) before its receivers ACKed every segment while their
+    # window opens, as Linux's do.
+    found = []
+    for seed in range(1, 9):
+        s = cctestbed.run_trial({**TRIALS["bbr-cubic-1.75bdp-90s"], "seed": seed}).summary["phenomena"]["share_oscillation"]
+        found += s["events"]
+    assert len(found) >= 4, found
+    assert all(20 <= e["period_s"] <= 31.5 and e["swing"] > 0.25 for e in found), found
 
 
 def test_no_share_oscillation_where_shares_hold():
@@ -234,18 +238,18 @@ def test_slow_convergence_when_bbr_and_cubic_never_share_fairly():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Linux 6.18 (the kernel backend, 2026-11-26, the same trial): the late CUBIC flow reaches its share "
-    "12.0 s after it joins; the simulator's, since its receivers ACK every segment while their window "
-    "opens (as Linux's do: 0.75-0.98 ACKs per segment in a kernel slow start, the simulator 0.84-0.96, "
-    "0.50-0.55 before), in 3.0 s: it leaves slow start with a window of 141 packets and 74 "
-    "retransmissions and sits near its share at once. A fidelity gap, not yet explained"))
-def test_late_cubic_beside_cubic_converges_in_about_12_s():
-    # a late CUBIC flow beside CUBIC does reach its share, in about 12 s: 12.0 s on Linux 6.18 (the
-    # kernel backend, 2026-11-26, the same trial)
-    s = run("cubic-joins-cubic-2bdp")["slow_convergence"]
-    (j,) = s["joins"]
-    assert j["time_s"] == pytest.approx(10.0, abs=0.1)
-    assert j["converged_after_s"] is not None and abs(j["converged_after_s"] - 12.0) <= 3
+    "Linux 6.18 (the kernel backend, the same trial): the late CUBIC flow reaches its share 12.0, 12.0, 22.0 "
+    "and 28.0 s after it joins (2026-11-26 and -27, 4 runs); the simulator's, over seeds 1-8 (each its own "
+    "tick phase), 11.0 s in 5 and 3.0 s in 3, where it leaves slow start with a window of about 141 packets "
+    "and sits near its share at once (3.0 s on every seed before the tick phase). A fidelity gap, not yet "
+    "explained"))
+def test_late_cubic_beside_cubic_converges_in_12_to_28_s():
+    # a late CUBIC flow beside CUBIC does reach its share, 12-28 s after it joins on Linux 6.18
+    for seed in range(1, 9):
+        s = cctestbed.run_trial({**TRIALS["cubic-joins-cubic-2bdp"], "seed": seed}).summary["phenomena"]["slow_convergence"]
+        (j,) = s["joins"]
+        assert j["time_s"] == pytest.approx(10.0, abs=0.1)
+        assert j["converged_after_s"] is not None and 12.0 - 3 <= j["converged_after_s"] <= 28.0 + 3, (seed, j)
 
 
 def test_probe_rtt_synchronisation_of_bbr_flows():
