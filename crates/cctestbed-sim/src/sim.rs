@@ -224,7 +224,10 @@ impl Simulation {
             receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo).with_ticks(ticks));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
-            acks.push(DelayLine::new(ack_delay, None).with_jitter(cfg.link.jitter_ns, jitter_rng));
+            // An aggregating link sends a released burst of ACKs as frames, back to back at its rate,
+            // not at one instant (the kernel backend's frames reach the sender one after another).
+            let ack_rate = cfg.link.ack_aggregation.as_ref().map(|_| cfg.link.capacity_bps);
+            acks.push(DelayLine::new(ack_delay, ack_rate).with_jitter(cfg.link.jitter_ns, jitter_rng));
         }
         let ack_agg = match &cfg.link.ack_aggregation {
             Some(a) => (0..n).map(|i| AckAggregator::new(a.clone(), SimRng::new(cfg.seed, stream::ACK_AGG_BASE + i as u64))).collect(),
