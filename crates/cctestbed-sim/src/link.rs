@@ -820,6 +820,7 @@ impl Bottleneck {
 
     /// A packet arrives at the router: random loss, then the policer, then the queue
     /// discipline, which queues it or drops it (or others).
+    #[inline]
     pub fn arrive(&mut self, now: Nanos, p: DataPacket) {
         let c = &mut self.counters;
         c.stats.arrivals_pkts += 1;
@@ -837,6 +838,7 @@ impl Bottleneck {
 
     /// If the link is idle and a packet waits, starts sending it (or waits for shaper tokens).
     /// Returns the time at which the caller must call [`Self::wake`] next, if any.
+    #[inline]
     pub fn try_begin(&mut self, now: Nanos) -> Option<Nanos> {
         if let Some((_, done)) = self.in_service {
             return Some(done);
@@ -878,6 +880,7 @@ impl Bottleneck {
 
     /// Called at a time returned by [`Self::try_begin`]: completes the packet in service if
     /// it is done (returning it) and returns the next wake-up time.
+    #[inline]
     pub fn wake(&mut self, now: Nanos) -> (Option<DataPacket>, Option<Nanos>) {
         let mut out = None;
         if self.in_service.is_none() {

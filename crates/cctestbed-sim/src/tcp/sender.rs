@@ -78,7 +78,7 @@ use crate::packet::{AckPacket, DataPacket, Ecn};
 use crate::ranges::RangeSet;
 use crate::time::Nanos;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::TCP_TS_TICK;
 
@@ -111,66 +111,6 @@ struct Seg {
     next: u64,
     in_flight_at_send: u32,
     flags: u8,
-}
-
-const NO_SEG: Seg = Seg { tx_time: 0, first_tx: 0, delivered_time: 0, delivered: 0, delivered_ce: 0, lost_at_send: 0, prev: NIL, next: NIL, in_flight_at_send: 0, flags: 0 };
-
-/// The scoreboard's segments `snd_una..snd_nxt`, each at its sequence number modulo the ring's
-/// length (a power of two): found without a deque's head arithmetic, and dropped by the
-/// cumulative ACK by moving `snd_una` alone.
-#[derive(Debug, Default)]
-struct SegRing {
-    buf: Vec<Seg>,
-    mask: u64,
-}
-
-impl SegRing {
-    #[inline]
-    fn get(&self, seq: u64) -> &Seg {
-        &self.buf[(seq & self.mask) as usize]
-    }
-
-    #[inline]
-    fn get_mut(&mut self, seq: u64) -> &mut Seg {
-        let i = (seq & self.mask) as usize;
-        &mut self.buf[i]
-    }
-
-    /// Puts the segment `seq` (snd_nxt) after `una..seq`.
-    #[inline]
-    fn push(&mut self, una: u64, seq: u64, seg: Seg) {
-        if seq - una == self.buf.len() as u64 {
-            self.resize(una, seq, (self.buf.len() * 2).max(16));
-        }
-        *self.get_mut(seq) = seg;
-    }
-
-    /// Room for `n` more after `una..nxt`.
-    fn reserve(&mut self, una: u64, nxt: u64, n: u64) {
-        let need = nxt - una + n;
-        if need > self.buf.len() as u64 {
-            self.resize(una, nxt, (need as usize).next_power_of_two().max(self.buf.len() * 2));
-        }
-    }
-
-    /// A ring of `cap` (a power of two, at least `nxt - una`) holding `una..nxt`.
-    fn resize(&mut self, una: u64, nxt: u64, cap: usize) {
-        let mut ring = SegRing { buf: vec![NO_SEG; cap], mask: cap as u64 - 1 };
-        for seq in una..nxt {
-            *ring.get_mut(seq) = *self.get(seq);
-        }
-        *self = ring;
-    }
-
-    /// Gives back memory beyond what `una..nxt` needs.
-    fn shrink_to_fit(&mut self, una: u64, nxt: u64) {
-        let len = (nxt - una) as usize;
-        if len == 0 {
-            *self = SegRing::default();
-        } else if len.next_power_of_two() < self.buf.len() {
-            self.resize(una, nxt, len.next_power_of_two());
-        }
-    }
 }
 
 /// RACK state (RFC 8985 section 6.1).
@@ -238,7 +178,7 @@ pub struct Sender {
 
     pub snd_una: u64,
     pub snd_nxt: u64,
-    segs: SegRing,
+    segs: VecDeque<Seg>,
     sacked: RangeSet,
     pub sacked_out: u32,
     pub lost_out: u32,
@@ -342,7 +282,7 @@ impl Sender {
             ts_recent: None,
             snd_una: 0,
             snd_nxt: 0,
-            segs: SegRing::default(),
+            segs: VecDeque::new(),
             sacked: RangeSet::default(),
             sacked_out: 0,
             lost_out: 0,
@@ -415,7 +355,7 @@ impl Sender {
     /// Gives back the memory of a finished flow's buffers (its scoreboard grew with its
     /// window): a workload leaves thousands of finished flows behind. Changes nothing else.
     pub fn release_buffers(&mut self) {
-        self.segs.shrink_to_fit(self.snd_una, self.snd_nxt);
+        self.segs.shrink_to_fit();
         self.sacked.shrink_to_fit();
         self.lost_queue.shrink_to_fit();
         self.scratch.shrink_to_fit();
@@ -520,13 +460,11 @@ impl Sender {
     }
 
     fn seg(&self, seq: u64) -> &Seg {
-        debug_assert!(seq >= self.snd_una && seq < self.snd_nxt);
-        self.segs.get(seq)
+        &self.segs[(seq - self.snd_una) as usize]
     }
 
     fn seg_mut(&mut self, seq: u64) -> &mut Seg {
-        debug_assert!(seq >= self.snd_una && seq < self.snd_nxt);
-        self.segs.get_mut(seq)
+        &mut self.segs[(seq - self.snd_una) as usize]
     }
 
     fn payload_of(&self, seq: u64) -> u32 {
@@ -1003,14 +941,14 @@ impl Sender {
         let hdr = self.mtu - self.mss;
         let pkt = DataPacket { flow: self.flow, seq: first, size: self.mss + hdr, payload: self.mss, sent_at: now, ecn, cwr: false, ts_echo: self.ts_recent };
         let last = first + n - 1;
-        self.segs.reserve(self.snd_una, self.snd_nxt, n - 1);
+        self.segs.reserve(n as usize - 1);
         io.out.reserve(n as usize - 1);
         // The tail (the first segment) now points on to the rest.
         self.seg_mut(first).next = first + 1;
         let mut payload_bytes = 0u64;
         for seq in first + 1..=last {
             in_flight_at_send += 1;
-            *self.segs.get_mut(seq) = Seg { prev: seq - 1, next: if seq == last { NIL } else { seq + 1 }, in_flight_at_send, ..seg };
+            self.segs.push_back(Seg { prev: seq - 1, next: if seq == last { NIL } else { seq + 1 }, in_flight_at_send, ..seg });
             let payload = self.payload_of(seq);
             payload_bytes += payload as u64;
             io.out.push(DataPacket { seq, size: payload + hdr, payload, ..pkt });
@@ -1060,7 +998,7 @@ impl Sender {
             self.retrans_stamp.get_or_insert(now);
             self.stats.retrans_segs += 1;
         } else {
-            self.segs.push(self.snd_una, seq, seg);
+            self.segs.push_back(seg);
             self.snd_nxt += 1;
         }
         self.ts_push_back(seq);
@@ -1193,14 +1131,14 @@ impl Sender {
             }
             // The run i..j of plain segments, its most recently sent one, and whether it is
             // one stretch of the time-sorted list (each the list successor of the one before).
-            let s0 = self.seg(i);
+            let mut run = self.segs.range((i - base) as usize..(ack - base) as usize);
+            let s0 = run.next().expect("i < ack");
             let (first_tx, head_prev) = (s0.tx_time, s0.prev);
             let (mut newest_tx, mut newest, mut last_tx) = (first_tx, i, first_tx);
             let mut chained = s0.flags & IN_TSORTED != 0;
             let mut link = s0.next;
             let mut j = i + 1;
-            while j < ack {
-                let s = self.segs.get(j);
+            for s in run {
                 if s.flags & NOT_PLAIN != 0 {
                     break;
                 }
@@ -1256,6 +1194,7 @@ impl Sender {
                 bytes = bytes - self.mss as u64 + last as u64;
             }
         }
+        self.segs.drain(..n as usize);
         self.snd_una = ack;
         bytes
     }
