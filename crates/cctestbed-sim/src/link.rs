@@ -339,13 +339,59 @@ fn serialisation_ns(bytes: u32, rate_bps: u64, rem: &mut u128) -> Nanos {
     (total / rate_bps as u128) as Nanos
 }
 
+/// [`serialisation_ns`] at one rate, back to back, without a division for a packet of the
+/// size before: with that size's `bits x 1e9 = q x rate + r` kept, a packet carrying `rem`
+/// takes `q` ns, one more when `r + rem` reaches the rate (both are below it), and leaves that
+/// less the rate: the same quotient and remainder, as exact integers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Serialiser {
+    rem: u128,
+    /// The last size divided out, at `rate`, and its quotient and remainder (`rate` 0: none).
+    bytes: u32,
+    rate: u64,
+    q: u64,
+    r: u64,
+}
+
+impl Serialiser {
+    #[inline]
+    fn ns(&mut self, bytes: u32, rate_bps: u64) -> Nanos {
+        if bytes != self.bytes || rate_bps != self.rate {
+            // Divide this size out once, when it fits in 64 bits (any packet) and the rate
+            // keeps the sums below in range; else the division of every packet.
+            let bits_ns = (bytes as u64).checked_mul(8 * NS_PER_S as u64);
+            match bits_ns {
+                Some(b) if rate_bps > 0 && rate_bps < 1 << 62 && b / rate_bps < 1 << 62 => {
+                    self.bytes = bytes;
+                    self.rate = rate_bps;
+                    self.q = b / rate_bps;
+                    self.r = b % rate_bps;
+                }
+                _ => return serialisation_ns(bytes, rate_bps, &mut self.rem),
+            }
+        }
+        if self.rem >= rate_bps as u128 {
+            return serialisation_ns(bytes, rate_bps, &mut self.rem);
+        }
+        // r, rem < rate < 2^62, so their sum fits
+        let sum = self.r + self.rem as u64;
+        if sum >= rate_bps {
+            self.rem = (sum - rate_bps) as u128;
+            (self.q + 1) as Nanos
+        } else {
+            self.rem = sum as u128;
+            self.q as Nanos
+        }
+    }
+}
+
 /// A FIFO link: constant delay, optional rate. Items become due in push order.
 #[derive(Debug)]
 pub struct DelayLine<T> {
     delay: Nanos,
     rate_bps: Option<u64>,
     busy_until: Nanos,
-    rem: u128,
+    ser: Serialiser,
     q: VecDeque<(Nanos, T)>,
     /// Optional extra delay drawn uniformly in [0, max) per item; arrivals stay in order
     /// (an item never overtakes the one before it), like host processing jitter.
@@ -355,7 +401,7 @@ pub struct DelayLine<T> {
 
 impl<T: Copy> DelayLine<T> {
     pub fn new(delay: Nanos, rate_bps: Option<u64>) -> Self {
-        DelayLine { delay, rate_bps, busy_until: 0, rem: 0, q: VecDeque::new(), jitter: None, last_at: 0 }
+        DelayLine { delay, rate_bps, busy_until: 0, ser: Serialiser::default(), q: VecDeque::new(), jitter: None, last_at: 0 }
     }
 
     /// Adds up to `max` of random extra delay per item, drawn from `rng`.
@@ -368,11 +414,12 @@ impl<T: Copy> DelayLine<T> {
 
     /// Puts `item` of `bytes` on the line at `now`. Returns the arrival time if the line was
     /// empty, i.e. when the caller must schedule an event for the new head.
+    #[inline]
     pub fn push(&mut self, now: Nanos, item: T, bytes: u32) -> Option<Nanos> {
         let depart = match self.rate_bps {
             Some(r) => {
                 let start = now.max(self.busy_until);
-                self.busy_until = start + serialisation_ns(bytes, r, &mut self.rem);
+                self.busy_until = start + self.ser.ns(bytes, r);
                 self.busy_until
             }
             None => now,
@@ -391,6 +438,7 @@ impl<T: Copy> DelayLine<T> {
     }
 
     /// Pops the head if it is due at `now`.
+    #[inline]
     pub fn pop_due(&mut self, now: Nanos) -> Option<T> {
         match self.q.front() {
             Some(&(t, _)) if t <= now => self.q.pop_front().map(|(_, x)| x),
@@ -681,7 +729,7 @@ impl<T> AckAggregator<T> {
 /// The bottleneck router's egress.
 pub struct Bottleneck {
     rate_bps: u64,
-    rem: u128,
+    ser: Serialiser,
     qdisc: Box<dyn Qdisc>,
     in_service: Option<(DataPacket, Nanos)>,
     shaper: Option<TokenBucket>,
@@ -710,7 +758,7 @@ impl Bottleneck {
     pub fn new(cfg: &LinkConfig, n_flows: usize, mtu: u32, loss_rng: SimRng, qdisc_rng: SimRng) -> Self {
         Bottleneck {
             rate_bps: cfg.capacity_bps,
-            rem: 0,
+            ser: Serialiser::default(),
             qdisc: crate::qdisc::build(cfg.aqm.as_ref(), &cfg.queue, mtu, cfg.capacity_bps, qdisc_rng),
             in_service: None,
             shaper: cfg.shaper.as_ref().map(TokenBucket::new),
@@ -749,7 +797,7 @@ impl Bottleneck {
     /// Changes the link rate; a packet already being sent finishes at the old rate.
     pub fn set_rate(&mut self, rate_bps: u64) {
         self.rate_bps = rate_bps;
-        self.rem = 0;
+        self.ser.rem = 0;
     }
 
     /// Packets and bytes waiting (not counting the one being transmitted, as tc's backlog).
@@ -772,6 +820,7 @@ impl Bottleneck {
 
     /// A packet arrives at the router: random loss, then the policer, then the queue
     /// discipline, which queues it or drops it (or others).
+    #[inline]
     pub fn arrive(&mut self, now: Nanos, p: DataPacket) {
         let c = &mut self.counters;
         c.stats.arrivals_pkts += 1;
@@ -789,6 +838,7 @@ impl Bottleneck {
 
     /// If the link is idle and a packet waits, starts sending it (or waits for shaper tokens).
     /// Returns the time at which the caller must call [`Self::wake`] next, if any.
+    #[inline]
     pub fn try_begin(&mut self, now: Nanos) -> Option<Nanos> {
         if let Some((_, done)) = self.in_service {
             return Some(done);
@@ -822,7 +872,7 @@ impl Bottleneck {
         let head = q.pkt;
         let done = match self.trace.as_mut() {
             Some(trace) => trace.send(now, head.size),
-            None => now + serialisation_ns(head.size, self.rate_bps, &mut self.rem),
+            None => now + self.ser.ns(head.size, self.rate_bps),
         };
         self.in_service = Some((head, done));
         Some(done)
@@ -830,6 +880,7 @@ impl Bottleneck {
 
     /// Called at a time returned by [`Self::try_begin`]: completes the packet in service if
     /// it is done (returning it) and returns the next wake-up time.
+    #[inline]
     pub fn wake(&mut self, now: Nanos) -> (Option<DataPacket>, Option<Nanos>) {
         let mut out = None;
         if self.in_service.is_none() {
@@ -903,6 +954,29 @@ mod tests {
         let d = drain(&mut b, 7000);
         let expect = 7000u128 * 1500 * 8 * NS_PER_S / 7_000_000;
         assert_eq!(*d.last().unwrap() as u128, expect);
+    }
+
+    #[test]
+    fn serialiser_gives_the_divisions_quotients_and_remainders() {
+        // Sizes that repeat and change, rates that divide and do not, one change of rate
+        // (the remainder reset as set_rate does): every time and remainder as the division's.
+        let mut rng = SimRng::new(7, 7);
+        for &rate in &[7_000_000u64, 80_000_000, 10_000_000_000, 100_000_000_000, 999_999_937, 1 << 61] {
+            let (mut s, mut rem) = (Serialiser::default(), 0u128);
+            for i in 0..20_000 {
+                let bytes = match i % 7 {
+                    0 => 52,
+                    1 => 29 + (rng.uniform() * 1471.0) as u32,
+                    _ => 1500,
+                };
+                if i == 10_000 {
+                    s.rem = 0;
+                    rem = 0;
+                }
+                assert_eq!(s.ns(bytes, rate), serialisation_ns(bytes, rate, &mut rem), "rate {rate}, packet {i}");
+                assert_eq!(s.rem, rem);
+            }
+        }
     }
 
     #[test]

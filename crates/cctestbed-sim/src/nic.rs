@@ -111,8 +111,9 @@ impl Skb {
             && p.seq == f.seq + self.segs
             && self.last_payload == f.payload
             && p.payload <= f.payload
-            && p.sent_at / TCP_TS_TICK == f.sent_at / TCP_TS_TICK
-            && p.ts_echo.map(|e| e / TCP_TS_TICK) == f.ts_echo.map(|e| e / TCP_TS_TICK)
+            // (segments of one train share both stamps: equal stamps need no division)
+            && (p.sent_at == f.sent_at || p.sent_at / TCP_TS_TICK == f.sent_at / TCP_TS_TICK)
+            && (p.ts_echo == f.ts_echo || p.ts_echo.map(|e| e / TCP_TS_TICK) == f.ts_echo.map(|e| e / TCP_TS_TICK))
             && p.ecn == f.ecn
             && !p.cwr
             && IP_TCP_HEADERS + self.bytes() + (p.payload as u64) < GRO_MAX_SIZE

@@ -95,6 +95,8 @@ const APP_LIMITED: u8 = 1 << 4;
 /// Already used by the rate sampler (Linux zeroes tx.delivered_mstamp).
 const RATE_USED: u8 = 1 << 5;
 const IN_TSORTED: u8 = 1 << 6;
+/// Any of these makes a segment's delivery more than counting (see `clean_rtx_queue`).
+const NOT_PLAIN: u8 = SACKED | LOST | RETRANS_IN_FLIGHT | EVER_RETRANS | RATE_USED;
 
 #[derive(Debug, Clone, Copy)]
 struct Seg {
@@ -163,6 +165,10 @@ pub struct Sender {
     ticks: TickClock,
     /// Total segments for a fixed-size transfer, and the last one's payload.
     end: Option<(u64, u32)>,
+    /// The same for [`Self::payload_of`]: the last segment's sequence (`u64::MAX` for a bulk
+    /// flow, which never reaches it) and payload.
+    last_seq: u64,
+    last_payload: u32,
     /// The receiver's offered window (`snd_wnd`, bytes beyond `snd_una`), and what of it
     /// whole segments fill.
     snd_wnd: u64,
@@ -269,6 +275,8 @@ impl Sender {
             max_pacing_rate,
             ticks: TickClock::default(),
             end,
+            last_seq: end.map_or(u64::MAX, |(n, _)| n - 1),
+            last_payload: end.map_or(mss, |(_, last)| last),
             snd_wnd: u64::MAX,
             rwnd_segs: u64::MAX,
             ts_recent: None,
@@ -460,9 +468,10 @@ impl Sender {
     }
 
     fn payload_of(&self, seq: u64) -> u32 {
-        match self.end {
-            Some((n, last)) if seq + 1 == n => last,
-            _ => self.mss,
+        if seq == self.last_seq {
+            self.last_payload
+        } else {
+            self.mss
         }
     }
 
@@ -487,6 +496,40 @@ impl Sender {
         m.flags &= !IN_TSORTED;
         m.prev = NIL;
         m.next = NIL;
+    }
+
+    /// Unlinks segments `a..b`, which are about to leave the scoreboard, from the time-sorted
+    /// list: the list `ts_unlink` of each in turn leaves, each stretch of consecutive
+    /// segments that are also neighbours in the list spliced out at once. Their own links
+    /// and flags are left as they are.
+    fn ts_unlink_run(&mut self, a: u64, b: u64) {
+        let mut k = a;
+        while k < b {
+            if self.seg(k).flags & IN_TSORTED == 0 {
+                k += 1;
+                continue;
+            }
+            let start = k;
+            while k + 1 < b && self.seg(k).next == k + 1 {
+                k += 1;
+            }
+            self.ts_splice_out(self.seg(start).prev, self.seg(k).next);
+            k += 1;
+        }
+    }
+
+    /// Joins `prev` and `next` in the time-sorted list, cutting out what lay between them.
+    fn ts_splice_out(&mut self, prev: u64, next: u64) {
+        if prev == NIL {
+            self.ts_head = next;
+        } else {
+            self.seg_mut(prev).next = next;
+        }
+        if next == NIL {
+            self.ts_tail = prev;
+        } else {
+            self.seg_mut(next).prev = prev;
+        }
     }
 
     fn ts_push_front(&mut self, seq: u64) {
@@ -786,11 +829,7 @@ impl Sender {
                 }
                 let left = self.end.map_or(u64::MAX, |(n, _)| n - self.snd_nxt);
                 let n = (quota as u64).min(rwnd_room).min(left);
-                for _ in 0..n {
-                    let seq = self.snd_nxt;
-                    bytes += self.payload_of(seq) as u64;
-                    self.transmit(now, seq, io);
-                }
+                bytes = self.transmit_new(now, n, io);
             }
             if self.pacing {
                 self.update_wstamp_after_send(now, prior_wstamp, bytes);
@@ -870,6 +909,61 @@ impl Sender {
             self.max_packets_seq = self.snd_nxt;
             self.cwnd_limited = is_cwnd_limited;
         }
+    }
+
+    /// Sends `n` (at least one) new segments back to back at `now`, as `transmit` of each in
+    /// turn would; returns their payload bytes. The first goes through `transmit` (a new
+    /// flight's clocks, the queued CWR, the RTO's arming); after it nothing that sets the
+    /// others' records changes but the count in flight, so they are written directly, each
+    /// linked behind the one before at the tail of the time-sorted list.
+    fn transmit_new(&mut self, now: Nanos, n: u64, io: &mut Io) -> u64 {
+        let first = self.snd_nxt;
+        self.transmit(now, first, io);
+        let mut bytes = self.payload_of(first) as u64;
+        if n == 1 {
+            return bytes;
+        }
+        debug_assert!(self.timers[TimerKind::Rto as usize].deadline().is_some());
+        let mut in_flight_at_send = self.packets_in_flight();
+        let seg = Seg {
+            tx_time: now,
+            first_tx: self.first_tx_time,
+            delivered_time: self.delivered_time,
+            delivered: self.delivered,
+            delivered_ce: self.delivered_ce,
+            lost_at_send: self.lost,
+            prev: NIL,
+            next: NIL,
+            in_flight_at_send,
+            flags: if self.app_limited != 0 { APP_LIMITED } else { 0 } | IN_TSORTED,
+        };
+        let ecn = if self.ecn { self.ect } else { Ecn::NotEct };
+        let hdr = self.mtu - self.mss;
+        let pkt = DataPacket { flow: self.flow, seq: first, size: self.mss + hdr, payload: self.mss, sent_at: now, ecn, cwr: false, ts_echo: self.ts_recent };
+        let last = first + n - 1;
+        self.segs.reserve(n as usize - 1);
+        io.out.reserve(n as usize - 1);
+        // The tail (the first segment) now points on to the rest.
+        self.seg_mut(first).next = first + 1;
+        let mut payload_bytes = 0u64;
+        for seq in first + 1..=last {
+            in_flight_at_send += 1;
+            self.segs.push_back(Seg { prev: seq - 1, next: if seq == last { NIL } else { seq + 1 }, in_flight_at_send, ..seg });
+            let payload = self.payload_of(seq);
+            payload_bytes += payload as u64;
+            io.out.push(DataPacket { seq, size: payload + hdr, payload, ..pkt });
+        }
+        let k = n - 1;
+        self.snd_nxt = last + 1;
+        self.ts_tail = last;
+        if self.in_cwnd_reduction() {
+            self.prr_out += k as u32;
+        }
+        self.stats.sent_pkts += k;
+        self.stats.sent_bytes += payload_bytes + k * hdr as u64;
+        self.stats.sent_payload_bytes += payload_bytes;
+        bytes += payload_bytes;
+        bytes
     }
 
     fn transmit(&mut self, now: Nanos, seq: u64, io: &mut Io) {
@@ -1011,6 +1105,100 @@ impl Sender {
         }
     }
 
+    /// The cumulative part of `tcp_clean_rtx_queue`: every segment below `ack` is delivered
+    /// and leaves the scoreboard, in sequence order; returns their payload bytes.
+    ///
+    /// A run of plain segments (never retransmitted, not SACKed, not marked lost) is taken
+    /// at once, with the result `on_delivered` of each in turn gives: counters by the run's
+    /// length; the oldest ACK-timed send time from its first segment; RACK and the rate
+    /// sample from the most recently sent (the greatest (send time, sequence), found in the
+    /// scan), RACK's RTT from the last one taken; and the run unlinked from the time-sorted
+    /// list a stretch of list neighbours at a time. Other segments go through `on_delivered`.
+    fn clean_rtx_queue(&mut self, now: Nanos, ack: u64, acc: &mut AckAccum) -> u64 {
+        let base = self.snd_una;
+        let mut i = base;
+        while i < ack {
+            let flags = self.seg(i).flags;
+            if flags & NOT_PLAIN != 0 {
+                self.on_delivered(now, i, false, acc);
+                if flags & SACKED != 0 {
+                    self.sacked_out -= 1;
+                    // FLAG_RETRANS_DATA_ACKED counts SACKed packets leaving the queue too.
+                    acc.retrans_data_acked |= flags & EVER_RETRANS != 0;
+                }
+                i += 1;
+                continue;
+            }
+            // The run i..j of plain segments, its most recently sent one, and whether it is
+            // one stretch of the time-sorted list (each the list successor of the one before).
+            let mut run = self.segs.range((i - base) as usize..(ack - base) as usize);
+            let s0 = run.next().expect("i < ack");
+            let (first_tx, head_prev) = (s0.tx_time, s0.prev);
+            let (mut newest_tx, mut newest, mut last_tx) = (first_tx, i, first_tx);
+            let mut chained = s0.flags & IN_TSORTED != 0;
+            let mut link = s0.next;
+            let mut j = i + 1;
+            for s in run {
+                if s.flags & NOT_PLAIN != 0 {
+                    break;
+                }
+                chained &= link == j;
+                link = s.next;
+                last_tx = s.tx_time;
+                if last_tx >= newest_tx {
+                    newest_tx = last_tx;
+                    newest = j;
+                }
+                j += 1;
+            }
+            if chained {
+                self.ts_splice_out(head_prev, link);
+            } else {
+                self.ts_unlink_run(i, j);
+            }
+            let count = j - i;
+            self.delivered += count;
+            acc.delivered += count as u32;
+            // FLAG_ORIG_SACK_ACKED: never-retransmitted data from before high_seq delivered.
+            if i < self.high_seq {
+                acc.orig_acked = true;
+            }
+            acc.first_ackt.get_or_insert(first_tx);
+            acc.last_ackt = Some(acc.last_ackt.map_or(newest_tx, |t| t.max(newest_tx)));
+            if !self.rack.valid || sent_after(newest_tx, newest, self.rack.xmit_ts, self.rack.end_seq) {
+                self.rack.xmit_ts = newest_tx;
+                self.rack.end_seq = newest;
+            }
+            self.rack.rtt = now - last_tx;
+            self.rack.valid = true;
+            if acc.rs_prior_time.is_none() || sent_after(newest_tx, newest, self.first_tx_time, acc.last_end_seq) {
+                let s = *self.seg(newest);
+                acc.rs.prior_delivered = s.delivered;
+                acc.rs_prior_time = Some(s.delivered_time);
+                acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
+                acc.rs.is_retrans = false;
+                acc.rs.tx_in_flight = s.in_flight_at_send;
+                acc.rs.lost = self.lost - s.lost_at_send;
+                acc.prior_delivered_ce = s.delivered_ce;
+                acc.last_end_seq = newest;
+                self.first_tx_time = s.tx_time;
+                acc.snd_interval = s.tx_time - s.first_tx;
+            }
+            i = j;
+        }
+        let n = ack - base;
+        acc.pkts_acked += n as u32;
+        let mut bytes = n * self.mss as u64;
+        if let Some((end, last)) = self.end {
+            if base < end && end <= ack {
+                bytes = bytes - self.mss as u64 + last as u64;
+            }
+        }
+        self.segs.drain(..n as usize);
+        self.snd_una = ack;
+        bytes
+    }
+
     pub fn on_ack(&mut self, now: Nanos, ack: &AckPacket, io: &mut Io) {
         if ack.ack > self.snd_nxt {
             return;
@@ -1022,24 +1210,9 @@ impl Sender {
         acc.rs.prior_in_flight = prior_in_flight;
         let una_advanced = ack.ack > self.snd_una;
         let prior_sacked_out = self.sacked_out;
-        let mut una_bytes = 0u64;
 
         // Cumulative ACK (tcp_clean_rtx_queue).
-        while self.snd_una < ack.ack {
-            let seq = self.snd_una;
-            una_bytes += self.payload_of(seq) as u64;
-            let flags = self.seg(seq).flags;
-            let was_sacked = flags & SACKED != 0;
-            self.on_delivered(now, seq, false, &mut acc);
-            if was_sacked {
-                self.sacked_out -= 1;
-                // FLAG_RETRANS_DATA_ACKED counts SACKed packets leaving the queue too.
-                acc.retrans_data_acked |= flags & EVER_RETRANS != 0;
-            }
-            acc.pkts_acked += 1;
-            self.segs.pop_front();
-            self.snd_una += 1;
-        }
+        let una_bytes = if una_advanced { self.clean_rtx_queue(now, ack.ack, &mut acc) } else { 0 };
         self.sacked.remove_below(self.snd_una);
 
         // SACK blocks (tcp_sacktag_write_queue): only the newly covered segments are touched.
