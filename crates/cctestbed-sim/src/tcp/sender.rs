@@ -925,18 +925,8 @@ impl Sender {
         }
         debug_assert!(self.timers[TimerKind::Rto as usize].deadline().is_some());
         let mut in_flight_at_send = self.packets_in_flight();
-        let seg = Seg {
-            tx_time: now,
-            first_tx: self.first_tx_time,
-            delivered_time: self.delivered_time,
-            delivered: self.delivered,
-            delivered_ce: self.delivered_ce,
-            lost_at_send: self.lost,
-            prev: NIL,
-            next: NIL,
-            in_flight_at_send,
-            flags: if self.app_limited != 0 { APP_LIMITED } else { 0 } | IN_TSORTED,
-        };
+        let mut seg = self.send_record(now, in_flight_at_send);
+        seg.flags |= IN_TSORTED;
         let ecn = if self.ecn { self.ect } else { Ecn::NotEct };
         let hdr = self.mtu - self.mss;
         let pkt = DataPacket { flow: self.flow, seq: first, size: self.mss + hdr, payload: self.mss, sent_at: now, ecn, cwr: false, ts_echo: self.ts_recent };
@@ -966,18 +956,9 @@ impl Sender {
         bytes
     }
 
-    fn transmit(&mut self, now: Nanos, seq: u64, io: &mut Io) {
-        if self.packets_out() == 0 {
-            // tcp_rate.c: a new flight starts its send and delivery clocks now.
-            self.first_tx_time = now;
-            self.delivered_time = now;
-            let info = self.info(now);
-            self.cc.cwnd_event(&info, &mut self.w, CaEvent::TxStart);
-        }
-        let retrans = seq < self.snd_nxt;
-        self.last_send_time = now;
-        let in_flight_at_send = self.packets_in_flight() + 1;
-        let seg = Seg {
+    /// A segment's record as it leaves at `now` (tcp_rate_skb_sent's snapshot), unlinked.
+    fn send_record(&self, now: Nanos, in_flight_at_send: u32) -> Seg {
+        Seg {
             tx_time: now,
             first_tx: self.first_tx_time,
             delivered_time: self.delivered_time,
@@ -988,7 +969,20 @@ impl Sender {
             next: NIL,
             in_flight_at_send,
             flags: if self.app_limited != 0 { APP_LIMITED } else { 0 },
-        };
+        }
+    }
+
+    fn transmit(&mut self, now: Nanos, seq: u64, io: &mut Io) {
+        if self.packets_out() == 0 {
+            // tcp_rate.c: a new flight starts its send and delivery clocks now.
+            self.first_tx_time = now;
+            self.delivered_time = now;
+            let info = self.info(now);
+            self.cc.cwnd_event(&info, &mut self.w, CaEvent::TxStart);
+        }
+        let retrans = seq < self.snd_nxt;
+        self.last_send_time = now;
+        let seg = self.send_record(now, self.packets_in_flight() + 1);
         if retrans {
             let s = self.seg_mut(seq);
             let keep = s.flags & (LOST | EVER_RETRANS | IN_TSORTED);
