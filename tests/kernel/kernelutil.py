@@ -39,21 +39,25 @@ def host_was_quiet(result: Any) -> bool:
     return (result.extra.get("host_cpu_steal_ms") or 0.0) < budget
 
 
-def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3) -> Any:
+def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3,
+                        trials: Callable[[Any], list[Any]] = lambda r: [r]) -> Any:
     """Run a kernel trial and check its bounds. A miss on a quiet host fails at once; a miss on a
     host that took more than the quiet budget runs the trial again, up to ``attempts`` in all.
     When every attempt ran on a disturbed host and missed, the bounds could not be measured
     there: the test is skipped, saying so with each attempt's steal and the last miss (a CI host
     that took 940-1650 ms in each of three 12 s attempts missed the capacity bound by 3.2-7.5 %).
     For bounds on rates and times, which a stalled virtual machine moves. Every attempt's steal
-    is printed."""
+    is printed. An attempt made of several kernel trials (a comparison of reps) gives them by
+    ``trials``: it was quiet when each of them was."""
     steals = []
     for attempt in range(1, attempts + 1):
         r = run()
-        quiet = host_was_quiet(r)
-        steals.append(f"{r.extra.get('host_cpu_steal_ms') or 0.0:.0f} ms")
+        runs = trials(r)
+        quiet = all(host_was_quiet(t) for t in runs)
+        steals.append("/".join(f"{t.extra.get('host_cpu_steal_ms') or 0.0:.0f}" for t in runs) + " ms")
+        seconds = runs[0].trial.duration / 1e9
         print(f"\nattempt {attempt}: host CPU steal {steals[-1]} in "
-              f"{r.trial.duration / 1e9:g} s{'' if quiet else ' (disturbed)'}")
+              f"{seconds:g} s{' each' if len(runs) > 1 else ''}{'' if quiet else ' (disturbed)'}")
         try:
             check(r)
             return r
@@ -63,7 +67,7 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
             print(f"missed on a disturbed host: {miss}")
             last_miss = miss
     pytest.skip(f"not measurable here: the host was disturbed in each of {attempts} attempts "
-                f"(CPU steal {', '.join(steals)} in {r.trial.duration / 1e9:g} s each); last miss: {last_miss}")
+                f"(CPU steal {', '.join(steals)} in {seconds:g} s each); last miss: {last_miss}")
 
 
 def emulator_stall_ms(result: Any) -> float:

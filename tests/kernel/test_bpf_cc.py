@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import polars as pl
@@ -65,10 +66,22 @@ def steady(result: Any, col: str) -> pl.Series:
     return result.flows.filter((pl.col("time_s") > t0) & (pl.col("time_s") <= t1))[col]
 
 
-def compare(scenario: dict[str, Any], reps: int) -> list[Any]:
+@dataclass
+class Comparison:
+    cells: list[Any]
+    #: every kernel trial the comparison ran, both sides
+    runs: list[Any]
+
+    def misses(self, metrics: Optional[set[str]] = None) -> list[str]:
+        return [f"{c.metric}: built-in {c.kernel_mean} port {c.sim_mean} (allowed {c.allowed})"
+                for c in self.cells if c.verdict != "within" and (metrics is None or c.metric in metrics)]
+
+
+def compare(scenario: dict[str, Any], reps: int) -> Comparison:
     """The built-in bbr (the reference, in the verdict's kernel column) against the BPF port
     (``bpf:bbr``, in its simulator column): every fidelity cell of the scenario."""
     runs: dict[str, list[dict[str, Any]]] = {"bbr": [], "bpf:bbr": []}
+    results = []
     for rep in range(1, reps + 1):
         for cc in runs:
             flows = [{**f, "cc": cc} if f["cc"] == "bbr" else f for f in scenario["flows"]]
@@ -76,10 +89,11 @@ def compare(scenario: dict[str, Any], reps: int) -> list[Any]:
             in_use = {v for s in r.extra["senders"].values() for v in s.get("cc", {}).values()}
             assert ("bbr" in in_use) == (cc == "bbr") and any(bpfcc.is_testbed_name(v) for v in in_use) == (cc != "bbr")
             runs[cc].append(metrics(r))
+            results.append(r)
     cells = cells_for(scenario["name"], runs["bbr"], runs["bpf:bbr"], tolerances())
     for c in cells:
         print(f"{c.scenario} {c.metric}: built-in {c.kernel_mean} port {c.sim_mean} -> {c.verdict}")
-    return cells
+    return Comparison(cells, results)
 
 
 def scenario(name: str, queue: str, flows: list[dict[str, Any]], duration: str, steady: list[str]) -> dict[str, Any]:
@@ -91,18 +105,22 @@ def test_port_matches_builtin_bbr_reduced():
     """4 BBR flows, 0.5 BDP, 20 s: the BPF port and the built-in bbr agree on utilization, loss,
     queue and RTT within the fidelity tolerances (two reps each, so that the built-in's own spread
     counts as the verdict's does; the full comparison is bpf_full). 0.5 BDP because there BBR's
-    loss is steady (about 11 %) from the first seconds; in deeper queues a short trial's loss is
+    loss is steady (9-11 %) from the first seconds; in deeper queues a short trial's loss is
     start-up's, and varies from run to run."""
     if not has_bbr():
         pytest.skip("this kernel has no built-in bbr to compare with")
-    cells = compare(scenario("port-0.5bdp", "0.5bdp", [{"cc": "bbr", "count": 4, "stagger": "100ms"}], "20s",
-                             ["8s", "20s"]), reps=2)
     wanted = {"utilization_pct", "loss_pct", "queue_mean_bdp", "rtt_p50_ms"}
-    checked = [c for c in cells if c.metric in wanted]
-    assert {c.metric for c in checked} == wanted
-    misses = [f"{c.metric}: built-in {c.kernel_mean} port {c.sim_mean} (allowed {c.allowed})"
-              for c in checked if c.verdict != "within"]
-    assert not misses, misses
+
+    def check(c: Comparison) -> None:
+        assert {x.metric for x in c.cells} >= wanted
+        misses = c.misses(wanted)
+        assert not misses, misses
+
+    # Both sides' loss moves with a disturbed host (a CI run measured 11.1 % built-in against
+    # 6.9 % port, where quiet runs measure 9.4 against 9.3): the quiet-host rule decides.
+    check_on_quiet_host(lambda: compare(scenario("port-0.5bdp", "0.5bdp", [{"cc": "bbr", "count": 4, "stagger": "100ms"}],
+                                                 "20s", ["8s", "20s"]), reps=2),
+                        check, trials=lambda c: c.runs)
 
 
 FULL = [
@@ -120,9 +138,11 @@ def test_port_matches_builtin_bbr_full(name, queue, flows):
     """The issue's comparison: 3 reps of 60 s on each side, every fidelity cell within."""
     if not has_bbr():
         pytest.skip("this kernel has no built-in bbr to compare with")
-    cells = compare(scenario(name, queue, flows, "60s", ["20s", "60s"]), reps=3)
-    misses = [c for c in cells if c.verdict != "within"]
-    assert not misses, [(c.metric, c.kernel_mean, c.sim_mean, c.allowed) for c in misses]
+    def check(c: Comparison) -> None:
+        assert not c.misses(), c.misses()
+
+    check_on_quiet_host(lambda: compare(scenario(name, queue, flows, "60s", ["20s", "60s"]), reps=3),
+                        check, trials=lambda c: c.runs)
 
 
 # What each variant's parameters make of the cwnd, per the simulator's model of the same trial.

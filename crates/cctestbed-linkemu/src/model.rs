@@ -190,6 +190,9 @@ impl Path {
                     .then(|| (AckAggregator::new(a.clone(), SimRng::new(cfg.seed, stream::ACK_AGG_BASE + i as u64)), None))
             })
             .collect();
+        // As in the simulator, a path that aggregates ACKs and has no bottleneck of its own sends
+        // a released burst as frames back to back at the link's rate, not at one instant.
+        let line_rate = (bottleneck.is_none() && agg.iter().any(Option::is_some)).then_some(cfg.link.capacity_bps);
         Path {
             agg,
             agg_held: 0,
@@ -199,7 +202,7 @@ impl Path {
             extra_of,
             bottleneck,
             wake: None,
-            line: DelayLine::new(delay, None),
+            line: DelayLine::new(delay, line_rate),
             delay,
             clock: Nanos::MIN,
             unclassified_flow: n as u32,
@@ -363,8 +366,7 @@ impl Path {
         let slot = p.seq as u32;
         let buf = store.frame(slot);
         self.counters.write_ce(buf, p.ecn);
-        let len = buf.len() as u32;
-        self.line.push(now, slot, len);
+        self.line.push(now, slot, p.size);
     }
 
     fn free_dropped(&mut self, store: &mut impl FrameStore) {
