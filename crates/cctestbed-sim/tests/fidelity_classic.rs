@@ -82,3 +82,33 @@ fn htcp_grows_faster_than_reno_long_after_a_loss() {
     println!("measured: H-TCP {:.0} Mb/s vs Reno {:.0} Mb/s at 1e-5 loss, 500 Mb/s, 100 ms", h / 1e6, r / 1e6);
     assert!(h > 1.5 * r, "H-TCP {:.0} Mb/s vs Reno {:.0} Mb/s", h / 1e6, r / 1e6);
 }
+
+/// tcp_htcp.c keeps minRTT and maxRTT in jiffies (`usecs_to_jiffies`, rounded up) and adapts
+/// beta = minRTT / maxRTT only when minRTT exceeds `msecs_to_jiffies(10)`. On an 11 ms path a
+/// 250 Hz kernel counts minRTT as 3 ticks, which is not above msecs_to_jiffies(10) = 3, so
+/// beta stays at 0.5; with 1 ms ticks 11 > 10 and beta follows the RTT ratio (about 11/17 with
+/// half a BDP of queue). The bandwidth switch, which also resets beta to 0.5, is off here.
+#[test]
+fn htcp_measures_rtt_in_the_kernels_ticks() {
+    let mean_beta = |hz: f64| {
+        let mut f = flow("htcp");
+        f.params.insert("hz".into(), hz);
+        f.params.insert("use_bandwidth_switch".into(), 0.0);
+        let mut c = with_flows(dumbbell(50_000_000, 11 * MS, 0.5), vec![f]);
+        c.duration_ns = 30 * S;
+        let end = c.duration_ns;
+        let mut sim = Simulation::new(c).unwrap();
+        let mut betas = vec![];
+        step_through(&mut sim, end, 10 * MS, |sim, t| {
+            if t > 10 * S {
+                betas.push(sim.senders[0].cc.as_any().downcast_ref::<Htcp>().unwrap().beta_ratio());
+            }
+            true
+        });
+        betas.iter().sum::<f64>() / betas.len() as f64
+    };
+    let (b250, b1000) = (mean_beta(250.0), mean_beta(1000.0));
+    println!("measured: H-TCP mean beta {b250:.3} at HZ 250, {b1000:.3} at HZ 1000 (11 ms, 0.5 BDP)");
+    assert!(b250 <= 0.51, "HZ 250: mean beta {b250:.3}");
+    assert!(b1000 >= 0.6, "HZ 1000: mean beta {b1000:.3}");
+}
