@@ -1,4 +1,4 @@
-"""AQM, ECN and mixed path lengths on the kernel backend, through the ``full`` link emulator: the
+"""AQM, ECN, mixed path lengths, traces and ACK aggregation on the kernel backend, through the ``full`` link emulator: the
 userspace emulator runs the simulator's own bottleneck and queue disciplines (this kernel has no
 codel, fq_codel, pie, red or dualpi2 qdisc), writes CE marks into the real IP headers, and
 delays each flow's own frames by its ``extra_delay``. Each trial is compared with the simulator
@@ -7,6 +7,7 @@ printed (``pytest -s`` shows them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -14,9 +15,11 @@ import pytest
 from kernelutil import check_on_quiet_host, kernel_trial, run_with_sim_schema
 
 from cctestbed.config import parse_trial
+from cctestbed.fidelity.measure import scenario_metrics
 from cctestbed.fidelity.verdict import DEFAULT_TOLERANCES, tolerance_for
 from cctestbed.kernel.checks import KernelUnavailable, choose_link_emulator, trial_problems
 from cctestbed.runner import run_trial
+from cctestbed.summary import TrialInfo
 
 #: The emulator's per-frame timing error (sent - due), 99th percentile, that a trial of these
 #: rates may show and still measure the path it describes; at 50 and 80 Mbit/s the emulator
@@ -170,3 +173,135 @@ def test_two_path_lengths_share_one_bottleneck_as_in_the_simulator() -> None:
             assert within(f"share.{g}", share[g], sim_share[g]), (g, share[g], sim_share[g])
 
     check_on_quiet_host(lambda: run_with_sim_schema(**RTTMIX), check)
+
+
+# --- every other link feature the full emulator runs, one kernel trial each against the mean of the
+# simulator's seeds, on the fidelity suite's metrics and tolerances (the suite's `aqm`, `ecn`,
+# `trace` and `ackagg` families hold three or six 25-40 s reps of each on both sides; these are
+# shorter checks that the kernel backend still runs each feature as the simulator does).
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sim_metrics(spec: dict[str, Any], seeds: range = range(1, 9)) -> dict[str, float]:
+    """The fidelity suite's metrics of ``spec`` on the simulator, each the mean over ``seeds``."""
+    runs = [metrics_of(run_trial(parse_trial(kernel_trial(**{**spec, "seed": s})))) for s in seeds]
+    return {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]
+            if all(isinstance(r.get(k), (int, float)) for r in runs)}
+
+
+def metrics_of(r: Any) -> dict[str, Any]:
+    return scenario_metrics(r.flows, r.router, r.summary, TrialInfo.from_trial(r.trial, backend=r.trial.backend))
+
+
+def marks_written(r: Any) -> tuple[int, int]:
+    """The emulator's own count of CE marks over its whole run (its report, not the sampled router
+    series, which ends with the trial's last sample) and the CE marks it wrote into frames."""
+    fwd = r.extra["linkemu"]["model"]["forward"]
+    return sum(fwd["router"]["marks"].values()), fwd["ce_written"]
+
+
+def compare(name: str, k: dict[str, Any], s: dict[str, float], metrics: list[str]) -> list[str]:
+    """Prints each metric on both sides; returns those out of tolerance."""
+    print(f"\n{name}: " + ", ".join(f"{m} kernel {k[m]:.3f} simulator {s[m]:.3f}" for m in metrics))
+    return [m for m in metrics if not within(m, k[m], s[m])]
+
+
+AQM_FEATURES = {
+    # the issue's FQ-CoDel check: one BBR flow gets its fair share beside four CUBIC
+    "fqcodel-1bbr-4cubic": dict(
+        link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": "fq_codel"},
+        flows=[{"cc": "bbr"}, {"cc": "cubic", "count": 4}],
+        metrics=["utilization_pct", "share.bbr", "share.cubic", "rtt_p50_ms"]),
+    "pie-4cubic": dict(
+        link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": "pie"},
+        flows=[{"cc": "cubic", "count": 4}],
+        metrics=["utilization_pct", "queue_mean_bdp", "rtt_p50_ms"]),
+    # RED's utilization is left out: the kernel's senders' bursts push its fast average over max
+    # in some runs (88.7-99.0 % over the suite's reps, docs/fidelity.md)
+    "red-ecn-4cubic": dict(
+        link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": {"kind": "red", "ecn": True}},
+        flows=[{"cc": "cubic", "count": 4, "ecn": True}],
+        metrics=["queue_mean_bdp", "rtt_p50_ms"]),
+}
+
+
+@pytest.mark.parametrize("name", list(AQM_FEATURES))
+def test_queue_disciplines_run_on_the_kernel_as_in_the_simulator(name: str) -> None:
+    f = AQM_FEATURES[name]
+    spec = dict(name=name, duration="15s", steady=["5s", "15s"], link=f["link"], flows=f["flows"])
+    s = sim_metrics(spec)
+
+    def check(r: Any) -> None:
+        k = metrics_of(r)
+        misses = compare(name, k, s, f["metrics"])
+        marks, drops = int(r.router["marks_aqm"].max()), int(r.router["drops_aqm"].max())
+        print(f"{name}: {marks} CE marks, {drops} AQM drops, Jain {k['jain']:.3f}, emulator p99 {emulator_p99_us(r):.0f} us")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        assert not misses, misses
+        if name.startswith("fqcodel"):
+            assert k["jain"] >= 0.95, "FQ-CoDel shares the link evenly"
+        if "ecn" in name:
+            total, written = marks_written(r)
+            assert marks > 0 and written == total, "every mark reached a real IP header"
+            assert drops == 0, "ECN-capable data is marked, not dropped"
+        else:
+            assert drops > 0, "the discipline, not the limit, drops"
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**spec), check)
+
+
+#: DualPI2 with one ECN-capable CUBIC flow (ECT(0): the classic queue, marked at the classic
+#: probability) and one without: the first is marked, the second dropped, and both keep a share.
+DUALPI2 = dict(name="dualpi2-ecn-classic", duration="15s", steady=["5s", "15s"],
+               link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp", "aqm": "dualpi2"},
+               flows=[{"cc": "cubic", "ecn": True, "group": "ecn"}, {"cc": "cubic", "group": "classic"}])
+
+
+def test_dualpi2_marks_the_ecn_flow_and_drops_the_classic_one() -> None:
+    s = sim_metrics(DUALPI2)
+
+    def check(r: Any) -> None:
+        k = metrics_of(r)
+        misses = compare("dualpi2", k, s, ["utilization_pct"])
+        marks, drops = int(r.router["marks_aqm"].max()), int(r.router["drops_aqm"].max())
+        retrans = {g: int(r.flows.filter(pl.col("group") == g)["retrans_segs"].max()) for g in ("ecn", "classic")}
+        print(f"dualpi2: {marks} CE marks, {drops} AQM drops, retransmissions {retrans}, "
+              f"shares ecn {k['share.ecn']:.1f} / classic {k['share.classic']:.1f} %, emulator p99 {emulator_p99_us(r):.0f} us")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        assert not misses, misses
+        total, written = marks_written(r)
+        assert marks > 0 and written == total, "every mark reached a real IP header"
+        assert drops > 0 and retrans["classic"] > 0, "the classic flow's packets are dropped"
+        assert retrans["ecn"] == 0, "the ECN flow's are marked"
+        assert min(k["share.ecn"], k["share.classic"]) >= 30.0, "neither flow starves"
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**DUALPI2), check)
+
+
+#: One CUBIC flow over the step-24-6 trace (24 Mbit/s for 10 s, then 6 Mbit/s), one full period.
+TRACE = dict(name="trace-step-cubic", duration="30s", steady=["10s", "30s"],
+             link={"trace": str(ROOT / "examples/traces/step-24-6.trace"), "rtt": "40ms", "queue": "2bdp"},
+             flows=[{"cc": "cubic"}])
+
+#: One BBR flow whose ACKs are released every 4 ms: Linux's BBR keeps a standing queue (its
+#: delivery-rate samples across a burst run above the link), as the simulator's does.
+ACKAGG = dict(name="ackagg-periodic4-bbr", duration="20s", steady=["8s", "20s"],
+              link={"capacity": "50Mbit", "rtt": "20ms", "queue": "2bdp",
+                    "ack_aggregation": {"model": "periodic", "interval": "4ms"}},
+              flows=[{"cc": "bbr"}])
+
+
+@pytest.mark.parametrize("spec,metrics", [
+    (TRACE, ["utilization_pct", "loss_pct", "queue_mean_bdp", "rtt_p50_ms"]),
+    (ACKAGG, ["utilization_pct", "queue_mean_bdp", "rtt_p50_ms"]),
+], ids=["trace", "ack-aggregation"])
+def test_traces_and_ack_aggregation_run_on_the_kernel_as_in_the_simulator(spec: dict[str, Any], metrics: list[str]) -> None:
+    s = sim_metrics(spec)
+
+    def check(r: Any) -> None:
+        misses = compare(spec["name"], metrics_of(r), s, metrics)
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        assert not misses, misses
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**spec), check)
