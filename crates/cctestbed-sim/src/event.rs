@@ -223,6 +223,12 @@ impl EventQueue {
         top
     }
 
+    /// Events pushed so far. [`Self::peek_time`] changes only by a push or a pop, so a caller
+    /// that pops nothing may keep what it returned while this count stays the same.
+    pub fn pushed(&self) -> u64 {
+        self.seq
+    }
+
     pub fn peek_time(&self) -> Option<Nanos> {
         if !self.due.is_empty() {
             return Some(self.now);

@@ -326,16 +326,17 @@ pub struct DelayChange {
 const NS_PER_S: u128 = 1_000_000_000;
 
 /// Time to serialise `bytes` at `rate_bps`, carrying the sub-nanosecond remainder in `rem`
-/// (units of 1/rate ns) so that back-to-back packets keep the exact average rate.
-fn serialisation_ns(bytes: u32, rate_bps: u64, rem: &mut u128) -> Nanos {
-    let total = bytes as u128 * 8 * NS_PER_S + *rem;
+/// (units of 1/rate ns) so that back-to-back packets keep the exact average rate. The
+/// remainder is below the rate, so it fits in 64 bits.
+fn serialisation_ns(bytes: u32, rate_bps: u64, rem: &mut u64) -> Nanos {
+    let total = bytes as u128 * 8 * NS_PER_S + *rem as u128;
     // The same quotient and remainder in 64 bits when the total fits (always, below 2 GB
     // packets): a 128-bit division is a library call several times slower, once per packet.
     if let Ok(t) = u64::try_from(total) {
-        *rem = (t % rate_bps) as u128;
+        *rem = t % rate_bps;
         return (t / rate_bps) as Nanos;
     }
-    *rem = total % rate_bps as u128;
+    *rem = (total % rate_bps as u128) as u64;
     (total / rate_bps as u128) as Nanos
 }
 
@@ -345,7 +346,7 @@ fn serialisation_ns(bytes: u32, rate_bps: u64, rem: &mut u128) -> Nanos {
 /// less the rate: the same quotient and remainder, as exact integers.
 #[derive(Debug, Clone, Copy, Default)]
 struct Serialiser {
-    rem: u128,
+    rem: u64,
     /// The last size divided out, at `rate`, and its quotient and remainder (`rate` 0: none).
     bytes: u32,
     rate: u64,
@@ -354,8 +355,33 @@ struct Serialiser {
 }
 
 impl Serialiser {
-    #[inline]
+    /// Inlined at every caller (once per packet at the bottleneck): the division-free step
+    /// only; a new size or rate goes to [`Self::ns_slow`].
+    #[inline(always)]
     fn ns(&mut self, bytes: u32, rate_bps: u64) -> Nanos {
+        if bytes == self.bytes && rate_bps == self.rate && self.rem < rate_bps {
+            self.step(rate_bps)
+        } else {
+            self.ns_slow(bytes, rate_bps)
+        }
+    }
+
+    /// r, rem < rate < 2^62, so their sum fits.
+    #[inline(always)]
+    fn step(&mut self, rate_bps: u64) -> Nanos {
+        let sum = self.r + self.rem;
+        if sum >= rate_bps {
+            self.rem = sum - rate_bps;
+            (self.q + 1) as Nanos
+        } else {
+            self.rem = sum;
+            self.q as Nanos
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ns_slow(&mut self, bytes: u32, rate_bps: u64) -> Nanos {
         if bytes != self.bytes || rate_bps != self.rate {
             // Divide this size out once, when it fits in 64 bits (any packet) and the rate
             // keeps the sums below in range; else the division of every packet.
@@ -370,18 +396,10 @@ impl Serialiser {
                 _ => return serialisation_ns(bytes, rate_bps, &mut self.rem),
             }
         }
-        if self.rem >= rate_bps as u128 {
+        if self.rem >= rate_bps {
             return serialisation_ns(bytes, rate_bps, &mut self.rem);
         }
-        // r, rem < rate < 2^62, so their sum fits
-        let sum = self.r + self.rem as u64;
-        if sum >= rate_bps {
-            self.rem = (sum - rate_bps) as u128;
-            (self.q + 1) as Nanos
-        } else {
-            self.rem = sum as u128;
-            self.q as Nanos
-        }
+        self.step(rate_bps)
     }
 }
 
@@ -414,8 +432,29 @@ impl<T: Copy> DelayLine<T> {
 
     /// Puts `item` of `bytes` on the line at `now`. Returns the arrival time if the line was
     /// empty, i.e. when the caller must schedule an event for the new head.
-    #[inline]
+    ///
+    /// Inlined where it is called: most lines (propagation, access without a rate) have neither
+    /// rate nor jitter, and their push, twice per data packet, is a few instructions beside
+    /// the call it was; the rest is out of line in [`Self::arrival`].
+    #[inline(always)]
     pub fn push(&mut self, now: Nanos, item: T, bytes: u32) -> Option<Nanos> {
+        let at = if self.rate_bps.is_none() && self.jitter.is_none() {
+            // FIFO: after a delay decrease, nothing overtakes the packet before it.
+            (now + self.delay).max(self.last_at)
+        } else {
+            self.arrival(now, bytes)
+        };
+        self.last_at = at;
+        debug_assert!(self.q.back().map_or(true, |&(t, _)| t <= at));
+        let was_empty = self.q.is_empty();
+        self.q.push_back((at, item));
+        was_empty.then_some(at)
+    }
+
+    /// When an item of `bytes` put on the line at `now` arrives, on a line with a rate or
+    /// jitter: after its serialisation behind the items before it, the delay and the jitter.
+    #[inline(never)]
+    fn arrival(&mut self, now: Nanos, bytes: u32) -> Nanos {
         let depart = match self.rate_bps {
             Some(r) => {
                 let start = now.max(self.busy_until);
@@ -429,12 +468,7 @@ impl<T: Copy> DelayLine<T> {
             at += (rng.uniform() * *max as f64) as Nanos;
         }
         // FIFO: after a delay decrease or with jitter, nothing overtakes the packet before it.
-        at = at.max(self.last_at);
-        self.last_at = at;
-        debug_assert!(self.q.back().map_or(true, |&(t, _)| t <= at));
-        let was_empty = self.q.is_empty();
-        self.q.push_back((at, item));
-        was_empty.then_some(at)
+        at.max(self.last_at)
     }
 
     /// Pops the head if it is due at `now`.
@@ -962,7 +996,7 @@ mod tests {
         // (the remainder reset as set_rate does): every time and remainder as the division's.
         let mut rng = SimRng::new(7, 7);
         for &rate in &[7_000_000u64, 80_000_000, 10_000_000_000, 100_000_000_000, 999_999_937, 1 << 61] {
-            let (mut s, mut rem) = (Serialiser::default(), 0u128);
+            let (mut s, mut rem) = (Serialiser::default(), 0u64);
             for i in 0..20_000 {
                 let bytes = match i % 7 {
                     0 => 52,

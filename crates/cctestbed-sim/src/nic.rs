@@ -120,28 +120,37 @@ impl Skb {
     }
 }
 
-/// The GRO table of one poll: the skbs held, oldest first.
+/// The GRO table of one poll: the skbs held, oldest first, at most one per flow.
 #[derive(Debug, Default)]
 pub struct Gro {
     held: Vec<Skb>,
+    /// Where the last segment went: segments come in trains of one flow, so the next one's
+    /// skb is most often there (checked before use, so any value is safe).
+    last: usize,
 }
 
 impl Gro {
     /// A TCP data segment arrives in a poll; returns the skb it releases, if any: its flow's
     /// held skb, which it either does not continue (and then starts the next) or ends.
     pub fn receive(&mut self, p: DataPacket) -> Option<Skb> {
-        let i = self.held.iter().position(|s| s.first.flow == p.flow);
+        // The flow's one held skb: at `last` when the flow is the last segment's, else found.
+        let i = match self.held.get(self.last) {
+            Some(s) if s.first.flow == p.flow => Some(self.last),
+            _ => self.held.iter().position(|s| s.first.flow == p.flow),
+        };
         if let Some(i) = i {
             let s = &mut self.held[i];
             if s.continued_by(&p) {
                 s.segs += 1;
                 s.last_payload = p.payload;
+                self.last = i;
                 // a segment shorter than the skb's MSS ends it (`flush = len < mss`)
                 return (p.payload < s.first.payload).then(|| self.held.remove(i));
             }
         }
         let out = i.map(|i| self.held.remove(i));
         // A new skb: held whatever its size (`tcp_gro_receive`'s `mss` is 1 with no skb to join).
+        self.last = self.held.len();
         self.held.push(Skb::single(p));
         out
     }

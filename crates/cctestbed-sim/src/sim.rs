@@ -428,6 +428,9 @@ impl Simulation {
                 // due before the next one: no other event can touch the queue in between, and
                 // what they push keeps its order among the pending events.
                 let mut t = now;
+                // The next other event's time, looked up again only after a push (the loop
+                // pops nothing): once per departure it was a good part of the loop's cost.
+                let (mut pushed, mut next_event) = (self.q.pushed(), self.q.peek_time());
                 loop {
                     let (p, next) = self.bottleneck.wake(t);
                     if let Some(p) = p {
@@ -441,8 +444,11 @@ impl Simulation {
                     if self.capture.is_some() {
                         self.note_service(t);
                     }
+                    if self.q.pushed() != pushed {
+                        (pushed, next_event) = (self.q.pushed(), self.q.peek_time());
+                    }
                     match next {
-                        Some(at) if at <= self.horizon && self.q.peek_time().is_none_or(|e| e > at) => t = at,
+                        Some(at) if at <= self.horizon && next_event.is_none_or(|e| e > at) => t = at,
                         Some(at) => {
                             self.q.push(at, Event::BottleneckWake);
                             break;
