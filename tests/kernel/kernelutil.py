@@ -80,6 +80,15 @@ def emulator_stall_ms(result: Any) -> float:
     return max(emu["timing_error_fwd"]["max_us"], emu["timing_error_rev"]["max_us"]) / 1e3
 
 
+def metrics_of(result: Any) -> dict[str, Any]:
+    """The fidelity suite's metrics of one trial result, from either backend."""
+    from cctestbed.fidelity.measure import scenario_metrics
+    from cctestbed.summary import TrialInfo
+
+    return scenario_metrics(result.flows, result.router, result.summary,
+                            TrialInfo.from_trial(result.trial, backend=result.trial.backend))
+
+
 def run_with_sim_schema(**updates: Any) -> Any:
     """The default kernel trial with ``updates``, run; its telemetry has the simulator's schema."""
     from cctestbed.config import parse_trial

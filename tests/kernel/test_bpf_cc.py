@@ -21,15 +21,13 @@ from typing import Any, Optional
 
 import polars as pl
 import pytest
-from kernelutil import check_on_quiet_host, has_bbr, kernel_trial, registry_entry
+from kernelutil import check_on_quiet_host, has_bbr, kernel_trial, metrics_of, registry_entry
 
 from cctestbed.config import parse_trial
-from cctestbed.fidelity.measure import scenario_metrics
 from cctestbed.fidelity.verdict import cells_for, tolerances
 from cctestbed.kernel import bpfcc
 from cctestbed.kernel.run import run_kernel_trial
 from cctestbed.kernel.topology import available_algorithms
-from cctestbed.summary import TrialInfo
 
 CLI = [sys.executable, "-m", "cctestbed.cli"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,10 +53,6 @@ def ours() -> set[str]:
     """Congestion controls registered under the testbed's names, by both of the kernel's lists."""
     names = {n for n in bpfcc.registered().values() if bpfcc.is_testbed_name(n)}
     return names | {n for n in available_algorithms() if bpfcc.is_testbed_name(n)}
-
-
-def metrics(result: Any) -> dict[str, Any]:
-    return scenario_metrics(result.flows, result.router, result.summary, TrialInfo.from_trial(result.trial, backend="kernel"))
 
 
 def steady(result: Any, col: str) -> pl.Series:
@@ -88,7 +82,7 @@ def compare(scenario: dict[str, Any], reps: int) -> Comparison:
             r = run_kernel_trial(parse_trial({**scenario, "flows": flows, "seed": rep}))
             in_use = {v for s in r.extra["senders"].values() for v in s.get("cc", {}).values()}
             assert ("bbr" in in_use) == (cc == "bbr") and any(bpfcc.is_testbed_name(v) for v in in_use) == (cc != "bbr")
-            runs[cc].append(metrics(r))
+            runs[cc].append(metrics_of(r))
             results.append(r)
     cells = cells_for(scenario["name"], runs["bbr"], runs["bpf:bbr"], tolerances())
     for c in cells:
