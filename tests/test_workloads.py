@@ -190,6 +190,9 @@ def test_the_ideal_is_the_empty_path():
     # 1448 B: one full packet; 10 Mbit/s, 20 ms: handshake 20 ms, 1500 B at 1.2 ms, 10 ms one way
     assert workload.ideal_fct_ns(1448, 10e6, 10_000_000, 10_000_000, 1448, 1500) == pytest.approx(31.2e6)
     assert workload.wire_bytes(1449, 1448, 1500) == 1449 + 2 * 52
+    # a bucket of two packets on an idle bottleneck sends them at once: of 3 packets, one at rate
+    assert workload.ideal_fct_ns(3 * 1448, 10e6, 10_000_000, 10_000_000, 1448, 1500, 3000) == pytest.approx(31.2e6)
+    assert workload.ideal_fct_ns(1448, 10e6, 10_000_000, 10_000_000, 1448, 1500, 3000) == pytest.approx(30e6)
     assert workload.slow_start_rounds(14_480, 1448, 10) == 1
     assert workload.slow_start_rounds(14_481, 1448, 10) == 2
     assert workload.slow_start_rounds(1_000_000, 1448, 10) == 7

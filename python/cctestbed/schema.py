@@ -60,7 +60,8 @@ FCT_TRIAL_COLUMNS = FLOW_TRIAL_COLUMNS[:2]
 #: (:mod:`cctestbed.workload`), after the core's.
 FCT_DERIVED_COLUMNS = (
     Column("ideal_fct_ms", pl.Float64(), "ms", "the flow alone on the empty path with an unlimited window: "
-           "handshake round trip, every packet back to back at the bottleneck rate, one-way delay"),
+           "handshake round trip, every packet back to back at the bottleneck rate (less an htb "
+           "bottleneck's bucket, sent at once), one-way delay"),
     Column("slowdown", pl.Float64(), "", "fct_ms / ideal_fct_ms (>= 1); NaN if unfinished"),
 )
 
@@ -191,9 +192,11 @@ def router_frame(raw: Mapping[str, Any], backend: str) -> pl.DataFrame:
     return build_table(router_columns(), raw["router"], len(raw["router"]["time_s"]), backend)
 
 
-def completions_frame(cols: Mapping[str, Any], trial: Trial, backend: str) -> pl.DataFrame:
+def completions_frame(cols: Mapping[str, Any], trial: Trial, backend: str, bucket_bytes: int = 0) -> pl.DataFrame:
     """fct.parquet from the completion columns (the core's, or a backend's of the same names):
-    the flows' labels, their ideal completion time and slowdown (:mod:`cctestbed.workload`)."""
+    the flows' labels, their ideal completion time and slowdown (:mod:`cctestbed.workload`).
+    ``bucket_bytes``: IP bytes the forward bottleneck lets through at once when idle (the kernel
+    backend's htb bucket), which the empty path's ideal then carries without serialisation."""
     from . import workload
 
     c = {k: np.asarray(v) for k, v in cols.items()}
@@ -213,7 +216,8 @@ def completions_frame(cols: Mapping[str, Any], trial: Trial, backend: str) -> pl
         rate = [bps for at, bps in steps if at <= start_s + 1e-12][-1]
         if trial.link.access_rate is not None:
             rate = min(rate, trial.link.access_rate)
-        ideal[k] = workload.ideal_fct_ns(int(size), rate, fwd + g.extra_delay, rev, trial.mss, trial.mtu) / 1e6
+        ideal[k] = workload.ideal_fct_ns(int(size), rate, fwd + g.extra_delay, rev, trial.mss, trial.mtu,
+                                         bucket_bytes) / 1e6
     c["ideal_fct_ms"] = ideal
     c["slowdown"] = c["fct_ms"].astype(float) / ideal if len(ids) else ideal
     return build_table(completion_columns(), c, len(ids), backend, trial_labels(trial))

@@ -216,11 +216,15 @@ def wire_bytes(size: int, mss: int, mtu: int) -> int:
     return size + -(-size // mss) * (mtu - mss)
 
 
-def ideal_fct_ns(size: int, rate_bps: float, delay_fwd_ns: int, delay_rev_ns: int, mss: int, mtu: int) -> float:
+def ideal_fct_ns(size: int, rate_bps: float, delay_fwd_ns: int, delay_rev_ns: int, mss: int, mtu: int,
+                 bucket_bytes: int = 0) -> float:
     """The flow's completion time alone on the empty path with an unlimited window: the
     handshake's round trip (SYN out, SYN-ACK back), then every packet back to back at
-    ``rate_bps``, the last arriving ``delay_fwd_ns`` after it left."""
-    return 2 * delay_fwd_ns + delay_rev_ns + wire_bytes(size, mss, mtu) * 8e9 / rate_bps
+    ``rate_bps``, the last arriving ``delay_fwd_ns`` after it left. A bottleneck that lets
+    ``bucket_bytes`` through at once when idle (a token bucket, as the kernel backend's htb) sends
+    that much of the flow without serialisation."""
+    sent_at_rate = max(wire_bytes(size, mss, mtu) - bucket_bytes, 0)
+    return 2 * delay_fwd_ns + delay_rev_ns + sent_at_rate * 8e9 / rate_bps
 
 
 def bucket_of(size: int) -> str:

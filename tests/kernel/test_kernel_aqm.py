@@ -157,17 +157,19 @@ def compare(name: str, k: dict[str, Any], s: dict[str, float], metrics: list[str
 
 
 #: Two path lengths under one drop-tail bottleneck: RTprop 20 ms and 50 ms (30 ms of extra delay
-#: on the long group's own frames, before the queue, as the simulator's access line).
+#: on the long group's own frames, before the queue, as the simulator's access line), a CUBIC flow
+#: on the short path and a BBR flow on the long one. One run pins this split: the kernel's short
+#: path took 8.9-9.8 % in the suite's three 30 s reps (rttmix-bbr-cubic-20-50), the simulator's
+#: 9.0-10.8 % over seeds 1-20 of this 25 s trial (the share tolerance is 8 points). Two CUBIC flows
+#: do not: their split through the drop-tail queue turns on the flows' phases (Floyd and Jacobson
+#: 1992), 56.6-76.7 % for the short path over the kernel's runs, so one run is one draw and
+#: a single run's check failed on a quiet CI host (75.0 % against the simulator's mean of 62.8);
+#: that pair is held by the suite's reps (rttmix-2cubic-20-50, three kernel runs against 20 seeds).
 RTTMIX = dict(name="rttmix", duration="25s", steady=["5s", "25s"],
-              link={"capacity": "50Mbit", "rtt": "20ms", "queue": "1bdp"},
-              flows=[{"cc": "cubic", "group": "short"}, {"cc": "cubic", "group": "long", "extra_delay": "30ms"}])
+              link={"capacity": "50Mbit", "rtt": "20ms", "queue": "2bdp"},
+              flows=[{"cc": "cubic", "group": "short"}, {"cc": "bbr", "group": "long", "extra_delay": "30ms"}])
 
-#: The simulator's side: the mean of 8 seeds, each its own phase of the kernel's tick clock. The
-#: two periodic flows' split through the drop-tail queue turns on their phases (Floyd and Jacobson
-#: 1992; docs/validation.md), so one run on either side is one draw: the short path took 55.9 % at
-#: every seed when every trial's ticks began at time 0, 55.6-70.4 % over seeds 1-8 now (mean 62.9);
-#: the kernel took 59.5, 60.7, 64.3 and 68.1 % in four runs through the batched emulator (56.6-76.7
-#: % in the fidelity campaign's reps through the per-frame one).
+#: The simulator's side: the mean of 8 seeds, each its own phase of the kernel's tick clock.
 SIM_SEEDS = range(1, 9)
 
 
@@ -180,7 +182,7 @@ def test_two_path_lengths_share_one_bottleneck_as_in_the_simulator() -> None:
         print(f"\nkernel: min RTT short {min_rtt['short']:.2f} ms, long {min_rtt['long']:.2f} ms; loss "
               f"{r.summary['total']['loss_pct']:.3f} %, emulator p99 {emulator_p99_us(r):.0f} us; simulator: mean of "
               f"{len(SIM_SEEDS)} seeds")
-        misses = compare("rttmix", metrics_of(r), s, ["utilization_pct", "share.short", "share.long"])
+        misses = compare("rttmix", metrics_of(r), s, ["utilization_pct", "share.short", "share.long", "loss_pct"])
         assert emulator_p99_us(r) <= TIMING_P99_US
         for g, base in rtprop.items():
             # the kernel's min_rtt: RTprop plus a full packet's transmission (0.24 ms at 50 Mbit/s)

@@ -87,8 +87,12 @@ def test_poisson_workload_runs_as_expanded_and_conserves_bytes():
     joined = fct.join(last, on="flow", suffix="_telemetry")
     assert (joined["delivered_bytes"] == joined["delivered_bytes_telemetry"]).all()
     assert r.summary["total"]["goodput_bps"] == pytest.approx(fct["size_bytes"].sum() * 8 / 16, rel=1e-9)
-    # nothing beats the empty path (a tenth of a millisecond for the hosts' timing)
-    assert (done["fct_ms"] >= done["ideal_fct_ms"] - 0.1).all()
+    # nothing beats the empty path: its ideal counts the htb bucket's two frames as sent at once
+    # (without them flows alone on the path came in up to 0.086 ms under it); the hosts' timing
+    # only adds (connect is stamped before the socket exists, completion after the last read)
+    assert r.extra["bottleneck"]["burst_bytes"] > 0
+    assert (done["fct_ms"] >= done["ideal_fct_ms"]).all(), done.sort("slowdown").head(3)
+    assert (done["slowdown"] >= 1).all()
     # workload flows: rows only while open
     assert len(r.flows) < 0.2 * len(fct) * 1600
 

@@ -542,7 +542,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
     errors = {i: e for i, s in raw.senders.items() for e in [s.get("errors")] if e}
     if errors:
         raise KernelRunError(f"flows failed: {errors}")
-    flows, rframe, fct = kernel_tables(trial, raw, run.mode)
+    flows, rframe, fct = kernel_tables(trial, raw, run.mode, run.info["bottleneck"])
     summary = summarize(flows, rframe, TrialInfo.from_trial(trial, backend=BACKEND), fct)
     return KernelTrialResult(trial, flows, rframe, summary, None, BACKEND, extra=extra, files=files,
                              completions=fct if len(fct) else None)
