@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from cctestbed.config import ConfigError, algorithms, parse_trial
+from trial_helpers import toml_of
 from cctestbed.kernel import bpfcc
 from cctestbed.runner import run_trial
 
@@ -26,8 +27,22 @@ def test_simulator_names_a_missing_object_before_it_runs(cli, write_trial, trial
     path = write_trial(trial_dict(flows=[{"cc": "cubic"}, {"cc": "bpf:my/cc.bpf.o", "params": {"beta": 7}}]))
     r = cli("run", path, "-o", tmp_path / "out")
     assert r.exit_code == 2
-    assert "flows[1].cc: 'bpf:my/cc.bpf.o': cannot read my/cc.bpf.o" in r.output
+    # a relative path is the trial file's, as a trace's: the message says where it looked
+    where = tmp_path.resolve() / "my" / "cc.bpf.o"
+    assert f"flows[1].cc: 'bpf:{where}': cannot read {where}" in " ".join(r.output.split()).replace("\n", "")
     assert not (tmp_path / "out").exists()
+
+
+@needs_objects
+def test_an_object_is_found_beside_the_trial_file_that_names_it(cli, trial_dict, tmp_path, monkeypatch):
+    (tmp_path / "cc").mkdir()
+    shutil.copy(RENO_OBJ, tmp_path / "cc" / "mine.bpf.o")
+    trial = tmp_path / "cc" / "trial.toml"
+    trial.write_text(toml_of(trial_dict(duration="2s", flows=[{"cc": "bpf:mine.bpf.o"}])))
+    monkeypatch.chdir(tmp_path)  # elsewhere: the object is the file's neighbour, not the working directory's
+    r = cli("run", trial, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "summary.json").exists()
 
 
 def test_simulator_refuses_what_is_not_a_bpf_object(cli, write_trial, trial_dict, tmp_path):

@@ -1987,11 +1987,18 @@ def read_trial_file(path: Union[str, Path], what: str = "trial file") -> dict[st
 
 
 def _files_relative_to(doc: Any, base: Path) -> Any:
-    """Trace and CDF files named relative to the file that names them, made absolute: ``trace``
-    in any ``link`` table (a trial, a sweep's base, a suite's scenarios), a sweep axis over
-    ``link.trace``, and a flow group's ``size.file`` (but a shipped CDF's name)."""
+    """Trace, CDF and BPF object files named relative to the file that names them, made
+    absolute: ``trace`` in any ``link`` table (a trial, a sweep's base, a suite's scenarios), a
+    sweep axis over ``link.trace``, a flow group's ``size.file`` (but a shipped CDF's name) and
+    its ``cc = "bpf:PATH"`` (but a project object's name, ``bpf:bbr``; a ``#NAME`` suffix kept)."""
+    from .kernel import bpfcc
+
     def walk(v: Any, key: Optional[str]) -> None:
         if isinstance(v, dict):
+            cc = v.get("cc")
+            if isinstance(cc, str) and cc.startswith(BPF_PREFIX) and bpfcc.names_a_file(cc[len(BPF_PREFIX):]):
+                path, sep, name = cc[len(BPF_PREFIX):].partition("#")
+                v["cc"] = BPF_PREFIX + traces.resolve(path, base) + sep + name
             if key == "link" and isinstance(v.get("trace"), str):
                 v["trace"] = traces.resolve(v["trace"], base)
             if key == "size" and isinstance(v.get("file"), str) and v["file"] not in workload.SHIPPED_CDFS:

@@ -8,7 +8,7 @@ printed (``pytest -s`` shows them)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import polars as pl
 import pytest
@@ -263,6 +263,52 @@ def test_dualpi2_marks_the_ecn_flow_and_drops_the_classic_one() -> None:
         assert min(k["share.ecn"], k["share.classic"]) >= 30.0, "neither flow starves"
 
     check_on_quiet_host(lambda: run_with_sim_schema(**DUALPI2), check)
+
+
+#: DCTCP as the kernel's own BPF selftest object (tools/testing/selftests/bpf/progs/bpf_dctcp.c,
+#: built by `make kernel-selftests`): this kernel has no tcp_dctcp, so the object is registered
+#: through struct_ops on both hosts' kernel (the receiver echoes each packet's CE from the
+#: object's cwnd_event) and run by the simulator's BPF interpreter on the other side. The marking
+#: is DCTCP's step: CoDel's ce_threshold marks every ECN-capable packet whose sojourn exceeds 4 ms.
+DCTCP_OBJ = ROOT / "target" / "selftests" / "bpf_dctcp.o"
+DCTCP = dict(name="dctcp-bpf-step", duration="20s", steady=["5s", "20s"],
+             link={"capacity": "80Mbit", "rtt": "25ms", "queue": "2bdp",
+                   "aqm": {"kind": "codel", "ecn": True, "ce_threshold": "4ms"}},
+             flows=[{"cc": f"bpf:{DCTCP_OBJ}#bpf_dctcp", "count": 2, "ecn": True}])
+
+
+def _dctcp_unavailable() -> Optional[str]:
+    from cctestbed.kernel import bpfcc
+
+    if not DCTCP_OBJ.exists():
+        return f"{DCTCP_OBJ} not built: `make kernel-selftests` (needs Debian's linux-source-6.12, clang, libbpf-dev)"
+    return bpfcc.kernel_support()
+
+
+@pytest.mark.skipif(_dctcp_unavailable() is not None, reason=_dctcp_unavailable() or "")
+def test_dctcp_as_the_kernels_bpf_object_holds_the_queue_at_its_mark_threshold_as_in_the_simulator() -> None:
+    s = sim_metrics(DCTCP)
+    sim = run_trial(parse_trial(kernel_trial(**DCTCP)))
+    metrics = ["utilization_pct", "queue_mean_bdp", "rtt_p50_ms", "jain"]
+
+    def check(r: Any) -> None:
+        k = metrics_of(r)
+        misses = compare("dctcp", k, s, metrics)
+        marks, drops = int(r.router["marks_threshold"].max()), int(r.router["drops_aqm"].max())
+        soj, sim_soj = r.summary["sojourn"]["p50_ms"], sim.summary["sojourn"]["p50_ms"]
+        late = retrans_after(r, 3.0)
+        print(f"dctcp: {marks} threshold marks (simulator {int(sim.router['marks_threshold'].max())}), {drops} AQM "
+              f"drops, {late} retransmissions after 3 s, sojourn p50 {soj:.2f} / {sim_soj:.2f} ms, "
+              f"algorithm in use {r.extra['senders']['0']['cc']}, emulator p99 {emulator_p99_us(r):.0f} us")
+        assert emulator_p99_us(r) <= TIMING_P99_US
+        total, written = marks_written(r)
+        assert marks > 0 and written == total, "every mark reached a real IP header"
+        assert drops == 0 and late == 0, "DCTCP is held by marks alone"
+        # the sojourn is held to the tolerance of the RTT it is part of (as the CoDel test's)
+        assert abs(soj - sim_soj) <= tolerance_for("rtt_p50_ms", k["rtt_p50_ms"], DEFAULT_TOLERANCES)
+        assert not misses, misses
+
+    check_on_quiet_host(lambda: run_with_sim_schema(**DCTCP), check)
 
 
 #: One CUBIC flow over the step-24-6 trace (24 Mbit/s for 10 s, then 6 Mbit/s), one full period.

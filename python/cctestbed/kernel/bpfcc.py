@@ -62,10 +62,18 @@ def bpf_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "target" / "bpf"
 
 
+def names_a_file(spec: str) -> bool:
+    """A ``bpf:`` cc's object (before any ``#NAME``) is a file's path, not a project object's
+    name: it has a ``/`` or ends in ``.o``."""
+    path = spec.partition("#")[0]
+    return "/" in path or path.endswith(".o")
+
+
 def resolve_object(spec: str) -> Path:
-    """The object a ``bpf:`` cc names: a path (relative to the working directory), or the name
-    of one of the project's objects (``bpf:bbr``, ``bpf:reno``: target/bpf/NAME.bpf.o)."""
-    if "/" not in spec and not spec.endswith(".o"):
+    """The object a ``bpf:`` cc names: a path (relative to the file that names it, made
+    absolute when the file is read; else to the working directory), or the name of one of the
+    project's objects (``bpf:bbr``, ``bpf:reno``: target/bpf/NAME.bpf.o)."""
+    if not names_a_file(spec):
         return bpf_dir() / f"{spec}.bpf.o"
     return Path(spec).expanduser()
 

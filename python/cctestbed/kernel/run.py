@@ -403,7 +403,12 @@ def group_programs(trial: Trial, names: topo.Names, workdir: Path, k: int, ids: 
     if g.flow_kind == "tcp":
         assert g.cc is not None
         cc_name = bpf_name or kernel_cc(g.cc)
-        rcv.update(rwnd={str(f): g.rwnd for f in ids} if g.rwnd else {},
+        # With ECN the receiver's algorithm decides how CE marks are echoed (an algorithm that
+        # wants CE events, as DCTCP, echoes each packet's mark from its cwnd_event,
+        # tcp_ecn_check_ce), so the sink runs the group's algorithm, as both ends of a DCTCP
+        # path do; the simulator's receiver echoes by the flow's algorithm likewise.
+        rcv.update(cc=cc_name if g.ecn else None,
+                   rwnd={str(f): g.rwnd for f in ids} if g.rwnd else {},
                    sizes={str(f): specs[f].size for f in ids if specs[f].size is not None},
                    workload=ids if g.arrivals is not None else [])
         snd["flows"] = [{"flow": f, "cc": cc_name, "start_ns": specs[f].start_ns, "size": specs[f].size,

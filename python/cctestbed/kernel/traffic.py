@@ -24,7 +24,8 @@ their open-file limit to the hard limit. The sender records when it called ``con
 flow, the sink when its application had read every byte of a flow with a size: the flow's
 completion time, receiver side, as the simulator measures it.
 
-Sink (``... sink SPEC``): accepts every flow, reads and discards, and every ``interval`` reads
+Sink (``... sink SPEC``): listens with the group's algorithm when ``cc`` is given (an ECN
+group's: the receiver's algorithm decides how CE marks are echoed), accepts every flow, reads and discards, and every ``interval`` reads
 each connection's ``tcpi_bytes_received`` (payload delivered in order by the receiving TCP)
 and the bytes the application has read. ``rwnd`` sets ``SO_RCVBUF`` to the window (the kernel
 doubles it and keeps about half for overhead) and ``TCP_WINDOW_CLAMP`` (the advertised-window cap
@@ -385,6 +386,9 @@ def run_sink(spec: dict[str, Any]) -> int:
         # The listening socket's buffer is inherited by accepted sockets and sets the window
         # scale negotiated in the handshake; the per-flow clamp is applied after accept.
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, max(rwnd.values()))
+    if spec.get("cc"):
+        # accepted sockets keep the listener's algorithm (tcp_ca_openreq_child)
+        ls.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, spec["cc"].encode())
     ls.bind((spec["addr"], spec["port"]))
     ls.listen(256)
     ls.setblocking(False)
@@ -425,6 +429,10 @@ def run_sink(spec: dict[str, Any]) -> int:
                     except BlockingIOError:
                         break
                     flow = peer[1] - port_base
+                    if spec.get("cc"):
+                        got = s.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
+                        if got != spec["cc"]:
+                            raise RuntimeError(f"flow {flow}'s receiving socket runs {got}, not the listener's {spec['cc']}")
                     if flow in rwnd:
                         s.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, rwnd[flow])
                     s.setblocking(False)
