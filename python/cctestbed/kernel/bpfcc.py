@@ -338,15 +338,23 @@ def build(obj: BpfObject, name: str, values: Mapping[str, int]) -> bytes:
 # --- registering -------------------------------------------------------------------------------
 
 
-def register(path: Path) -> int:
-    """Registers the object's congestion control; returns the struct_ops map id."""
+def register(path: Path, nameless: int = 0) -> int:
+    """Registers the object's congestion control; returns the struct_ops map id. ``nameless``:
+    how many of its tcp_congestion_ops had their names emptied (those a ``bpf:PATH#NAME`` did
+    not choose, :func:`build`): bpftool registers every struct_ops map of an object, the kernel
+    refuses each nameless one, and bpftool then exits non-zero having registered the chosen one.
+    Any other outcome is an error, and whatever it registered is unregistered first."""
     p = subprocess.run(["bpftool", "struct_ops", "register", str(path)], capture_output=True, text=True)
-    m = re.search(r"Registered tcp_congestion_ops \S+ id (\d+)", p.stdout + p.stderr)
-    if p.returncode != 0 or m is None:
-        msg = (p.stderr or p.stdout).strip().splitlines()
-        # libbpf prints the verifier log; its last lines say what failed
-        raise BpfError("the kernel refused the BPF congestion control: " + " | ".join(msg[-6:]))
-    return int(m.group(1))
+    out = p.stdout + p.stderr
+    ids = [int(m) for m in re.findall(r"Registered tcp_congestion_ops \S+ id (\d+)", out)]
+    refused = re.findall(r"can't register struct_ops (\S+)", out)
+    if len(ids) == 1 and (p.returncode == 0 or (nameless and len(refused) == nameless)):
+        return ids[0]
+    for map_id in ids:  # registered by this call a moment ago: its id is not stale
+        subprocess.run(["bpftool", "struct_ops", "unregister", "id", str(map_id)], capture_output=True)
+    msg = (p.stderr or p.stdout).strip().splitlines()
+    # libbpf prints the verifier log; its last lines say what failed
+    raise BpfError("the kernel refused the BPF congestion control: " + " | ".join(msg[-6:]))
 
 
 def registered() -> dict[int, str]:

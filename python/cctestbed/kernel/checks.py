@@ -156,6 +156,8 @@ class BpfPlan:
     values: dict[str, int]
     name: str = ""
     map_id: Optional[int] = None
+    #: The object as inspected, with the one tcp_congestion_ops a ``bpf:PATH#NAME`` chose.
+    chosen: Optional[bpfcc.BpfObject] = None
 
 
 def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
@@ -181,8 +183,9 @@ def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
             if plan is None:
                 problems += bad
                 continue
-            path, values = plan[0].path, plan[1]
+            path, values, chosen = plan[0].path, plan[1], plan[0]
         else:
+            chosen = None
             path = bpfcc.resolve_object(bpfcc.BBR_OBJECT)
             if not path.exists():
                 problems.append(
@@ -192,7 +195,7 @@ def bpf_plans(trial: Trial) -> tuple[dict[int, BpfPlan], list[str]]:
                 continue
             values, bad = bpfcc.bbr_values(g.cc, g.params, f"flows[{i}].params")
         problems += bad
-        plans[i] = BpfPlan(i, path, values)
+        plans[i] = BpfPlan(i, path, values, chosen=chosen)
     return plans, problems
 
 

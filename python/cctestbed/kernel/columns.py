@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import polars as pl
@@ -57,12 +57,13 @@ class RawRun:
                    [_npz(workdir / f"sink{k}.npz") for k in range(groups)], _npz(workdir / "router.npz"), reports)
 
 
-def kernel_tables(trial: Trial, raw: RawRun, mode: str, bottleneck: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def kernel_tables(trial: Trial, raw: RawRun, mode: str,
+                  bottleneck: Optional[dict[str, Any]] = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """flows.parquet, router.parquet and fct.parquet of a run of ``trial`` on the ``mode`` link
     emulator (:data:`~.checks.LINK_EMULATORS`) from what it recorded; ``bottleneck`` is how the
     forward bottleneck was set up (an htb's ``burst_bytes``, in Ethernet frame bytes)."""
     frame = trial.mtu + ETH_HEADER
-    bucket = bottleneck.get("burst_bytes", 0) * trial.mtu // frame
+    bucket = (bottleneck or {}).get("burst_bytes", 0) * trial.mtu // frame
     return (build_flows(trial, raw.send, raw.sink), build_router(trial, raw.router, mode),
             build_completions(trial, raw.sink, raw.senders, bucket))
 

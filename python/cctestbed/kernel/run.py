@@ -436,11 +436,11 @@ def _register_bpf(plans: dict[int, BpfPlan], workdir: Path, reg: Path) -> None:
     """Registers each group's BPF congestion control under its own name, recording each map id
     in the registry as soon as the kernel has it."""
     for k, p in plans.items():
-        obj = bpfcc.inspect(p.object)
+        obj = p.chosen or bpfcc.inspect(p.object)
         patched = workdir / f"cc{k}.bpf.o"
         patched.write_bytes(bpfcc.build(obj, p.name, p.values))
         try:
-            p.map_id = bpfcc.register(patched)
+            p.map_id = bpfcc.register(patched, nameless=len(obj.unchosen))
         except bpfcc.BpfError as e:
             raise KernelRunError(f"flows[{k}].cc: {e}") from None
         topo.update_registry(reg, struct_ops=[{"name": q.name, "id": q.map_id} for q in plans.values()])
