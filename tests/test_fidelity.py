@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cctestbed.fidelity.measure import BIN_S, share_period
-from cctestbed.fidelity.reference import Reference
+from cctestbed.fidelity.reference import Reference, disturbed
 from cctestbed.fidelity.suite import SuiteError, load_suite, parse_suite
 from cctestbed.fidelity.verdict import apply_known, cells_for, gross_miss, tolerances
 
@@ -263,6 +263,15 @@ def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, mo
     assert not again.has(key) and len(again.rows) == 3
     assert run_backend(suite, "sim", tmp_path / "b", reference=again, workers=2) == (1, 0)
     assert len(Reference(tmp_path / "ref.parquet").rows) == 4
+
+    # a rep whose host lost frames around the link emulator is not kept either
+    ref = Reference(tmp_path / "ref.parquet")
+    key = next(iter(ref.rows))
+    assert ref.rows[key].get("frames_lost") in (None, 0)
+    ref.rows[key]["frames_lost"] = 3
+    ref.save()
+    assert not Reference(tmp_path / "ref.parquet").has(key)
+    assert "lost 3 frame(s)" in (disturbed({"frames_lost": 3}) or "")
 
 
 def _reference_from_simulator(suite, path: Path) -> Reference:

@@ -34,14 +34,13 @@ QUIET_HOST_STEAL_MS_PER_S = 20.0
 
 
 def frames_lost_outside_the_link(result: Any) -> int:
-    """Frames the host lost around the userspace link emulator, outside the link it models: the
-    kernel dropped them before the emulator read them (its socket's buffer full) or an
-    interface's queue refused them (0 without the emulator). Each is a loss the trial does
-    not describe. (A CI run of the DualPI2 test, CPU steal 0 ms, retransmitted 94 segments of
-    an ECN flow that local runs never retransmit, with 40 drops at the bottleneck; these
-    counters were not recorded then, so whether the host lost frames is not known.)"""
-    c = (result.extra.get("linkemu") or {}).get("counters") or {}
-    return int(c.get("sock_drops", 0) + c.get("fwd_tx_refused", 0) + c.get("rev_tx_refused", 0))
+    """:func:`cctestbed.kernel.run.frames_lost_outside_the_link` of a result. (A CI run of the
+    DualPI2 test, CPU steal 0 ms, retransmitted 94 segments of an ECN flow that local runs never
+    retransmit, with 40 drops at the bottleneck; these counters were not checked then, so whether
+    the host lost frames is not known.)"""
+    from cctestbed.kernel.run import frames_lost_outside_the_link as lost
+
+    return lost(result.extra.get("linkemu"))
 
 
 def host_was_quiet(result: Any) -> bool:

@@ -3,7 +3,8 @@
 ``kernel-reference.parquet`` (beside the suite file by default) has, per finished kernel trial:
 ``scenario``, ``seed``, ``key`` (the scenario key: :meth:`.suite.Scenario.scenario_key`), the
 run's provenance (``kernel`` release, ``host``, ``date`` in UTC, ``cctestbed`` version,
-``link_emulator`` and its forward per-frame timing error ``emu_p99_us``, the sender hosts'
+``link_emulator`` and its forward per-frame timing error ``emu_p99_us``, the frames the host lost
+around the link emulator ``frames_lost`` (null where not recorded), the sender hosts'
 ``sender_qdisc``), and every metric of
 :mod:`.measure` with the ``metrics_version`` that computed them (rows of an older version are
 measured again from their trials by the next ``fidelity run`` where the trials are at hand). It grows one row at a time, rewritten atomically after each kernel trial, so a
@@ -20,12 +21,14 @@ from typing import Any, Optional, Union
 
 import polars as pl
 
+from ..kernel.run import frames_lost_outside_the_link
 from ..results import write_parquet
 from ..sweep.store import atomic_write_bytes
 
 FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")
-PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "sender_qdisc", "metrics_version")
+PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "frames_lost", "sender_qdisc",
+              "metrics_version")
 #: A kernel rep whose link emulator sent 1 % of frames later than this (its forward p99 timing
 #: error, us) ran on a stalled host, not on the path its trial describes, and is not kept: the
 #: bound the kernel tests hold the emulator to. Such reps come in bursts when the virtual
@@ -62,6 +65,7 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
         "cctestbed": rj.get("cctestbed") or __version__,
         "link_emulator": _link_emulator(kj),
         "emu_p99_us": emu.get("p99_us"),
+        "frames_lost": frames_lost_outside_the_link(kj.get("linkemu")) if kj.get("linkemu") else None,
         "sender_qdisc": (kj.get("host_stack") or {}).get("sender_qdisc"),
     }
 
@@ -69,6 +73,9 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
 def disturbed(row: dict[str, Any]) -> Optional[str]:
     """Why a kernel rep is not kept in the reference (see :data:`DISTURBED_EMU_P99_US`), or None."""
     p99 = row.get("emu_p99_us")
+    if row.get("frames_lost"):
+        return (f"the host lost {row['frames_lost']} frame(s) around the link emulator, outside the link "
+                "(its socket's buffer full, or an interface refused them)")
     if p99 is not None and p99 > DISTURBED_EMU_P99_US:
         return (f"the link emulator sent 1 % of frames over {p99 / 1000:.1f} ms late "
                 f"(a stalled host; kept up to {DISTURBED_EMU_P99_US / 1000:g} ms)")
@@ -123,7 +130,8 @@ class Reference:
         data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in cols}
         schema: dict[str, Any] = {"scenario": pl.String, "seed": pl.Int64, "key": pl.String, "kernel": pl.String,
                                   "host": pl.String, "date": pl.String, "cctestbed": pl.String,
-                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64, "sender_qdisc": pl.String,
+                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64, "frames_lost": pl.Int64,
+                                  "sender_qdisc": pl.String,
                                   "metrics_version": pl.Int64}
         for c in metric_cols:
             schema[c] = pl.Float64

@@ -24,9 +24,11 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
     from .checks import KernelUnavailable, TrialRefused
     from .run import KernelRunError, run_kernel_trial
 
+    from .run import frames_lost_outside_the_link
+
     with err.status(f"kernel: [bold]{escape(trial.name)}[/] ...", spinner="dots") as st:
         try:
-            return run_kernel_trial(
+            result = run_kernel_trial(
                 trial,
                 link_emulator=link_emulator,
                 capture=capture,
@@ -41,6 +43,12 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
         except KeyboardInterrupt:
             err.print("interrupted: everything the trial created has been removed")
             raise typer.Exit(130)
+    lost = frames_lost_outside_the_link(result.extra.get("linkemu"))
+    if lost:
+        err.print(f"[yellow]warning:[/] the host lost {lost} frame(s) around the link emulator (its socket's buffer "
+                  "full, or an interface refused them): losses the trial does not describe; a quieter host, "
+                  "or fewer flows or a lower rate, measures the path it does")
+    return result
 
 
 def cleanup(

@@ -358,6 +358,15 @@ def run_kernel_trial(
             signal.signal(signal.SIGHUP, old_hup)
 
 
+def frames_lost_outside_the_link(linkemu: Optional[dict[str, Any]]) -> int:
+    """Frames the host lost around the userspace link emulator, outside the link it models (from
+    its report, ``linkemu.json``): the kernel dropped them before the emulator read them (its
+    socket's buffer full) or an interface's queue refused them; 0 without the emulator. Each is a
+    loss the trial does not describe."""
+    c = (linkemu or {}).get("counters") or {}
+    return int(c.get("sock_drops", 0) + c.get("fwd_tx_refused", 0) + c.get("rev_tx_refused", 0))
+
+
 def host_cpu_steal_ms() -> float:
     """CPU time the hypervisor took from this machine's CPUs so far (/proc/stat's steal column,
     all CPUs), in ms. Kept per trial because a stolen CPU stalls the link emulator, the qdiscs and
