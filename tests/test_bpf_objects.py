@@ -43,6 +43,16 @@ def test_an_object_is_found_beside_the_trial_file_that_names_it(cli, trial_dict,
     r = cli("run", trial, "-o", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "summary.json").exists()
+    # a sweep's axis over cc, and its base's groups, likewise (a #NAME kept, a project name untouched)
+    from cctestbed.sweep.spec import read_sweep_file
+
+    sweep = tmp_path / "cc" / "sweep.toml"
+    sweep.write_text('[base]\nflows = [{ cc = "bpf:mine.bpf.o" }]\n'
+                     '[axes]\n"flows.0.cc" = ["cubic", "bpf:bbr", "bpf:sub/x.o#x"]\n')
+    raw = read_sweep_file(sweep)
+    here = (tmp_path / "cc").resolve()
+    assert raw["base"]["flows"][0]["cc"] == f"bpf:{here / 'mine.bpf.o'}"
+    assert raw["axes"]["flows.0.cc"] == ["cubic", "bpf:bbr", f"bpf:{here / 'sub' / 'x.o'}#x"]
 
 
 def test_simulator_refuses_what_is_not_a_bpf_object(cli, write_trial, trial_dict, tmp_path):

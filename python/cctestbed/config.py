@@ -1993,12 +1993,20 @@ def _files_relative_to(doc: Any, base: Path) -> Any:
     its ``cc = "bpf:PATH"`` (but a project object's name, ``bpf:bbr``; a ``#NAME`` suffix kept)."""
     from .kernel import bpfcc
 
+    def bpf_file(cc: Any) -> Any:
+        if isinstance(cc, str) and cc.startswith(BPF_PREFIX) and bpfcc.names_a_file(cc[len(BPF_PREFIX):]):
+            path, sep, name = cc[len(BPF_PREFIX):].partition("#")
+            return BPF_PREFIX + traces.resolve(path, base) + sep + name
+        return cc
+
     def walk(v: Any, key: Optional[str]) -> None:
         if isinstance(v, dict):
-            cc = v.get("cc")
-            if isinstance(cc, str) and cc.startswith(BPF_PREFIX) and bpfcc.names_a_file(cc[len(BPF_PREFIX):]):
-                path, sep, name = cc[len(BPF_PREFIX):].partition("#")
-                v["cc"] = BPF_PREFIX + traces.resolve(path, base) + sep + name
+            if "cc" in v:
+                v["cc"] = bpf_file(v["cc"])
+            if key == "axes":  # a sweep axis over a group's cc: "flows.0.cc" = ["cubic", "bpf:mine.o"]
+                for k, axis in v.items():
+                    if k.rsplit(".", 1)[-1] == "cc" and isinstance(axis, list):
+                        v[k] = [bpf_file(x) for x in axis]
             if key == "link" and isinstance(v.get("trace"), str):
                 v["trace"] = traces.resolve(v["trace"], base)
             if key == "size" and isinstance(v.get("file"), str) and v["file"] not in workload.SHIPPED_CDFS:
