@@ -217,6 +217,8 @@ def trial_problems(trial: Trial) -> list[str]:
                 f"flows[{i}].cc: {g.cc!r}: this kernel has no such congestion control; "
                 f"available are {', '.join(available) or 'none'} (and, through BPF, "
                 f"{', '.join(bpfcc.BBR_VARIANTS)}, bbr with params, bpf:OBJECT)"
+                + ("; DCTCP runs as the kernel's own selftest object: cc = \"bpf:PATH/bpf_dctcp.o#bpf_dctcp\" "
+                   "(target/selftests/bpf_dctcp.o, built by make kernel-selftests)" if name == "dctcp" else "")
             )
         if g.params and not bpf:
             problems.append(
