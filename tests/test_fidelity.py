@@ -381,3 +381,29 @@ def test_a_trace_scenarios_key_does_not_depend_on_where_the_checkout_is(tmp_path
         assert Path(s.trial.link.trace).is_absolute()  # the trial reads the file where it is
         keys.append(s.scenario_key(1, "kernel"))
     assert keys[0] == keys[1]
+
+
+def test_a_bpf_objects_scenario_key_does_not_depend_on_where_the_checkout_is(tmp_path):
+    """As a trace's: a scenario naming a BPF object file (the kernel's bpf_dctcp selftest in the
+    suite) is keyed by its path from the suite, though the trial holds it absolute."""
+    import shutil
+
+    from cctestbed.kernel import bpfcc
+
+    obj = bpfcc.bpf_dir() / "reno.bpf.o"
+    if not obj.exists():
+        pytest.skip(f"{obj} not built (make build)")
+    keys = []
+    for where in ("a", "b/deeper"):
+        d = tmp_path / where / "fidelity"
+        d.mkdir(parents=True)
+        (d.parent / "cc").mkdir()
+        shutil.copy(obj, d.parent / "cc" / "mine.bpf.o")
+        (d / "suite.toml").write_text(
+            '[[scenarios]]\nid = "t"\nduration = "10s"\n'
+            'link = { capacity = "20Mbit", rtt = "40ms", queue = "1bdp" }\n'
+            'flows = [{ cc = "bpf:../cc/mine.bpf.o#bpf_reno" }, { cc = "cubic" }]\n')
+        (s,) = load_suite(d / "suite.toml").scenarios
+        assert s.trial.flows[0].cc == f"bpf:{(d.parent / 'cc' / 'mine.bpf.o').resolve()}#bpf_reno"
+        keys.append(s.scenario_key(1, "kernel"))
+    assert keys[0] == keys[1]

@@ -67,16 +67,29 @@ class Scenario:
     #: This scenario's own minimum number of reps (0: the suite's).
     min_reps: int = 0
 
-    #: The directory the suite file is in: a trace file named in the scenario is keyed by its
-    #: path from there, so a reference measured in one checkout holds in any other.
+    #: The directory the suite file is in: a trace file or BPF object named in the scenario is
+    #: keyed by its path from there, so a reference measured in one checkout holds in any other.
     base: Optional[Path] = None
 
     def scenario_key(self, seed: int, backend: str) -> str:
         """Stable address of one rep of this scenario on one backend (see the module docstring)."""
         doc = self.doc
+        base = self.base
         trace = doc.get("link", {}).get("trace") if isinstance(doc.get("link"), dict) else None
-        if isinstance(trace, str) and self.base is not None and Path(trace).is_absolute():
-            doc = {**doc, "link": {**doc["link"], "trace": os.path.relpath(trace, self.base)}}
+        if isinstance(trace, str) and base is not None and Path(trace).is_absolute():
+            doc = {**doc, "link": {**doc["link"], "trace": os.path.relpath(trace, base)}}
+
+        def cc_from_base(group: Any) -> Any:
+            cc = group.get("cc") if isinstance(group, dict) else None
+            if base is None or not isinstance(cc, str) or not cc.startswith("bpf:"):
+                return group
+            path, sep, name = cc[len("bpf:"):].partition("#")
+            if not Path(path).is_absolute():
+                return group
+            return {**group, "cc": "bpf:" + os.path.relpath(path, base) + sep + name}
+
+        if isinstance(doc.get("flows"), list):
+            doc = {**doc, "flows": [cc_from_base(g) for g in doc["flows"]]}
         blob = {"doc": doc, "seed": seed, "backend": backend, "format": KEY_FORMAT}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
