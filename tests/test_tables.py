@@ -125,3 +125,15 @@ def test_the_builder_orders_types_labels_and_leaves_null_what_is_not_named() -> 
     assert t["kind"].to_list() == ["udp", "tcp", "udp"] and t["direction"].to_list() == ["forward"] * 3
     empty = build_table(COLUMNS, {}, 0, "kernel")
     assert empty.columns == names(COLUMNS) and empty.dtypes == t.dtypes and len(empty) == 0
+
+
+def test_frames_lost_outside_the_link_count_interface_refusals_only_where_the_emulator_is_the_bottleneck() -> None:
+    from cctestbed.kernel.run import frames_lost_outside_the_link
+
+    counters = {"sock_drops": 2, "fwd_tx_refused": 5, "rev_tx_refused": 1}
+    # full: the emulator is the bottleneck, so a refused frame is lost outside the link it models
+    assert frames_lost_outside_the_link({"mode": "model", "counters": counters}) == 8
+    # userspace: the interface it writes to holds the htb + bfifo bottleneck, whose refusals are
+    # the link's own drops; its socket's overflow is still a loss outside the link
+    assert frames_lost_outside_the_link({"mode": "delay", "counters": counters}) == 2
+    assert frames_lost_outside_the_link(None) == 0
