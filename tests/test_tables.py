@@ -128,7 +128,7 @@ def test_the_builder_orders_types_labels_and_leaves_null_what_is_not_named() -> 
 
 
 def test_frames_lost_outside_the_link_count_interface_refusals_only_where_the_emulator_is_the_bottleneck() -> None:
-    from cctestbed.kernel.run import frames_lost_outside_the_link
+    from cctestbed.kernel.routerstats import frames_lost_outside_the_link
 
     counters = {"sock_drops": 2, "fwd_tx_refused": 5, "rev_tx_refused": 1}
     # full: the emulator is the bottleneck, so a refused frame is lost outside the link it models

@@ -34,11 +34,11 @@ QUIET_HOST_STEAL_MS_PER_S = 20.0
 
 
 def frames_lost_outside_the_link(result: Any) -> int:
-    """:func:`cctestbed.kernel.run.frames_lost_outside_the_link` of a result. (A CI run of the
+    """:func:`cctestbed.kernel.routerstats.frames_lost_outside_the_link` of a result. (A CI run of the
     DualPI2 test, CPU steal 0 ms, retransmitted 94 segments of an ECN flow that local runs never
     retransmit, with 40 drops at the bottleneck; these counters were not checked then, so whether
     the host lost frames is not known.)"""
-    from cctestbed.kernel.run import frames_lost_outside_the_link as lost
+    from cctestbed.kernel.routerstats import frames_lost_outside_the_link as lost
 
     return lost(result.extra.get("linkemu"))
 

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 
 import polars as pl
 
-from ..kernel.run import frames_lost_outside_the_link
+from ..kernel.routerstats import frames_lost_outside_the_link
 from ..results import write_parquet
 from ..sweep.store import atomic_write_bytes
 

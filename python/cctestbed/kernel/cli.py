@@ -22,9 +22,8 @@ if TYPE_CHECKING:
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
     from .checks import KernelUnavailable, TrialRefused
+    from .routerstats import frames_lost_outside_the_link
     from .run import KernelRunError, run_kernel_trial
-
-    from .run import frames_lost_outside_the_link
 
     with err.status(f"kernel: [bold]{escape(trial.name)}[/] ...", spinner="dots") as st:
         try:

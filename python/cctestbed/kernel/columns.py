@@ -30,7 +30,6 @@ from ..config import Trial
 from ..schema import Column, Labels, build_table, completions_frame, flow_columns, router_columns, trial_labels
 from .checks import kernel_cc
 from .topology import ETH_HEADER
-from .topology import ETH_HEADER
 
 BACKEND = "kernel"
 

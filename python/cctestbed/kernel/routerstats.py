@@ -85,6 +85,18 @@ EMU_SLOTS: tuple[str, ...] = (*EMU_BASE_SLOTS, *(f"model_fwd_{k}" for k in EMU_M
 EMU_MAGIC = 0x6363_7465_6D75_0001
 
 
+def frames_lost_outside_the_link(linkemu: Optional[dict[str, Any]]) -> int:
+    """Frames the host lost around the userspace link emulator, outside the link it models (from
+    its report, ``linkemu.json``): the kernel dropped them before the emulator read them (its
+    socket's buffer full) or, where the emulator is the bottleneck (``full``, mode ``model``), an
+    interface refused them (with ``userspace`` the interface it writes to holds the htb + bfifo
+    bottleneck, whose refusals are the link's own drops); 0 without the emulator. Each is a loss
+    the trial does not describe."""
+    c = (linkemu or {}).get("counters") or {}
+    refused = c.get("fwd_tx_refused", 0) + c.get("rev_tx_refused", 0) if (linkemu or {}).get("mode") == "model" else 0
+    return int(c.get("sock_drops", 0) + refused)
+
+
 def _attrs(data: bytes, off: int, end: int) -> dict[int, bytes]:
     out = {}
     while off + 4 <= end:

@@ -358,18 +358,6 @@ def run_kernel_trial(
             signal.signal(signal.SIGHUP, old_hup)
 
 
-def frames_lost_outside_the_link(linkemu: Optional[dict[str, Any]]) -> int:
-    """Frames the host lost around the userspace link emulator, outside the link it models (from
-    its report, ``linkemu.json``): the kernel dropped them before the emulator read them (its
-    socket's buffer full) or, where the emulator is the bottleneck (``full``, mode ``model``), an
-    interface refused them (with ``userspace`` the interface it writes to holds the htb + bfifo
-    bottleneck, whose refusals are the link's own drops); 0 without the emulator. Each is a loss
-    the trial does not describe."""
-    c = (linkemu or {}).get("counters") or {}
-    refused = c.get("fwd_tx_refused", 0) + c.get("rev_tx_refused", 0) if (linkemu or {}).get("mode") == "model" else 0
-    return int(c.get("sock_drops", 0) + refused)
-
-
 def host_cpu_steal_ms() -> float:
     """CPU time the hypervisor took from this machine's CPUs so far (/proc/stat's steal column,
     all CPUs), in ms. Kept per trial because a stolen CPU stalls the link emulator, the qdiscs and
