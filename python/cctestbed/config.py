@@ -1994,10 +1994,7 @@ def _files_relative_to(doc: Any, base: Path) -> Any:
     from .kernel import bpfcc
 
     def bpf_file(cc: Any) -> Any:
-        if isinstance(cc, str) and cc.startswith(BPF_PREFIX) and bpfcc.names_a_file(cc[len(BPF_PREFIX):]):
-            path, sep, name = cc[len(BPF_PREFIX):].partition("#")
-            return BPF_PREFIX + traces.resolve(path, base) + sep + name
-        return cc
+        return bpfcc.with_object_path(cc, lambda path: traces.resolve(path, base))
 
     def walk(v: Any, key: Optional[str]) -> None:
         if isinstance(v, dict):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..config import ConfigError, Trial, parse_trial, read_trial_file
+from ..kernel import bpfcc
 from ..sweep.store import merge
 from ..sweep.spec import Axis, Sweep, SweepError, TrialSpec, trial_key
 
@@ -73,23 +74,17 @@ class Scenario:
 
     def scenario_key(self, seed: int, backend: str) -> str:
         """Stable address of one rep of this scenario on one backend (see the module docstring)."""
-        doc = self.doc
-        base = self.base
-        trace = doc.get("link", {}).get("trace") if isinstance(doc.get("link"), dict) else None
-        if isinstance(trace, str) and base is not None and Path(trace).is_absolute():
-            doc = {**doc, "link": {**doc["link"], "trace": os.path.relpath(trace, base)}}
+        doc, base = self.doc, self.base
+        if base is not None:
+            def from_base(path: str) -> str:
+                return os.path.relpath(path, base) if Path(path).is_absolute() else path
 
-        def cc_from_base(group: Any) -> Any:
-            cc = group.get("cc") if isinstance(group, dict) else None
-            if base is None or not isinstance(cc, str) or not cc.startswith("bpf:"):
-                return group
-            path, sep, name = cc[len("bpf:"):].partition("#")
-            if not Path(path).is_absolute():
-                return group
-            return {**group, "cc": "bpf:" + os.path.relpath(path, base) + sep + name}
-
-        if isinstance(doc.get("flows"), list):
-            doc = {**doc, "flows": [cc_from_base(g) for g in doc["flows"]]}
+            link = doc.get("link")
+            if isinstance(link, dict) and isinstance(link.get("trace"), str):
+                doc = {**doc, "link": {**link, "trace": from_base(link["trace"])}}
+            if isinstance(doc.get("flows"), list):
+                doc = {**doc, "flows": [{**g, "cc": bpfcc.with_object_path(g["cc"], from_base)}
+                                        if isinstance(g, dict) and "cc" in g else g for g in doc["flows"]]}
         blob = {"doc": doc, "seed": seed, "backend": backend, "format": KEY_FORMAT}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 

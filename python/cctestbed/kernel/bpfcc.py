@@ -36,7 +36,7 @@ import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 #: How a trial names a BPF object as its cc: ``bpf:path/to/object.bpf.o``; of an object that
 #: defines several tcp_congestion_ops, ``bpf:path/to/object.bpf.o#NAME`` chooses one by its name.
@@ -67,6 +67,15 @@ def names_a_file(spec: str) -> bool:
     name: it has a ``/`` or ends in ``.o``."""
     path = spec.partition("#")[0]
     return "/" in path or path.endswith(".o")
+
+
+def with_object_path(cc: Any, change: Callable[[str], str]) -> Any:
+    """``cc`` with ``change`` applied to the object path of a ``bpf:PATH`` (a ``#NAME`` kept);
+    anything else, a project object's name (``bpf:bbr``) among it, as it is."""
+    if not (isinstance(cc, str) and cc.startswith(BPF_PREFIX) and names_a_file(cc[len(BPF_PREFIX):])):
+        return cc
+    path, sep, name = cc[len(BPF_PREFIX):].partition("#")
+    return BPF_PREFIX + change(path) + sep + name
 
 
 def resolve_object(spec: str) -> Path:
