@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from cctestbed.config import ConfigError, algorithms, parse_trial
-from trial_helpers import toml_of
 from cctestbed.kernel import bpfcc
 from cctestbed.runner import run_trial
+from trial_helpers import toml_of
 
 BBR_OBJ = bpfcc.bpf_dir() / "bbr.bpf.o"
 RENO_OBJ = bpfcc.bpf_dir() / "reno.bpf.o"

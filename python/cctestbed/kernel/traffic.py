@@ -198,6 +198,11 @@ def program_main(argv: list[str], module: str, commands: Mapping[str, Callable[[
         return 0
 
 
+def congestion_control(sock: socket.socket) -> str:
+    """The congestion control a TCP socket runs, as the kernel names it (TCP_CA_NAME_MAX is 16)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
+
+
 # --- sender -----------------------------------------------------------------------------------
 
 
@@ -355,7 +360,7 @@ def run_sender(spec: dict[str, Any]) -> int:
         for f in flows:
             if f.sock is not None and not f.closed:
                 try:
-                    in_use[f.id] = f.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
+                    in_use[f.id] = congestion_control(f.sock)
                 except OSError:
                     pass
         with open(spec["out"] + ".json", "w") as fh:
@@ -430,7 +435,7 @@ def run_sink(spec: dict[str, Any]) -> int:
                         break
                     flow = peer[1] - port_base
                     if spec.get("cc"):
-                        got = s.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0].decode()
+                        got = congestion_control(s)
                         if got != spec["cc"]:
                             raise RuntimeError(f"flow {flow}'s receiving socket runs {got}, not the listener's {spec['cc']}")
                     if flow in rwnd:
