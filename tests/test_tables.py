@@ -137,3 +137,16 @@ def test_frames_lost_outside_the_link_count_interface_refusals_only_where_the_em
     # the link's own drops; its socket's overflow is still a loss outside the link
     assert frames_lost_outside_the_link({"mode": "delay", "counters": counters}) == 2
     assert frames_lost_outside_the_link(None) == 0
+
+
+def test_the_emulators_lateness_is_the_later_of_its_two_directions() -> None:
+    from cctestbed.fidelity.reference import disturbed
+    from cctestbed.kernel.routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us
+
+    # a stalled ACK path disturbs a run as much as a stalled data path
+    emu = {"timing_error_fwd": {"p99_us": 120.0}, "timing_error_rev": {"p99_us": 3910.0}}
+    assert emulator_late_p99_us(emu) == 3910.0 > EMULATOR_LATE_P99_US
+    assert "3.9 ms late" in (disturbed({"emu_p99_us": emulator_late_p99_us(emu)}) or "")
+    assert emulator_late_p99_us({"timing_error_fwd": {"p99_us": 120.0}}) == 120.0
+    assert disturbed({"emu_p99_us": 120.0}) is None
+    assert emulator_late_p99_us(None) is None and emulator_late_p99_us({"mode": "delay"}) is None

@@ -17,6 +17,7 @@ from kernelutil import check_on_quiet_host, kernel_trial, metrics_of, run_with_s
 from cctestbed.config import parse_trial
 from cctestbed.fidelity.verdict import DEFAULT_TOLERANCES, tolerance_for
 from cctestbed.kernel.checks import KernelUnavailable, choose_link_emulator, trial_problems
+from cctestbed.kernel.routerstats import emulator_late_p99_us
 from cctestbed.runner import run_trial
 
 #: The emulator's per-frame timing error (sent - due), 99th percentile, that a trial of these
@@ -32,7 +33,7 @@ def within(metric: str, kernel: float, sim: float) -> bool:
 def emulator_p99_us(r: Any) -> float:
     emu = r.extra["linkemu"]
     assert emu["mode"] == "model" and r.extra["link_emulator"] == "full"
-    return max(emu["timing_error_fwd"]["p99_us"], emu["timing_error_rev"]["p99_us"])
+    return emulator_late_p99_us(emu)
 
 
 def test_the_full_link_emulator_is_chosen_for_what_htb_cannot_do() -> None:

@@ -3,7 +3,8 @@
 ``kernel-reference.parquet`` (beside the suite file by default) has, per finished kernel trial:
 ``scenario``, ``seed``, ``key`` (the scenario key: :meth:`.suite.Scenario.scenario_key`), the
 run's provenance (``kernel`` release, ``host``, ``date`` in UTC, ``cctestbed`` version,
-``link_emulator`` and its forward per-frame timing error ``emu_p99_us``, the frames the host lost
+``link_emulator`` and its per-frame timing error ``emu_p99_us`` (p99, the later direction; the
+forward one in rows before 2026-11-28), the frames the host lost
 around the link emulator ``frames_lost`` (null where not recorded), the sender hosts'
 ``sender_qdisc``), and every metric of
 :mod:`.measure` with the ``metrics_version`` that computed them (rows of an older version are
@@ -21,7 +22,7 @@ from typing import Any, Optional, Union
 
 import polars as pl
 
-from ..kernel.routerstats import frames_lost_outside_the_link
+from ..kernel.routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link
 from ..results import write_parquet
 from ..sweep.store import atomic_write_bytes
 
@@ -29,12 +30,10 @@ FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")
 PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "frames_lost", "sender_qdisc",
               "metrics_version")
-#: A kernel rep whose link emulator sent 1 % of frames later than this (its forward p99 timing
-#: error, us) ran on a stalled host, not on the path its trial describes, and is not kept: the
-#: bound the kernel tests hold the emulator to. Such reps come in bursts when the virtual
-#: machine's host takes its CPUs (two step-bbr reps: p99 3.0 and 5.5 ms, queue p95 1.56 and
-#: 1.76 BDP, where the quiet reps measured 0.80-0.86).
-DISTURBED_EMU_P99_US = 1000.0
+#: A kernel rep whose link emulator sent 1 % of frames later than this (its p99 timing error, us)
+#: ran on a stalled host, not on the path its trial describes, and is not kept
+#: (:data:`cctestbed.kernel.routerstats.EMULATOR_LATE_P99_US`).
+DISTURBED_EMU_P99_US = EMULATOR_LATE_P99_US
 
 
 def default_path(suite_source: Optional[str]) -> Path:
@@ -57,14 +56,13 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
         pass
     started = rj.get("started")
     when = datetime.fromtimestamp(started, timezone.utc) if isinstance(started, (int, float)) else datetime.now(timezone.utc)
-    emu = (kj.get("linkemu") or {}).get("timing_error_fwd") or {}
     return {
         "kernel": kj.get("kernel") or platform.release(),
         "host": rj.get("host") or platform.node(),
         "date": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cctestbed": rj.get("cctestbed") or __version__,
         "link_emulator": _link_emulator(kj),
-        "emu_p99_us": emu.get("p99_us"),
+        "emu_p99_us": emulator_late_p99_us(kj.get("linkemu")),
         "frames_lost": frames_lost_outside_the_link(kj.get("linkemu")) if kj.get("linkemu") else None,
         "sender_qdisc": (kj.get("host_stack") or {}).get("sender_qdisc"),
     }
