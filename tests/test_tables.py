@@ -150,3 +150,20 @@ def test_the_emulators_lateness_is_the_later_of_its_two_directions() -> None:
     assert emulator_late_p99_us({"timing_error_fwd": {"p99_us": 120.0}}) == 120.0
     assert disturbed({"emu_p99_us": 120.0}) is None
     assert emulator_late_p99_us(None) is None and emulator_late_p99_us({"mode": "delay"}) is None
+
+
+def test_a_stall_as_long_as_the_buffer_drains_disturbs_a_run_and_a_shorter_one_does_not() -> None:
+    from cctestbed.fidelity.reference import disturbed
+    from cctestbed.kernel.routerstats import emulator_stall_ms, stall_overflow
+
+    # 0.073 BDP at 1 Gbit/s, 88 ms drains in 6.4 ms; 2 BDP at 80 Mbit/s, 25 ms in 50 ms
+    emu = {"timing_error_fwd": {"max_us": 6983.5}, "timing_error_rev": {"max_us": 8187.7},
+           "stalls": {"count": 1, "kept": [{"t_s": 19.053, "max_late_us": 8187.7}]}}
+    assert emulator_stall_ms(emu) == 8.1877 and emulator_stall_ms(None) == 0.0
+    why = stall_overflow(emu, {"buffer_drain_us": 6424.0}) or ""
+    assert "8.2 ms at 19.05 s" in why and "6.4 ms" in why
+    assert stall_overflow(emu, {"buffer_drain_us": 50000.0}) is None
+    assert stall_overflow(emu, {"buffer_drain_us": None}) is None  # no limit, nothing to overflow
+    assert "stalled for 8.2 ms" in (disturbed({"emu_stall_ms": 8.19, "buffer_drain_ms": 6.42}) or "")
+    assert disturbed({"emu_stall_ms": 5.0, "buffer_drain_ms": 6.42}) is None
+    assert disturbed({"emu_stall_ms": None, "buffer_drain_ms": None}) is None  # rows before the columns

@@ -44,10 +44,14 @@ def frames_lost_outside_the_link(result: Any) -> int:
 
 
 def host_was_quiet(result: Any) -> bool:
-    """Whether the hypervisor took less than the quiet budget during this kernel trial and the
-    host lost no frame outside the emulated link."""
+    """Whether the hypervisor took less than the quiet budget during this kernel trial, the
+    host lost no frame outside the emulated link and the link emulator never stalled as long as
+    the bottleneck's buffer takes to drain (:func:`cctestbed.kernel.routerstats.stall_overflow`)."""
+    from cctestbed.kernel.routerstats import stall_overflow
+
     budget = QUIET_HOST_STEAL_MS_PER_S * result.trial.duration / 1e9
-    return (result.extra.get("host_cpu_steal_ms") or 0.0) < budget and frames_lost_outside_the_link(result) == 0
+    return ((result.extra.get("host_cpu_steal_ms") or 0.0) < budget and frames_lost_outside_the_link(result) == 0
+            and stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck")) is None)
 
 
 def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3,
@@ -60,6 +64,8 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
     For bounds on rates and times, which a stalled virtual machine moves. Every attempt's steal
     is printed. An attempt made of several kernel trials (a comparison of reps) gives them by
     ``trials``: it was quiet when each of them was."""
+    from cctestbed.kernel.routerstats import stall_overflow
+
     steals = []
     for attempt in range(1, attempts + 1):
         r = run()
@@ -67,7 +73,9 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
         quiet = all(host_was_quiet(t) for t in runs)
         steals.append("/".join(f"{t.extra.get('host_cpu_steal_ms') or 0.0:.0f}" for t in runs) + " ms"
                       + "".join(f" ({n} frames lost outside the link)" for t in runs
-                                for n in [frames_lost_outside_the_link(t)] if n))
+                                for n in [frames_lost_outside_the_link(t)] if n)
+                      + "".join(f" ({why})" for t in runs
+                                for why in [stall_overflow(t.extra.get("linkemu"), t.extra.get("bottleneck"))] if why))
         seconds = runs[0].trial.duration / 1e9
         print(f"\nattempt {attempt}: host CPU steal {steals[-1]} in "
               f"{seconds:g} s{' each' if len(runs) > 1 else ''}{'' if quiet else ' (disturbed)'}")
@@ -84,13 +92,10 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
 
 
 def emulator_stall_ms(result: Any) -> float:
-    """The longest the userspace link emulator was held up in this trial (its largest frame
-    timing error, either direction), in ms; 0 without it. The sender processes run on the same
-    host: no host stall they suffered was longer than one the emulator saw, give or take."""
-    emu = result.extra.get("linkemu")
-    if emu is None:
-        return 0.0
-    return max(emu["timing_error_fwd"]["max_us"], emu["timing_error_rev"]["max_us"]) / 1e3
+    """:func:`cctestbed.kernel.routerstats.emulator_stall_ms` of a result."""
+    from cctestbed.kernel.routerstats import emulator_stall_ms as stall_ms
+
+    return stall_ms(result.extra.get("linkemu"))
 
 
 def metrics_of(result: Any) -> dict[str, Any]:

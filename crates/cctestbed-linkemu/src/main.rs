@@ -676,19 +676,83 @@ fn set_realtime(prio: i32) -> Result<(), String> {
 struct Timing {
     hist: [Hist; 2],
     wake: Hist,
+    stalls: Stalls,
 }
 
 impl Timing {
+    fn new() -> Self {
+        Timing { hist: [Hist::new(), Hist::new()], wake: Hist::new(), stalls: Stalls::default() }
+    }
+
     /// A frame due at `due` was sent (or refused) just now, in direction `d`.
     fn sent(&mut self, d: usize, due: Nanos, stats: &Stats) {
-        let late = mono() - due;
+        let now = mono();
+        let late = now - due;
         self.hist[d].add(late);
         if late > stats.get(Slot::LateMaxNs) as i64 {
             stats.set(Slot::LateMaxNs, late as u64);
         }
-        if late > 1_000_000 {
+        if late > STALL_NS {
             stats.add(Slot::LateOver1ms, 1);
+            self.stalls.late(d, due, late, now);
         }
+    }
+}
+
+/// A frame later than this is sent in a stall (and counted in `late_over_1ms`).
+const STALL_NS: Nanos = 1_000_000;
+/// Stalls kept in the report (the first ones; the count goes on).
+const STALLS_KEPT: usize = 1000;
+
+/// When the emulator fell behind: runs of frames sent over [`STALL_NS`] late, one run while
+/// each was due before the one before it was sent, give or take [`STALL_NS`]. A stall releases what it held at once
+/// (a burst of data into the next hop, a burst of ACKs into the senders), which a path with a
+/// buffer of a few milliseconds feels as loss, so the report says when each happened.
+#[derive(Default)]
+struct Stalls {
+    runs: Vec<Stall>,
+    count: u64,
+    last_sent: Nanos,
+}
+
+struct Stall {
+    first_due: Nanos,
+    max_late: Nanos,
+    frames: [u64; 2],
+}
+
+impl Stalls {
+    fn late(&mut self, d: usize, due: Nanos, late: Nanos, now: Nanos) {
+        let continues = self.count > 0 && due <= self.last_sent + STALL_NS;
+        self.last_sent = now;
+        if !continues {
+            self.count += 1;
+            if self.runs.len() < STALLS_KEPT {
+                self.runs.push(Stall { first_due: due, max_late: 0, frames: [0; 2] });
+            } else {
+                return;
+            }
+        } else if self.runs.len() < self.count as usize {
+            return;
+        }
+        let run = self.runs.last_mut().expect("a run was started");
+        run.max_late = run.max_late.max(late);
+        run.frames[d] += 1;
+    }
+
+    /// The report: each kept stall's start on the trial's clock (`epoch`, CLOCK_MONOTONIC of
+    /// the trial's time 0; the emulator's own clock without one), its worst lateness and the
+    /// frames it delayed each way.
+    fn json(&self, epoch: Option<Nanos>) -> serde_json::Value {
+        serde_json::json!({
+            "count": self.count,
+            "kept": self.runs.iter().map(|r| serde_json::json!({
+                "t_s": (r.first_due - epoch.unwrap_or(0)) as f64 / 1e9,
+                "max_late_us": r.max_late as f64 / 1e3,
+                "frames_fwd": r.frames[0],
+                "frames_rev": r.frames[1],
+            })).collect::<Vec<_>>(),
+        })
     }
 }
 
@@ -1046,7 +1110,7 @@ fn run(a: Args) -> Result<(), String> {
     if let Err(e) = &rt {
         eprintln!("linkemu: running without real-time priority: {e}");
     }
-    let mut timing = Timing { hist: [Hist::new(), Hist::new()], wake: Hist::new() };
+    let mut timing = Timing::new();
     stats.set(Slot::SerializationBps, a.serialization_bps);
     stats.set(Slot::Magic, MAGIC);
     stats.set(Slot::UpdatedNs, mono() as u64);
@@ -1055,7 +1119,8 @@ fn run(a: Args) -> Result<(), String> {
         Some(cfg) => model_loop(&a, cfg, &stats, &left, &right, &mut timing),
         None => (delay_loop(&a, &stats, &left, &right, &mut timing), serde_json::Value::Null),
     };
-    let Timing { hist, wake } = timing;
+    let Timing { hist, wake, stalls } = timing;
+    let epoch = Some(stats.epoch() as Nanos).filter(|&e| e != 0);
 
     let names = [
         ("fwd_rx_pkts", Slot::FwdRxPkts),
@@ -1086,6 +1151,7 @@ fn run(a: Args) -> Result<(), String> {
         "timing_error_fwd": hist[0].json(),
         "timing_error_rev": hist[1].json(),
         "wakeup_latency": wake.json(),
+        "stalls": stalls.json(epoch),
         "mode": if a.model.is_some() { "model" } else { "delay" },
         "cpu": a.cpu,
         "model": model_report,
@@ -1119,6 +1185,25 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_held_by_one_stall_make_one_run_and_a_later_stall_another() {
+        let ms = 1_000_000;
+        let mut st = Stalls::default();
+        // held 8 ms: frames due at 100..101 ms all go out from 108 ms on, both ways, with a
+        // pause in the catching up itself
+        st.late(0, 100 * ms, 8 * ms, 108 * ms);
+        st.late(1, 100 * ms + ms / 2, 7 * ms + ms / 2, 108 * ms);
+        st.late(0, 101 * ms, 9 * ms, 110 * ms);
+        // a second stall a second later
+        st.late(0, 1100 * ms, 2 * ms, 1102 * ms);
+        let j = st.json(Some(50 * ms));
+        assert_eq!(j["count"], 2);
+        let kept = j["kept"].as_array().unwrap();
+        assert_eq!((kept[0]["t_s"].as_f64(), kept[0]["max_late_us"].as_f64()), (Some(0.05), Some(9000.0)));
+        assert_eq!((kept[0]["frames_fwd"].as_u64(), kept[0]["frames_rev"].as_u64()), (Some(2), Some(1)));
+        assert_eq!((kept[1]["t_s"].as_f64(), kept[1]["frames_fwd"].as_u64()), (Some(1.05), Some(1)));
+    }
 
     #[test]
     fn histogram_quantiles_are_bucket_upper_edges() {

@@ -3,10 +3,10 @@
 ``kernel-reference.parquet`` (beside the suite file by default) has, per finished kernel trial:
 ``scenario``, ``seed``, ``key`` (the scenario key: :meth:`.suite.Scenario.scenario_key`), the
 run's provenance (``kernel`` release, ``host``, ``date`` in UTC, ``cctestbed`` version,
-``link_emulator`` and its per-frame timing error ``emu_p99_us`` (p99, the later direction; the
-forward one in rows before 2026-11-28), the frames the host lost
-around the link emulator ``frames_lost`` (null where not recorded), the sender hosts'
-``sender_qdisc``), and every metric of
+``link_emulator`` and its per-frame timing error ``emu_p99_us`` (p99, the later direction's; the
+forward one's in older rows) and ``emu_stall_ms`` (its longest, either way) beside the forward
+buffer's drain time ``buffer_drain_ms``, the frames the host lost around the link emulator
+``frames_lost`` (null where not recorded), the sender hosts' ``sender_qdisc``), and every metric of
 :mod:`.measure` with the ``metrics_version`` that computed them (rows of an older version are
 measured again from their trials by the next ``fidelity run`` where the trials are at hand). It grows one row at a time, rewritten atomically after each kernel trial, so a
 campaign cut off at any point keeps every finished trial; ``fidelity run`` skips rows it holds.
@@ -22,14 +22,15 @@ from typing import Any, Optional, Union
 
 import polars as pl
 
-from ..kernel.routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link
+from ..kernel.routerstats import (EMULATOR_LATE_P99_US, emulator_late_p99_us, emulator_stall_ms, frames_lost_outside_the_link,
+                                  stall_outlasts_buffer)
 from ..results import write_parquet
 from ..sweep.store import atomic_write_bytes
 
 FILENAME = "kernel-reference.parquet"
 ID_COLUMNS = ("scenario", "seed", "key")
-PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "frames_lost", "sender_qdisc",
-              "metrics_version")
+PROVENANCE = ("kernel", "host", "date", "cctestbed", "link_emulator", "emu_p99_us", "emu_stall_ms", "buffer_drain_ms",
+              "frames_lost", "sender_qdisc", "metrics_version")
 #: A kernel rep whose link emulator sent 1 % of frames later than this (its p99 timing error, us)
 #: ran on a stalled host, not on the path its trial describes, and is not kept
 #: (:data:`cctestbed.kernel.routerstats.EMULATOR_LATE_P99_US`).
@@ -64,6 +65,8 @@ def provenance(trial_dir: Path) -> dict[str, Any]:
         "link_emulator": _link_emulator(kj),
         "emu_p99_us": emulator_late_p99_us(kj.get("linkemu")),
         "frames_lost": frames_lost_outside_the_link(kj.get("linkemu")) if kj.get("linkemu") else None,
+        "emu_stall_ms": emulator_stall_ms(kj.get("linkemu")) if kj.get("linkemu") else None,
+        "buffer_drain_ms": (drain / 1e3 if (drain := (kj.get("bottleneck") or {}).get("buffer_drain_us")) else None),
         "sender_qdisc": (kj.get("host_stack") or {}).get("sender_qdisc"),
     }
 
@@ -74,6 +77,9 @@ def disturbed(row: dict[str, Any]) -> Optional[str]:
     if row.get("frames_lost"):
         return (f"the host lost {row['frames_lost']} frame(s) around the link emulator, outside the link "
                 "(its socket's buffer full, or an interface refused them)")
+    stalled = stall_outlasts_buffer(row.get("emu_stall_ms") or 0.0, row.get("buffer_drain_ms"))
+    if stalled:
+        return stalled
     if p99 is not None and p99 > DISTURBED_EMU_P99_US:
         return (f"the link emulator sent 1 % of frames over {p99 / 1000:.1f} ms late "
                 f"(a stalled host; kept up to {DISTURBED_EMU_P99_US / 1000:g} ms)")
@@ -128,7 +134,8 @@ class Reference:
         data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in cols}
         schema: dict[str, Any] = {"scenario": pl.String, "seed": pl.Int64, "key": pl.String, "kernel": pl.String,
                                   "host": pl.String, "date": pl.String, "cctestbed": pl.String,
-                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64, "frames_lost": pl.Int64,
+                                  "link_emulator": pl.String, "emu_p99_us": pl.Float64, "emu_stall_ms": pl.Float64,
+                                  "buffer_drain_ms": pl.Float64, "frames_lost": pl.Int64,
                                   "sender_qdisc": pl.String,
                                   "metrics_version": pl.Int64}
         for c in metric_cols:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
     from .checks import KernelUnavailable, TrialRefused
-    from .routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link
+    from .routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link, stall_overflow
     from .run import KernelRunError, run_kernel_trial
 
     with err.status(f"kernel: [bold]{escape(trial.name)}[/] ...", spinner="dots") as st:
@@ -53,6 +53,9 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
                   f"(kept up to {EMULATOR_LATE_P99_US / 1000:g} ms): the host could not keep the path's timing, so "
                   "the results describe a stalled path; a quieter host, no router capture, or fewer flows or a "
                   "lower rate, measures the path the trial describes")
+    stalled = stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck"))
+    if stalled:
+        err.print(f"[yellow]warning:[/] {stalled}: losses the trial does not describe; a quieter host measures it")
     return result
 
 

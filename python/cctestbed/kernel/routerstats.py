@@ -114,6 +114,39 @@ def emulator_late_p99_us(linkemu: Optional[dict[str, Any]]) -> Optional[float]:
     return max(known) if known else None
 
 
+def emulator_stall_ms(linkemu: Optional[dict[str, Any]]) -> float:
+    """The longest the userspace link emulator held a frame past its time, either way, in ms (its
+    largest timing error); 0 without the emulator. The stacks and programs share the host: no
+    stall they suffered was much longer than one the emulator saw."""
+    late = [((linkemu or {}).get(k) or {}).get("max_us") for k in ("timing_error_fwd", "timing_error_rev")]
+    return max([float(x) for x in late if x is not None] or [0.0]) / 1e3
+
+
+def stall_overflow(linkemu: Optional[dict[str, Any]], bottleneck: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why a kernel run's host broke its path (:func:`stall_outlasts_buffer`), from its report."""
+    stalls = (linkemu or {}).get("stalls") or {}
+    worst = max(stalls.get("kept") or [], key=lambda s: s["max_late_us"], default=None)
+    drain_us = (bottleneck or {}).get("buffer_drain_us")
+    return stall_outlasts_buffer(emulator_stall_ms(linkemu), drain_us / 1e3 if drain_us else None,
+                                 at_s=worst["t_s"] if worst else None, count=stalls.get("count"))
+
+
+def stall_outlasts_buffer(stall_ms: float, drain_ms: Optional[float], at_s: Optional[float] = None,
+                          count: Optional[int] = None) -> Optional[str]:
+    """Why a kernel run's host broke its path, or None: the link emulator stalled at least as
+    long as the bottleneck's buffer takes to drain (``drain_ms``), so what the stall held left
+    at once, a burst the buffer could not hold even empty. 16 CUBIC flows at 1 Gbit/s, 88 ms,
+    0.073 BDP (6.4 ms): one 8.2 ms stall at 19.05 s, and 11 of the flows lost 196 packets at
+    19.07-19.12 s with their windows 720 packets short of filling the path, where every other
+    loss of that run, and every loss of the simulator's, came with the path full."""
+    if not drain_ms or stall_ms < drain_ms:
+        return None
+    when = f" at {at_s:.2f} s" if at_s is not None else ""
+    how_many = f" ({count} stall(s) over 1 ms)" if count is not None else ""
+    return (f"the link emulator stalled for {stall_ms:.1f} ms{when}{how_many}, as long as the bottleneck's buffer "
+            f"takes to drain ({drain_ms:.1f} ms): the frames it held left at once, a burst the buffer could not hold")
+
+
 def _attrs(data: bytes, off: int, end: int) -> dict[int, bytes]:
     out = {}
     while off + 4 <= end:

@@ -232,6 +232,9 @@ def run_kernel_trial(
                 rev_bytes, rev_pkts = trial.link.reverse_queue_limits()
                 run.info["reverse_bottleneck"] = topology.set_bottleneck(rev_link.capacity, rev_bytes, rev_pkts,
                                                                          dev=names.left)
+        # how long the forward buffer takes to drain at the initial capacity: a host stall that
+        # held frames that long released a burst the buffer cannot hold (routerstats.stall_overflow)
+        run.info["bottleneck"]["buffer_drain_us"] = queue_bytes * 8e6 / trial.link.capacity if queue_bytes else None
         fwd, rev = trial.link.delays_ns
         emu_stats = None
         # Either userspace emulator at high rates: pinned to one CPU, the stacks steered to the others.
