@@ -44,18 +44,18 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
             raise typer.Exit(130)
     lost = frames_lost_outside_the_link(result.extra.get("linkemu"))
     if lost:
-        err.print(f"[yellow]warning:[/] the host lost {lost} frame(s) around the link emulator (its socket's buffer "
-                  "full, or an interface refused them): losses the trial does not describe; a quieter host, "
-                  "or fewer flows or a lower rate, measures the path it does")
+        err.tagged("warning", "yellow", f"the host lost {lost} frame(s) around the link emulator (its socket's "
+                   "buffer full, or an interface refused them): losses the trial does not describe; a quieter "
+                   "host, or fewer flows or a lower rate, measures the path it does")
     late = emulator_late_p99_us(result.extra.get("linkemu"))
     if late is not None and late > EMULATOR_LATE_P99_US:
-        err.print(f"[yellow]warning:[/] the link emulator sent 1 % of frames over {late / 1000:.1f} ms late "
-                  f"(kept up to {EMULATOR_LATE_P99_US / 1000:g} ms): the host could not keep the path's timing, so "
-                  "the results describe a stalled path; a quieter host, no router capture, or fewer flows or a "
-                  "lower rate, measures the path the trial describes")
+        err.tagged("warning", "yellow", f"the link emulator sent 1 % of frames over {late / 1000:.1f} ms late "
+                   f"(kept up to {EMULATOR_LATE_P99_US / 1000:g} ms): the host could not keep the path's timing, "
+                   "so the results describe a stalled path; a quieter host, no router capture, or fewer flows or "
+                   "a lower rate, measures the path the trial describes")
     stalled = stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck"))
     if stalled:
-        err.print(f"[yellow]warning:[/] {stalled}: losses the trial does not describe; a quieter host measures it")
+        err.tagged("warning", "yellow", f"{stalled}: losses the trial does not describe; a quieter host measures it")
     return result
 
 
