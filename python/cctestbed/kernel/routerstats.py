@@ -235,7 +235,8 @@ class EmuStats:
 
     def set_epoch(self, t0_ns: int) -> None:
         """The trial's time 0 (CLOCK_MONOTONIC ns): the ``full`` emulator's model runs on trial
-        time from then on (frames before it pass straight through)."""
+        time from then on (frames before it pass straight through), and either emulator's report
+        gives its stalls' times on it."""
         struct.pack_into("<Q", self.map, 8 * EMU_SLOTS.index("epoch_ns"), t0_ns)
 
     def set_serialization(self, rate_bps: int) -> None:

@@ -309,11 +309,12 @@ def run_kernel_trial(
         if capture:
             time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface
         t0 = time.monotonic_ns() + 200_000_000
-        if mode == "full" and emu_stats is not None:
+        if emu_stats is not None:
             from .routerstats import EmuStats
 
-            # the model runs on trial time: a delay schedule, a trace and the disciplines'
-            # timers line up with the simulator's
+            # the full emulator's model runs on trial time: a delay schedule, a trace and the
+            # disciplines' timers line up with the simulator's; either emulator reports its
+            # stalls on it
             EmuStats(emu_stats, writable=True).set_epoch(t0)
         for p in procs:
             assert p.popen.stdin is not None
