@@ -231,7 +231,7 @@ def test_remeasure_runs_again_what_the_reference_holds_and_replaces_it(tmp_path)
     assert run_backend(suite, "sim", tmp_path / "b", reference=ref, workers=2, remeasure=True) == (0, 0)
 
 
-def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, monkeypatch):
+def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, monkeypatch, capsys):
     """A rep whose link emulator missed its 1 ms p99 is not added to the reference: it runs again
     in the same `fidelity run` (up to three attempts), and one already in a reference file is
     dropped on loading, so the next run measures it again."""
@@ -253,6 +253,9 @@ def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, mo
     assert DISTURBED_ATTEMPTS >= 3
     done, failed = run_backend(suite, "sim", tmp_path / "a", reference=ref, workers=2)
     assert (done, failed) == (6, 0) and attempts[first] == 3, "two stalled attempts, then a quiet one"
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("not kept")]
+    assert len(said) == 2 and all("5.4 ms late" in line and "(it measured utilization " in line and " %, loss "
+                                  in line for line in said), "why, and what the stalled rep measured"
     rows = Reference(tmp_path / "ref.parquet").rows
     assert len(rows) == 4 and all(r["emu_p99_us"] == 150.0 for r in rows.values())
 
@@ -272,6 +275,13 @@ def test_a_rep_from_a_stalled_host_is_measured_again_and_never_kept(tmp_path, mo
     ref.save()
     assert not Reference(tmp_path / "ref.parquet").has(key)
     assert "lost 3 frame(s)" in (disturbed({"frames_lost": 3}) or "")
+
+    # nor one whose emulator stalled as long as the bottleneck's buffer takes to drain
+    ref = Reference(tmp_path / "ref.parquet")
+    key = next(iter(ref.rows))
+    ref.rows[key].update(emu_stall_ms=12.0, buffer_drain_ms=6.4)
+    ref.save()
+    assert not Reference(tmp_path / "ref.parquet").has(key)
 
 
 def _reference_from_simulator(suite, path: Path) -> Reference:

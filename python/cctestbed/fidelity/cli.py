@@ -19,6 +19,9 @@ from ..console import err, fail, out, refuse
 
 #: Attempts at a kernel rep whose host stalled (:func:`.reference.disturbed`) in one run.
 DISTURBED_ATTEMPTS = 3
+#: What a rep that is not kept measured, said with why (metric, label, unit): a reader sees what
+#: the disturbance did.
+NOT_KEPT_SHOWN = (("utilization_pct", "utilization", " %"), ("loss_pct", "loss", " %"), ("rtt_p95_ms", "RTT p95", " ms"))
 
 app = typer.Typer(
     add_completion=False,
@@ -98,7 +101,9 @@ def run_backend(suite: Any, backend: str, dest: Path, reference: Any = None, wor
                **provenance(d), **metrics_of_dir(d)}
         why = reference.add(row, save=save)
         if why is not None:
-            not_kept[spec.key] = why
+            measured = ", ".join(f"{label} {row[m]:.3g}{unit}" for m, label, unit in NOT_KEPT_SHOWN
+                                 if isinstance(row.get(m), (int, float)))
+            not_kept[spec.key] = why + (f" (it measured {measured})" if measured else "")
 
     def measure_again(spec: Any, why: str) -> None:
         err.tagged("not kept", "yellow", f"{spec.values['scenario']} seed {spec.seed}: {why}; measuring it again")
