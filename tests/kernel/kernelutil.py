@@ -32,6 +32,14 @@ def kernel_trial(**updates: Any) -> dict[str, Any]:
 #: quiet runs measure 97.1-97.2 %. Locally 60-140 ms per 12 s.
 QUIET_HOST_STEAL_MS_PER_S = 20.0
 
+#: The link emulator's median lateness (us, either direction) above which the host wakes a
+#: sleeping real-time process too late for sub-millisecond bounds on times: a busy emulator
+#: sends half its frames within 34-66 us of their time here, an idle one on a virtual machine
+#: that is slow to wake its CPUs 130-260 us late (2026-11-27: a probe every 100 ms then came back
+#: 1.0-1.7 ms above the simulator's RTT, 0.58 at its fastest, with this release and the one
+#: before alike, where the ping tests allow 1 ms for the echo's turnaround and the emulator).
+QUIET_HOST_EMU_P50_US = 100.0
+
 
 def frames_lost_outside_the_link(result: Any) -> int:
     """:func:`cctestbed.kernel.routerstats.frames_lost_outside_the_link` of a result. (A CI run of the
@@ -45,13 +53,21 @@ def frames_lost_outside_the_link(result: Any) -> int:
 
 def host_was_quiet(result: Any) -> bool:
     """Whether the hypervisor took less than the quiet budget during this kernel trial, the
-    host lost no frame outside the emulated link and the link emulator never stalled as long as
-    the bottleneck's buffer takes to drain (:func:`cctestbed.kernel.routerstats.stall_overflow`)."""
+    host lost no frame outside the emulated link, the link emulator never stalled as long as
+    the bottleneck's buffer takes to drain (:func:`cctestbed.kernel.routerstats.stall_overflow`)
+    and it sent half its frames within :data:`QUIET_HOST_EMU_P50_US` of their time."""
     from cctestbed.kernel.routerstats import stall_overflow
 
     budget = QUIET_HOST_STEAL_MS_PER_S * result.trial.duration / 1e9
     return ((result.extra.get("host_cpu_steal_ms") or 0.0) < budget and frames_lost_outside_the_link(result) == 0
-            and stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck")) is None)
+            and stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck")) is None
+            and emulator_p50_us(result) <= QUIET_HOST_EMU_P50_US)
+
+
+def emulator_p50_us(result: Any) -> float:
+    """The link emulator's median lateness, the later direction (us); 0 without it."""
+    emu = result.extra.get("linkemu") or {}
+    return max([float((emu.get(k) or {}).get("p50_us") or 0.0) for k in ("timing_error_fwd", "timing_error_rev")])
 
 
 def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3,
@@ -75,7 +91,9 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
                       + "".join(f" ({n} frames lost outside the link)" for t in runs
                                 for n in [frames_lost_outside_the_link(t)] if n)
                       + "".join(f" ({why})" for t in runs
-                                for why in [stall_overflow(t.extra.get("linkemu"), t.extra.get("bottleneck"))] if why))
+                                for why in [stall_overflow(t.extra.get("linkemu"), t.extra.get("bottleneck"))] if why)
+                      + "".join(f" (the emulator's median lateness {p50:.0f} us)" for t in runs
+                                for p50 in [emulator_p50_us(t)] if p50 > QUIET_HOST_EMU_P50_US))
         seconds = runs[0].trial.duration / 1e9
         print(f"\nattempt {attempt}: host CPU steal {steals[-1]} in "
               f"{seconds:g} s{' each' if len(runs) > 1 else ''}{'' if quiet else ' (disturbed)'}")
