@@ -51,23 +51,29 @@ def frames_lost_outside_the_link(result: Any) -> int:
     return lost(result.extra.get("linkemu"))
 
 
+def host_disturbances(result: Any) -> list[str]:
+    """What, beside CPU steal, says the host did not keep the path of this kernel trial: frames
+    lost outside the emulated link, a link emulator stall as long as the bottleneck's buffer takes
+    to drain (:func:`cctestbed.kernel.routerstats.stall_overflow`), or an emulator that sent half
+    its frames over :data:`QUIET_HOST_EMU_P50_US` late."""
+    from cctestbed.kernel.routerstats import emulator_timing_us, stall_overflow
+
+    found = []
+    if lost := frames_lost_outside_the_link(result):
+        found.append(f"{lost} frames lost outside the link")
+    if stalled := stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck")):
+        found.append(stalled)
+    p50 = emulator_timing_us(result.extra.get("linkemu"), "p50_us") or 0.0
+    if p50 > QUIET_HOST_EMU_P50_US:
+        found.append(f"the emulator's median lateness {p50:.0f} us")
+    return found
+
+
 def host_was_quiet(result: Any) -> bool:
-    """Whether the hypervisor took less than the quiet budget during this kernel trial, the
-    host lost no frame outside the emulated link, the link emulator never stalled as long as
-    the bottleneck's buffer takes to drain (:func:`cctestbed.kernel.routerstats.stall_overflow`)
-    and it sent half its frames within :data:`QUIET_HOST_EMU_P50_US` of their time."""
-    from cctestbed.kernel.routerstats import stall_overflow
-
+    """Whether the hypervisor took less than the quiet budget during this kernel trial and
+    nothing else disturbed the host (:func:`host_disturbances`)."""
     budget = QUIET_HOST_STEAL_MS_PER_S * result.trial.duration / 1e9
-    return ((result.extra.get("host_cpu_steal_ms") or 0.0) < budget and frames_lost_outside_the_link(result) == 0
-            and stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck")) is None
-            and emulator_p50_us(result) <= QUIET_HOST_EMU_P50_US)
-
-
-def emulator_p50_us(result: Any) -> float:
-    """The link emulator's median lateness, the later direction (us); 0 without it."""
-    emu = result.extra.get("linkemu") or {}
-    return max([float((emu.get(k) or {}).get("p50_us") or 0.0) for k in ("timing_error_fwd", "timing_error_rev")])
+    return (result.extra.get("host_cpu_steal_ms") or 0.0) < budget and not host_disturbances(result)
 
 
 def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3,
@@ -80,20 +86,13 @@ def check_on_quiet_host(run: Callable[[], Any], check: Callable[[Any], None], at
     For bounds on rates and times, which a stalled virtual machine moves. Every attempt's steal
     is printed. An attempt made of several kernel trials (a comparison of reps) gives them by
     ``trials``: it was quiet when each of them was."""
-    from cctestbed.kernel.routerstats import stall_overflow
-
     steals = []
     for attempt in range(1, attempts + 1):
         r = run()
         runs = trials(r)
         quiet = all(host_was_quiet(t) for t in runs)
         steals.append("/".join(f"{t.extra.get('host_cpu_steal_ms') or 0.0:.0f}" for t in runs) + " ms"
-                      + "".join(f" ({n} frames lost outside the link)" for t in runs
-                                for n in [frames_lost_outside_the_link(t)] if n)
-                      + "".join(f" ({why})" for t in runs
-                                for why in [stall_overflow(t.extra.get("linkemu"), t.extra.get("bottleneck"))] if why)
-                      + "".join(f" (the emulator's median lateness {p50:.0f} us)" for t in runs
-                                for p50 in [emulator_p50_us(t)] if p50 > QUIET_HOST_EMU_P50_US))
+                      + "".join(f" ({why})" for t in runs for why in host_disturbances(t)))
         seconds = runs[0].trial.duration / 1e9
         print(f"\nattempt {attempt}: host CPU steal {steals[-1]} in "
               f"{seconds:g} s{' each' if len(runs) > 1 else ''}{'' if quiet else ' (disturbed)'}")

@@ -705,9 +705,10 @@ const STALL_NS: Nanos = 1_000_000;
 const STALLS_KEPT: usize = 1000;
 
 /// When the emulator fell behind: runs of frames sent over [`STALL_NS`] late, one run while
-/// each was due before the one before it was sent, give or take [`STALL_NS`]. A stall releases what it held at once
-/// (a burst of data into the next hop, a burst of ACKs into the senders), which a path with a
-/// buffer of a few milliseconds feels as loss, so the report says when each happened.
+/// each was due before the one before it was sent, give or take [`STALL_NS`]. A stall releases
+/// what it held at once (a burst of data into the next hop, a burst of ACKs into the senders),
+/// which a path with a buffer of a few milliseconds feels as loss, so the report says when
+/// each happened.
 #[derive(Default)]
 struct Stalls {
     runs: Vec<Stall>,
@@ -729,15 +730,14 @@ impl Stalls {
             self.count += 1;
             if self.runs.len() < STALLS_KEPT {
                 self.runs.push(Stall { first_due: due, max_late: 0, frames: [0; 2] });
-            } else {
-                return;
             }
-        } else if self.runs.len() < self.count as usize {
-            return;
         }
-        let run = self.runs.last_mut().expect("a run was started");
-        run.max_late = run.max_late.max(late);
-        run.frames[d] += 1;
+        if self.runs.len() as u64 == self.count {
+            // the run this frame belongs to is one of those kept
+            let run = self.runs.last_mut().expect("a run was started");
+            run.max_late = run.max_late.max(late);
+            run.frames[d] += 1;
+        }
     }
 
     /// The report: each kept stall's start on the trial's clock (`epoch`, CLOCK_MONOTONIC of

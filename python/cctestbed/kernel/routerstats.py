@@ -106,20 +106,26 @@ def frames_lost_outside_the_link(linkemu: Optional[dict[str, Any]]) -> int:
 EMULATOR_LATE_P99_US = 1000.0
 
 
-def emulator_late_p99_us(linkemu: Optional[dict[str, Any]]) -> Optional[float]:
-    """The userspace emulator's timing error at its 99th percentile (us), the larger of the two
-    directions (from its report); None without the emulator."""
-    errors = [((linkemu or {}).get(k) or {}).get("p99_us") for k in ("timing_error_fwd", "timing_error_rev")]
+def emulator_timing_us(linkemu: Optional[dict[str, Any]], stat: str) -> Optional[float]:
+    """One statistic of the userspace emulator's per-frame timing error (``p50_us``, ``p99_us``,
+    ``max_us``: how late it sent frames, us), the later of its two directions, from its report;
+    None without the emulator."""
+    errors = [((linkemu or {}).get(k) or {}).get(stat) for k in ("timing_error_fwd", "timing_error_rev")]
     known = [float(e) for e in errors if e is not None]
     return max(known) if known else None
 
 
+def emulator_late_p99_us(linkemu: Optional[dict[str, Any]]) -> Optional[float]:
+    """The userspace emulator's timing error at its 99th percentile (us), the later direction's;
+    None without the emulator."""
+    return emulator_timing_us(linkemu, "p99_us")
+
+
 def emulator_stall_ms(linkemu: Optional[dict[str, Any]]) -> float:
     """The longest the userspace link emulator held a frame past its time, either way, in ms (its
-    largest timing error); 0 without the emulator. The stacks and programs share the host: no
-    stall they suffered was much longer than one the emulator saw."""
-    late = [((linkemu or {}).get(k) or {}).get("max_us") for k in ("timing_error_fwd", "timing_error_rev")]
-    return max([float(x) for x in late if x is not None] or [0.0]) / 1e3
+    largest timing error); 0 without the emulator. It sees the stalls of its own CPU only: from
+    250 Mbit/s the stacks run on the other, whose stalls it does not see (docs/kernel.md)."""
+    return (emulator_timing_us(linkemu, "max_us") or 0.0) / 1e3
 
 
 def stall_overflow(linkemu: Optional[dict[str, Any]], bottleneck: Optional[dict[str, Any]]) -> Optional[str]:
