@@ -197,6 +197,7 @@ NUMERIC_FIELDS = {
     "flows.0.rwnd": "KB",
     "flows.0.extra_delay": "ms",
     "flows.0.max_pacing_rate": "Mbit",
+    "flows.0.read_interval": "us",
     "flows.0.rate": "Mbit",
     "flows.0.packet_size": "B",
     "flows.0.interval": "ms",

@@ -32,6 +32,7 @@ def problems(doc: dict[str, Any]) -> list[str]:
 REFUSED = [
     ({"kind": "udp", "rate": "1Mbit", "cc": "cubic"}, "flows[0].cc: 'cubic': a udp flow group takes no cc (TCP only)"),
     ({"kind": "ping", "rwnd": "64KB"}, "flows[0].rwnd"),
+    ({"kind": "udp", "rate": "1Mbit", "read_interval": "1ms"}, "a udp flow group takes no read_interval (TCP only)"),
     ({"kind": "udp", "rate": "1Mbit", "max_pacing_rate": "1Mbit"}, "a udp flow group takes no max_pacing_rate"),
     ({"kind": "udp"}, "flows[0].rate: missing: a udp flow group needs its sending rate"),
     ({"cc": "cubic", "rate": "1Mbit"}, "flows[0].rate: '1Mbit': a tcp flow group takes no rate (udp only)"),

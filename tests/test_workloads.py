@@ -186,6 +186,20 @@ def test_completion_times_respect_physical_bounds_and_bytes_are_conserved():
     assert len(r.flows) < 0.2 * samples * len(fct)
 
 
+def test_a_paced_reader_completes_a_flow_at_a_read():
+    # a flow is complete when its application has read the last byte: with reads every 5 ms
+    # that is on the 5-ms grid of the trial's clock, never before the instant reader's
+    sized = trial(arrivals=["0.5s", "1s", "1.2s"], size="300KB")
+    instant = run_trial(sized).completions
+    paced = run_trial(trial(arrivals=["0.5s", "1s", "1.2s"], size="300KB", read_interval="5ms")).completions
+    assert instant is not None and paced is not None
+    assert (paced["delivered_bytes"] == paced["size_bytes"]).all()
+    end_ms = (paced["start_s"] * 1e3 + paced["fct_ms"]).to_list()
+    assert all(abs(e / 5 - round(e / 5)) < 1e-6 for e in end_ms), end_ms
+    assert (paced["fct_ms"] >= instant["fct_ms"]).all()
+    assert any(round(e / 5) * 5 != round(e, 6) for e in (instant["start_s"] * 1e3 + instant["fct_ms"]).to_list())
+
+
 def test_the_ideal_is_the_empty_path():
     # 1448 B: one full packet; 10 Mbit/s, 20 ms: handshake 20 ms, 1500 B at 1.2 ms, 10 ms one way
     assert workload.ideal_fct_ns(1448, 10e6, 10_000_000, 10_000_000, 1448, 1500) == pytest.approx(31.2e6)

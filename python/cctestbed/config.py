@@ -810,7 +810,8 @@ FlowSize = Annotated[
 FlowKind = Literal["tcp", "udp", "ping"]
 FLOW_KINDS: tuple[FlowKind, ...] = typing.get_args(FlowKind)
 #: The fields only TCP flows take: a udp or ping group naming one is refused.
-TCP_FIELDS = ("cc", "params", "size", "arrivals", "rwnd", "pacing", "max_pacing_rate", "initial_cwnd", "delayed_ack", "ecn")
+TCP_FIELDS = ("cc", "params", "size", "arrivals", "rwnd", "pacing", "max_pacing_rate", "initial_cwnd", "delayed_ack",
+              "read_interval", "ecn")
 #: The fields only datagram flows take, and the kinds that take each.
 DATAGRAM_FIELDS = {"rate": ("udp",), "on": ("udp",), "off": ("udp",), "periods": ("udp",),
                    "interval": ("ping",), "packet_size": ("udp", "ping")}
@@ -841,6 +842,10 @@ class FlowGroup(_Model):
     pacing: Optional[StrictBool] = None
     initial_cwnd: PositiveU32 = CORE_DEFAULTS["initial_cwnd"]
     delayed_ack: Annotated[DelayedAck, BeforeValidator(_delack_shorthand)] = Field(default_factory=DelayedAck)
+    #: The receiving application reads every this long (on the trial's clock); 0 reads as soon
+    #: as data arrives. Linux ACKs unread data only while the window can stay as offered, else
+    #: after the read: a reader that takes several segments a read gets one ACK per read.
+    read_interval: NonNegativeTime = 0
     group: Optional[str] = None
     #: Negotiate ECN (RFC 3168): data leaves ECN-capable (ECT(0)) and CE marks are echoed;
     #: ``"l4s"`` also negotiates it but sends ECT(1), the L4S identifier (RFC 9331).
@@ -1372,6 +1377,7 @@ class Trial(_Model):
                     **({"ecn": True} if g.ecn else {}),
                     **({"ect1": True} if g.ecn == "l4s" else {}),
                     **({"max_pacing_rate_bps": g.max_pacing_rate} if g.max_pacing_rate is not None else {}),
+                    **({"read_interval_ns": g.read_interval} if g.read_interval else {}),
                     **direction,
                     **({"workload": True} if g.arrivals is not None else {}),
                 }

@@ -111,6 +111,11 @@ pub struct FlowConfig {
     pub initial_cwnd: u32,
     #[serde(default)]
     pub delayed_ack: DelayedAckConfig,
+    /// The receiving application reads every this many ns of the trial's clock; 0 reads as
+    /// soon as data arrives. Linux ACKs data the application has not read yet only when the
+    /// window could stay as offered, else after the read (`tcp_cleanup_rbuf`).
+    #[serde(default)]
+    pub read_interval_ns: Nanos,
     /// With `cc = "bpf"`: the BPF congestion-control object, its read-only data already
     /// holding the trial's parameters (written by the same loader code as the kernel backend's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +158,7 @@ impl FlowConfig {
             max_pacing_rate_bps: None,
             initial_cwnd: default_iw(),
             delayed_ack: DelayedAckConfig::default(),
+            read_interval_ns: 0,
             bpf_object: None,
             group: None,
             ecn: false,
@@ -271,6 +277,9 @@ impl FlowConfig {
         }
         if self.extra_delay_ns < 0 {
             out.push(at.field("extra_delay_ns").problem(format!("{}: must be >= 0", self.extra_delay_ns)));
+        }
+        if self.read_interval_ns < 0 {
+            out.push(at.field("read_interval_ns").problem(format!("{}: must be >= 0 (0 reads as data arrives)", self.read_interval_ns)));
         }
         if self.initial_cwnd == 0 {
             out.push(at.field("initial_cwnd").problem("0: must be >= 1"));

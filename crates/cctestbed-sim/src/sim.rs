@@ -221,7 +221,7 @@ impl Simulation {
                 (true, false) => EcnEcho::Classic,
                 (true, true) => EcnEcho::PerPacket,
             };
-            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo).with_ticks(ticks));
+            receivers.push(Receiver::new(i as u32, f.delayed_ack.clone(), cfg.mss, f.rwnd_bytes, handshake_rtt, rmem_max).with_ecn(echo).with_ticks(ticks).with_read_interval(f.read_interval_ns));
             access.push(DelayLine::new(f.extra_delay_ns, cfg.link.access_rate_bps));
             let jitter_rng = SimRng::new(cfg.seed, stream::JITTER_BASE + i as u64);
             // An aggregating link sends a released burst of ACKs as frames, back to back at its rate,
@@ -535,6 +535,7 @@ impl Simulation {
                         self.send_ack(now, ack);
                     }
                     self.sync_delack(f as usize);
+                    self.note_completion(now, f as usize);
                 }
                 TimerPop::Requeue(at) => self.q.push(at, ev),
                 TimerPop::Stale => {}
@@ -691,8 +692,14 @@ impl Simulation {
         let acks = self.receivers[f].on_skb(now, &skb);
         acks.send_each(|a| self.send_ack(now, a));
         self.sync_delack(f);
+        self.note_completion(now, f);
+    }
+
+    /// A sized flow is complete when its application has read its last byte.
+    #[inline]
+    fn note_completion(&mut self, now: Nanos, f: usize) {
         if let Some(size) = self.sizes[f] {
-            if self.completed[f].is_none() && self.receivers[f].delivered_bytes >= size {
+            if self.completed[f].is_none() && self.receivers[f].read_bytes >= size {
                 self.completed[f] = Some(now);
             }
         }

@@ -414,7 +414,7 @@ def group_programs(trial: Trial, names: topo.Names, workdir: Path, k: int, ids: 
         rcv.update(cc=cc_name if g.ecn else None,
                    rwnd={str(f): g.rwnd for f in ids} if g.rwnd else {},
                    sizes={str(f): specs[f].size for f in ids if specs[f].size is not None},
-                   workload=ids if g.arrivals is not None else [])
+                   workload=ids if g.arrivals is not None else [], read_interval_ns=g.read_interval)
         snd["flows"] = [{"flow": f, "cc": cc_name, "start_ns": specs[f].start_ns, "size": specs[f].size,
                          "pacing": g.pacing, "workload": g.arrivals is not None,
                          "max_pacing_rate": None if g.max_pacing_rate is None else g.max_pacing_rate // 8}

@@ -1,5 +1,4 @@
-//! The receive buffer of a Linux 6.18 receiver whose application reads every byte as soon as it
-//! arrives in order, and the window it advertises from it.
+//! The receive buffer of a Linux 6.18 receiver, and the window it advertises from it.
 //!
 //! What it follows (net/ipv4/tcp_input.c, tcp_output.c, include/net/tcp.h of 6.18):
 //! - Space and window: `tcp_win_from_space` = space x `scaling_ratio` / 256 and its inverse
@@ -38,9 +37,10 @@
 //!   "do not change rcv_ssthresh in tcp_measure_rcv_mss()" is not in it: learning the ratio
 //!   still lifts `rcv_ssthresh` to the window offered.
 //!
-//! Deviations: the application reads at once, so unread in-order data never takes buffer space
-//! (Linux builds the ACK before the reader wakes, with the segment just queued still charged:
-//! a window about one truesize smaller);
+//! Deviations: an application that reads at once (the default, see `super::receiver`) leaves
+//! no unread in-order data to take buffer space (Linux builds the ACK before the reader wakes,
+//! with the segment just queued still charged: a window about one truesize smaller); one that
+//! reads every `read_interval` is charged one truesize per unread segment;
 //! the out-of-order queue costs one truesize per segment (no coalescing of adjacent segments,
 //! `tcp_try_coalesce`, and no pruning, `tcp_prune_queue`); no memory pressure; the receiver
 //! with a configured `rwnd` is the kernel backend's sink (`SO_RCVBUF`, which locks the buffer
@@ -261,10 +261,10 @@ impl RcvBuf {
         }
     }
 
-    /// In-order data up to byte `rcv_nxt` has arrived and been read (the application reads at
-    /// once): `tcp_rcv_rtt_measure` and then `tcp_rcv_space_adjust`; `ooo_end` is the byte after
-    /// the last one held out of order, if any.
-    pub fn on_read(&mut self, now: Nanos, rcv_nxt: u64, ooo_end: Option<u64>) {
+    /// In-order data up to byte `rcv_nxt` has arrived (`tcp_event_data_recv`'s
+    /// `tcp_rcv_rtt_measure`): the time for `rcv_nxt` to pass the right edge of the window
+    /// offered when the measurement began.
+    pub fn on_in_order(&mut self, now: Nanos, rcv_nxt: u64) {
         let measured = match self.rtt_time {
             None => true,
             Some(_) if rcv_nxt < self.rtt_seq => false,
@@ -277,16 +277,21 @@ impl RcvBuf {
             self.rtt_seq = rcv_nxt + self.rcv_wnd;
             self.rtt_time = Some(now);
         }
+    }
+
+    /// The application has read up to byte `copied` (`tcp_recvmsg`'s `tcp_rcv_space_adjust`);
+    /// `ooo_end` is the byte after the last one held out of order, if any.
+    pub fn on_read(&mut self, now: Nanos, copied: u64, ooo_end: Option<u64>) {
         if self.rtt8 == 0 || now - self.space_time < self.rtt8 >> 3 {
             return;
         }
-        let copied = rcv_nxt - self.space_seq;
-        if copied > self.space {
+        let read = copied - self.space_seq;
+        if read > self.space {
             let old = self.space.max(1);
-            self.space = copied;
-            self.grow(rcv_nxt, ooo_end, old);
+            self.space = read;
+            self.grow(copied, ooo_end, old);
         }
-        self.space_seq = rcv_nxt;
+        self.space_seq = copied;
         self.space_time = now;
     }
 
@@ -323,8 +328,28 @@ impl RcvBuf {
     /// out of order: the window to advertise (in bytes, a multiple of the window scale), and
     /// whether quick ACKs stop (free space below half the full space).
     pub fn select_window(&mut self, rcv_nxt: u64, ooo_mem: u64) -> (u64, bool) {
+        let (new, stop_quick) = self.window_from_free_space(ooo_mem);
         let unit = 1u64 << self.wscale;
-        let free = self.free_space(ooo_mem);
+        // never move the right edge back
+        let cur = self.receive_window(rcv_nxt);
+        let win = if new < cur { cur.div_ceil(unit) * unit } else { new };
+        let win = win.min(65535 << self.wscale);
+        self.rcv_wnd = win;
+        self.rcv_wup = rcv_nxt;
+        (win, stop_quick)
+    }
+
+    /// `tcp_receive_window`: what is left of the window last offered once `rcv_nxt` arrived.
+    pub fn receive_window(&self, rcv_nxt: u64) -> u64 {
+        (self.rcv_wup + self.rcv_wnd).saturating_sub(rcv_nxt)
+    }
+
+    /// `__tcp_select_window` with `mem` bytes of truesize held (out of order or unread): the
+    /// window the free space allows now, and whether quick ACKs stop (free space below half the
+    /// full space).
+    pub fn window_from_free_space(&self, mem: u64) -> (u64, bool) {
+        let unit = 1u64 << self.wscale;
+        let free = self.free_space(mem);
         let allowed = win_from_space(self.ratio, self.rcvbuf);
         let full = self.window_clamp.min(allowed);
         let mss = self.advmss.min(full);
@@ -340,13 +365,7 @@ impl RcvBuf {
             }
             free.min(self.rcv_ssthresh).div_ceil(unit) * unit
         };
-        // never move the right edge back
-        let cur = (self.rcv_wup + self.rcv_wnd).saturating_sub(rcv_nxt);
-        let win = if new < cur { cur.div_ceil(unit) * unit } else { new };
-        let win = win.min(65535 << self.wscale);
-        self.rcv_wnd = win;
-        self.rcv_wup = rcv_nxt;
-        (win, stop_quick)
+        (new, stop_quick)
     }
 
     /// What one segment held out of order costs the buffer.
@@ -400,6 +419,7 @@ mod tests {
                 echo = t - 10_000 * MS;
             }
             slow.on_segment(t, 1448, 1, Some(echo), 0);
+            slow.on_in_order(t, n);
             slow.on_read(t, n, None);
             slow.select_window(n, 0);
         }
@@ -414,6 +434,7 @@ mod tests {
                 n += 1448;
                 // the data echoes the ACK that left half an RTT before the flight
                 fast.on_segment(t, 1448, 1, Some(start - 5 * MS), 0);
+                fast.on_in_order(t, n);
                 fast.on_read(t, n, None);
                 fast.select_window(n, 0);
             }

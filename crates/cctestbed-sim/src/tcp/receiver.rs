@@ -13,8 +13,11 @@
 //! - `tcp_dec_quickack_mode` (include/net/tcp.h, via `tcp_event_ack_sent`): each ACK sent while
 //!   an ACK is scheduled uses one quick ACK; using the last one deflates `ato` to TCP_ATO_MIN.
 //! - `__tcp_ack_snd_check`: ACK at once when more than one full frame is unacknowledged
-//!   (`rcv_nxt - rcv_wup > rcv_mss`, i.e. `segments_per_ack` = 2 segments; the application here
-//!   reads instantly, so the receive-window half of that test always holds), in quick-ack mode,
+//!   (`rcv_nxt - rcv_wup > rcv_mss`, i.e. `segments_per_ack` = 2 segments) and either the
+//!   application has read everything (`rcv_nxt - copied_seq < sk_rcvlowat`, 1) or the window
+//!   the free space allows, unread data charged, is not below the one offered
+//!   (`__tcp_select_window(sk) >= tp->rcv_wnd`; an application that reads at once always passes
+//!   the first), in quick-ack mode,
 //!   or on ICSK_ACK_NOW (a segment that empties the out-of-order queue, RFC 5681 4.2). Otherwise,
 //!   with the out-of-order queue empty, `tcp_send_delayed_ack`. With it non-empty, SACK
 //!   compression (since 4.18, "defer SACK compression after DupThresh" since 5.5): the first
@@ -32,6 +35,13 @@
 //!   delayed ACK that fires inflates `ato` to `min(2 * ato, rto)` ("Delayed ACK missed").
 //! - `tcp_compressed_ack_kick` (tcp_timer.c) sends the compressed SACK; `tcp_event_ack_sent`
 //!   (tcp_output.c): any ACK sent clears `compressed_ack`, both timers and the scheduled flag.
+//! - `__tcp_cleanup_rbuf` (tcp.c), after each read of an application that reads every
+//!   `read_interval` (the flow's setting; 0 reads each segment as it arrives): with an ACK
+//!   scheduled, ACK if more than one full frame is unacknowledged or a short (pushed) segment
+//!   was read; else ACK if the read lets the window at least double from half the clamp or
+//!   less. Once `tcp_grow_window` has raised `rcv_ssthresh` to the free space, an arrival behind
+//!   unread data cannot keep the window offered, so such an application gets one ACK per read.
+//!   Reads fall on multiples of the interval on the trial's clock, each after the last.
 //!
 //! The receiver's own RTT is the one it measured on the three-way handshake, from its SYN-ACK to
 //! the final ACK (`tcp_synack_rtt_meas`): a bulk receiver sends no data, so Linux never updates its `srtt_us` or `icsk_rto` afterwards (`tcp_rtt_estimator`'s first sample:
@@ -56,7 +66,9 @@
 //! `tcp_grow_window` raises `rcv_ssthresh` (each raise asking one quick ACK) and follows the
 //! buffer's autotuning; the quick-ack count uses the window last offered.
 //!
-//! Deviations: the application reads instantly; no pingpong (interactive) mode, which needs
+//! Deviations: the application reads instantly unless the flow sets `read_interval`, and then
+//! on a fixed schedule (a real one wakes when data arrives and takes its own time a turn);
+//! `ICSK_ACK_PUSHED2` is not kept apart from `ICSK_ACK_PUSHED`; no pingpong (interactive) mode, which needs
 //! data sent by the receiver; the compressed-SACK timer uses the handshake RTT where Linux takes
 //! min(`rcv_rtt_est`, srtt) (the buffer keeps `rcv_rtt_est` for its autotuning only); the jiffies
 //! counter starts at simulated time 0; no D-SACK; a sub-MSS in-order segment (the last one of a
@@ -202,8 +214,20 @@ pub struct Receiver {
     pub handshake_pkts: u64,
     /// Compressed-SACK hrtimer expiry.
     comp_at: Option<Nanos>,
-    /// In-order payload bytes handed to the application.
+    /// In-order payload bytes received (`tcpi_bytes_received`).
     pub delivered_bytes: u64,
+    /// Payload bytes the application has read (`copied_seq`): `delivered_bytes` for a reader
+    /// that reads at once.
+    pub read_bytes: u64,
+    /// The receiving application reads every `read_interval` ns of the trial's clock (0: as
+    /// data arrives); the next read, if in-order data waits unread; and `copied_seq` in
+    /// segments.
+    read_interval: Nanos,
+    read_at: Option<Nanos>,
+    last_read: Nanos,
+    copied_seq: u64,
+    /// ICSK_ACK_PUSHED: a segment shorter than the MSS waits unread.
+    pushed: bool,
     /// Every data packet that arrived, duplicates included, and the skbs they came in (more
     /// packets than skbs when the NIC's GRO coalesced them).
     pub arrived_pkts: u64,
@@ -286,6 +310,12 @@ impl Receiver {
             dup_ack_counter: 0,
             comp_at: None,
             delivered_bytes: 0,
+            read_bytes: 0,
+            read_interval: 0,
+            read_at: None,
+            last_read: 0,
+            copied_seq: 0,
+            pushed: false,
             arrived_pkts: 0,
             arrived_skbs: 0,
             duplicate_pkts: 0,
@@ -337,6 +367,12 @@ impl Receiver {
     }
 
     /// Sets how CE marks are echoed (a flow that negotiated ECN).
+    /// A receiving application that reads every `interval` ns (0: as soon as data arrives).
+    pub fn with_read_interval(mut self, interval: Nanos) -> Self {
+        self.read_interval = interval;
+        self
+    }
+
     pub fn with_ecn(mut self, mode: EcnEcho) -> Self {
         self.ecn = mode;
         self
@@ -456,14 +492,24 @@ impl Receiver {
             self.event_data_recv(now);
             self.ecn_check_ce(p);
             self.segment_buffered(now, skb);
-            // the application reads it at once (tcp_recvmsg's tcp_rcv_space_adjust)
-            let ooo_end = self.ooo.ranges().last().map(|(_, e)| self.bytes_below(e));
-            self.buf.on_read(now, self.delivered_bytes, ooo_end);
+            self.buf.on_in_order(now, self.delivered_bytes);
+            if self.read_interval == 0 {
+                self.read(now);
+            } else if self.read_at.is_none() {
+                // the first read time at or after now, after the last read
+                let at = (now + self.read_interval - 1) / self.read_interval * self.read_interval;
+                self.read_at = Some(at.max(self.last_read + self.read_interval));
+            }
             if had_ooo && self.ooo.is_empty() {
                 self.ack_now = true;
             }
             if skb.last_payload < self.mss {
-                self.ack_now = true;
+                // tcp_cleanup_rbuf ACKs a pushed segment once the application has read it
+                if self.read_interval == 0 {
+                    self.ack_now = true;
+                } else {
+                    self.pushed = true;
+                }
             }
         } else {
             self.ecn_check_ce(p);
@@ -489,11 +535,58 @@ impl Receiver {
         DataAcks { ce_flushed: self.extra_ack.take(), flushed, ack }
     }
 
+    /// The application reads every in-order byte (`tcp_recvmsg`): `tcp_rcv_space_adjust`.
+    fn read(&mut self, now: Nanos) {
+        self.copied_seq = self.rcv_nxt;
+        self.read_bytes = self.delivered_bytes;
+        let ooo_end = self.ooo.ranges().last().map(|(_, e)| self.bytes_below(e));
+        self.buf.on_read(now, self.read_bytes, ooo_end);
+    }
+
+    /// A paced application's read (its first since data arrived), then `tcp_cleanup_rbuf`:
+    /// an ACK if one is scheduled and more than one full frame is unacknowledged, or the
+    /// segment read was pushed (short); else if the read at least doubles a window that had
+    /// fallen to half the clamp or less.
+    fn app_read(&mut self, now: Nanos) -> Option<AckPacket> {
+        self.read_at = None;
+        self.last_read = now;
+        if self.copied_seq == self.rcv_nxt {
+            return None;
+        }
+        self.read(now);
+        let pushed = std::mem::take(&mut self.pushed);
+        if self.ack_sched && (self.rcv_nxt - self.rcv_wup >= self.cfg.segments_per_ack as u64 || pushed) {
+            return Some(self.send_ack(false));
+        }
+        let now_wnd = self.buf.receive_window(self.bytes_below(self.rcv_nxt));
+        if 2 * now_wnd <= self.buf.buffer().1 {
+            let (new, _) = self.buf.window_from_free_space(self.held_mem());
+            if new > 0 && new >= 2 * now_wnd {
+                return Some(self.send_ack(false));
+            }
+        }
+        None
+    }
+
+    /// Truesize the buffer holds: out-of-order segments, and in-order ones a paced application
+    /// has not read yet (an instant reader's are read before anything looks).
+    fn held_mem(&self) -> u64 {
+        (self.ooo_segs + self.unread_segs()) * self.buf.ooo_cost()
+    }
+
+    fn unread_segs(&self) -> u64 {
+        if self.read_interval == 0 {
+            0
+        } else {
+            self.rcv_nxt - self.copied_seq
+        }
+    }
+
     /// A new segment entered the buffer (in order or out of it): the receiver's RTT from its
     /// timestamp echo, and `tcp_grow_window`, which asks for one quick ACK while it opens the
     /// window.
     fn segment_buffered(&mut self, now: Nanos, skb: &Skb) {
-        let held = self.ooo_segs * self.buf.ooo_cost();
+        let held = self.held_mem();
         if self.buf.on_segment(now, skb.bytes(), skb.segs, skb.first.ts_echo, held) {
             self.quick |= 1;
         }
@@ -541,6 +634,11 @@ impl Receiver {
     /// The receiver's timer (delayed ACK or compressed SACK, whichever is earlier) fired.
     pub fn on_timer(&mut self, now: Nanos) -> Option<AckPacket> {
         self.now = now;
+        if self.read_at.is_some_and(|at| at <= now) {
+            if let Some(ack) = self.app_read(now) {
+                return Some(ack);
+            }
+        }
         if let Some(at) = self.comp_at {
             if at <= now {
                 // tcp_compressed_ack_kick
@@ -569,7 +667,11 @@ impl Receiver {
     /// When the receiver's timer must fire next, if it is armed.
     pub fn timer_deadline(&self) -> Option<Nanos> {
         let d = self.delack_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
-        match (d, self.comp_at) {
+        let d = match (d, self.comp_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (d, self.read_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -640,7 +742,11 @@ impl Receiver {
         if !self.ack_sched {
             return None;
         }
-        let more_than_one_frame = self.rcv_nxt - self.rcv_wup >= self.cfg.segments_per_ack as u64;
+        // More than one full frame, and the application has read everything or the window
+        // the free space allows is still the one offered (else tcp_cleanup_rbuf ACKs after
+        // the read).
+        let more_than_one_frame = self.rcv_nxt - self.rcv_wup >= self.cfg.segments_per_ack as u64
+            && (self.unread_segs() == 0 || self.buf.window_from_free_space(self.held_mem()).0 >= self.buf.offered());
         if more_than_one_frame || self.quick > 0 || self.ack_now {
             return Some(self.send_ack(false));
         }
@@ -728,7 +834,7 @@ impl Receiver {
         for (slot, &b) in sacks.iter_mut().zip(&self.sacks) {
             *slot = b;
         }
-        let (wnd, stop_quick) = self.buf.select_window(self.bytes_below(self.rcv_nxt), self.ooo_segs * self.buf.ooo_cost());
+        let (wnd, stop_quick) = self.buf.select_window(self.bytes_below(self.rcv_nxt), self.held_mem());
         if stop_quick {
             self.quick = 0;
         }
@@ -850,6 +956,43 @@ mod tests {
         let mut fixed = Receiver::new(0, cfg(1), 1448, Some(65160), 100 * MS, 6 << 20);
         assert!(fixed.on_data(0, &data(0)).ack.is_some());
         assert!(fixed.on_data(100 * MS, &data(1)).ack.is_none());
+    }
+
+    /// Segments every `gap` ns to a receiver whose application reads every `interval`: the
+    /// ACKs sent, (time, cumulative ACK), timers run between arrivals (a read due at an
+    /// arrival's time before it if `read_first`).
+    fn paced(interval: Nanos, gap: Nanos, segs: u64, read_first: bool) -> Vec<(Nanos, u64)> {
+        let mut r = Receiver::new(0, cfg(16), 1448, None, 10 * MS, 6 << 20).with_read_interval(interval);
+        let mut acks = vec![];
+        for i in 0..segs {
+            let t = i as Nanos * gap;
+            while let Some((at, a)) = run_timer(&mut r, if read_first { t } else { t - 1 }) {
+                acks.push((at, a.ack));
+            }
+            if let Some(a) = r.on_data(t, &data(i)).ack {
+                acks.push((t, a.ack));
+            }
+        }
+        acks
+    }
+
+    #[test]
+    fn a_paced_reader_gets_one_ack_per_read_once_the_window_is_open() {
+        // 500 Mbit/s of full frames (24 us apart), read every 500 us, for 2 s: once
+        // tcp_grow_window has raised rcv_ssthresh to the free space, an arrival with unread
+        // data before it cannot keep the window offered, so the read ACKs (as Linux 6.18 did
+        // on the kernel backend: its sink's reads and the ACKs matched within 0.2 %)
+        for read_first in [false, true] {
+            let acks = paced(500_000, 24_000, 2_000_000_000 / 24_000, read_first);
+            let late: Vec<_> = acks.iter().filter(|&&(t, _)| t >= 1_000_000_000).collect();
+            assert!(late.iter().all(|&&(t, _)| t % 500_000 == 0), "every ACK at a read: {:?}", &late[..10]);
+            assert_eq!(late.len(), 2000, "one ACK per read");
+            assert!(late.windows(2).all(|w| (20..=21).contains(&(w[1].1 - w[0].1))), "each ACK covers the read's 20-21 segments");
+        }
+        // a read that finds one segment: an ACK every second read, as from an instant reader
+        let acks = paced(500_000, 800_000, 2_000_000_000 / 800_000, false);
+        let late: Vec<_> = acks.iter().filter(|&&(t, _)| t >= 1_000_000_000).collect();
+        assert!(late.windows(2).all(|w| w[1].1 - w[0].1 == 2 && w[1].0 - w[0].0 == 1_600_000), "{:?}", &late[..6]);
     }
 
     #[test]
