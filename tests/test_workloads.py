@@ -191,7 +191,9 @@ def test_a_paced_reader_completes_a_flow_at_a_read():
     # that is on the 5-ms grid of the trial's clock, never before the instant reader's
     sized = trial(arrivals=["0.5s", "1s", "1.2s"], size="300KB")
     instant = run_trial(sized).completions
-    paced = run_trial(trial(arrivals=["0.5s", "1s", "1.2s"], size="300KB", read_interval="5ms")).completions
+    paced_trial = trial(arrivals=["0.5s", "1s", "1.2s"], size="300KB", read_interval="5ms")
+    assert load_trial(paced_trial).describe().endswith("read every 5 ms")
+    paced = run_trial(paced_trial).completions
     assert instant is not None and paced is not None
     assert (paced["delivered_bytes"] == paced["size_bytes"]).all()
     end_ms = (paced["start_s"] * 1e3 + paced["fct_ms"]).to_list()

@@ -1476,6 +1476,9 @@ class Trial(_Model):
         agg = self.link.ack_aggregation
         if agg is not None:
             parts.append(f"ACKs aggregated ({agg.model}, {units.human_time(agg.interval)})")
+        paced = {g.label: g.read_interval for g in self.flows if g.read_interval}
+        if paced:
+            parts.append(", ".join(f"{label} read every {units.human_time(t)}" for label, t in paced.items()))
         if self.link.reverse is not None:
             parts.append(self.link.reverse.describe())
         return ", ".join(parts)
