@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
     from .checks import KernelUnavailable, TrialRefused
+    from .columns import batched_reads
     from .routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link, stall_overflow
     from .run import KernelRunError, run_kernel_trial
 
@@ -56,6 +57,9 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
     stalled = stall_overflow(result.extra.get("linkemu"), result.extra.get("bottleneck"))
     if stalled:
         err.tagged("warning", "yellow", f"{stalled}: losses the trial does not describe; a quieter host measures it")
+    batched = batched_reads(trial, result.extra.get("sink_reads"))
+    if batched:
+        err.tagged("note", "cyan", batched)
     return result
 
 

@@ -34,7 +34,7 @@ from . import bpfcc
 from . import topology as topo
 from .checks import (PORT_BASE, RX_STEERING_BPS, BpfPlan, KernelUnavailable, TrialRefused, bpf_plans, check_host,
                      choose_link_emulator, find_linkemu, kernel_cc, trial_problems)
-from .columns import BACKEND, RawRun, kernel_tables
+from .columns import BACKEND, RawRun, application_reads, kernel_tables
 
 #: The port every sink listens on.
 PORT = 5201
@@ -541,6 +541,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
         "host_stack": run.info.get("host_stack"),
         "rx_steering": run.info.get("rx_steering"),
         "senders": raw.senders,
+        "sink_reads": application_reads(trial, raw.sink),
     }
     files: dict[str, bytes] = {}
     emu = wd / "linkemu.json"

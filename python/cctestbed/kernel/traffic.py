@@ -407,6 +407,8 @@ def run_sink(spec: dict[str, Any]) -> int:
     ep.register(ls.fileno(), select.EPOLLIN)
     conns: dict[int, tuple[socket.socket, int]] = {}
     app_bytes: dict[int, int] = {}
+    #: Reads that returned data, per flow: Linux ACKs once per read once data waits unread.
+    reads: collections.Counter[int] = collections.Counter()
     closed: dict[int, int] = {}
     buf = bytearray(1 << 20)
     cols: dict[str, list[Any]] = {k: [] for k in ("tick", "t_ns", "flow", "bytes_received", "app_bytes", "closed")}
@@ -477,6 +479,7 @@ def run_sink(spec: dict[str, Any]) -> int:
                     ep.unregister(fd)
                     break
                 app_bytes[flow] += n
+                reads[flow] += 1
                 if flow in sizes and flow not in done_ns and app_bytes[flow] >= sizes[flow]:
                     done_ns[flow] = mono_ns()
                 if n < len(buf):
@@ -490,7 +493,8 @@ def run_sink(spec: dict[str, Any]) -> int:
         pass
     finally:
         done = sorted(done_ns)
-        _save(spec["out"], {**cols, "done_flow": done, "done_ns": [done_ns[f] - t0 for f in done]})
+        _save(spec["out"], {**cols, "done_flow": done, "done_ns": [done_ns[f] - t0 for f in done],
+                            "read_flow": sorted(reads), "reads": [reads[f] for f in sorted(reads)]})
         for s, _ in conns.values():
             s.close()
         ls.close()

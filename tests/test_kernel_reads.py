@@ -1,0 +1,40 @@
+"""The kernel sink's reads and the note they give (no kernel needed: the sink's records are
+built here). Linux ACKs once per read once data waits unread, so segments per read set the ACKs
+a segment; the CLI notes a default-paced group whose sink batched its reads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cctestbed.config import parse_trial
+from cctestbed.kernel.columns import BATCHED_READ_SEGMENTS, application_reads, batched_reads
+
+TRIAL = parse_trial({"name": "r", "duration": "2s", "link": {"capacity": "500Mbit", "rtt": "10ms", "queue": "1bdp"},
+                     "flows": [{"cc": "cubic"}, {"cc": "cubic", "read_interval": "500us"}]})
+
+
+def sink(flow: int, read_bytes: list[int], reads: int) -> dict[str, np.ndarray]:
+    """A sink's samples: its application's bytes read per tick, and its reads of one flow."""
+    n = len(read_bytes)
+    return {"tick": np.arange(1, n + 1), "flow": np.full(n, flow), "app_bytes": np.asarray(read_bytes),
+            "read_flow": np.asarray([flow]), "reads": np.asarray([reads])}
+
+
+def test_segments_per_read_from_the_sinks_records():
+    mss = TRIAL.mss
+    got = application_reads(TRIAL, [sink(0, [0, 100 * mss, 400 * mss], 100), sink(1, [0, 2100 * mss], 100)])
+    assert got == {"0": {"reads": 100, "bytes": 400 * mss, "segments_per_read": 4.0},
+                   "1": {"reads": 100, "bytes": 2100 * mss, "segments_per_read": 21.0}}
+    # a sink from before reads were recorded gives nothing, rather than a guess
+    assert application_reads(TRIAL, [{k: v for k, v in sink(0, [mss], 1).items() if k not in ("read_flow", "reads")}]) == {}
+
+
+def test_only_a_default_reader_that_batched_gets_the_note():
+    mss = TRIAL.mss
+    note = batched_reads(TRIAL, application_reads(TRIAL, [sink(0, [400 * mss], 100), sink(1, [2100 * mss], 100)]))
+    assert note is not None and note.startswith("the sink read 4.0 segments a read (flow 0;") and "read_interval" in note
+    # the paced group batches by design; a default reader at one segment a read matches the simulator
+    spr = BATCHED_READ_SEGMENTS - 0.2
+    assert batched_reads(TRIAL, application_reads(TRIAL, [sink(0, [round(spr * 100 * mss)], 100),
+                                                          sink(1, [2100 * mss], 100)])) is None
+    assert batched_reads(TRIAL, None) is None
