@@ -414,10 +414,10 @@ def batched_reads(trial: Trial, reads: Optional[dict[str, dict[str, Any]]]) -> O
             worst = (spr, int(f))
     if worst is None:
         return None
-    return (f"the sink read {worst[0]:.1f} segments a read (flow {worst[1]}; its loop takes 75-100 us a turn): "
-            "Linux ACKed about once per read, where the simulator's default application reads each segment "
-            "at once and ACKs every second one; set the group's read_interval (on both backends) to compare "
-            "ACK-clocked behaviour")
+    return (f"the sink read {worst[0]:.1f} segments a read (flow {worst[1]}; a Python loop, slower on a busy "
+            "host): Linux ACKs about once per read once data waits unread, where the simulator's default "
+            "application reads each segment at once and ACKs every second one; set the group's read_interval "
+            "(on both backends) to compare ACK-clocked behaviour")
 
 
 def build_completions(trial: Trial, sink: list[Samples], senders: dict[str, Any], bucket_bytes: int = 0) -> pl.DataFrame:
