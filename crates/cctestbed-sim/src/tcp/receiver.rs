@@ -366,13 +366,13 @@ impl Receiver {
         self
     }
 
-    /// Sets how CE marks are echoed (a flow that negotiated ECN).
     /// A receiving application that reads every `interval` ns (0: as soon as data arrives).
     pub fn with_read_interval(mut self, interval: Nanos) -> Self {
         self.read_interval = interval;
         self
     }
 
+    /// Sets how CE marks are echoed (a flow that negotiated ECN).
     pub fn with_ecn(mut self, mode: EcnEcho) -> Self {
         self.ecn = mode;
         self
@@ -631,7 +631,8 @@ impl Receiver {
         }
     }
 
-    /// The receiver's timer (delayed ACK or compressed SACK, whichever is earlier) fired.
+    /// The receiver's timer (a paced application's read, the delayed ACK or the compressed
+    /// SACK, whichever is earliest) fired.
     pub fn on_timer(&mut self, now: Nanos) -> Option<AckPacket> {
         self.now = now;
         if self.read_at.is_some_and(|at| at <= now) {
@@ -666,15 +667,12 @@ impl Receiver {
 
     /// When the receiver's timer must fire next, if it is armed.
     pub fn timer_deadline(&self) -> Option<Nanos> {
-        let d = self.delack_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
-        let d = match (d, self.comp_at) {
+        let earlier = |a: Option<Nanos>, b: Option<Nanos>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match (d, self.read_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let d = self.delack_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
+        earlier(earlier(d, self.comp_at), self.read_at)
     }
 
     pub fn has_unacked(&self) -> bool {
