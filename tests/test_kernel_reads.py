@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from cctestbed.config import parse_trial
-from cctestbed.kernel.columns import BATCHED_READ_SEGMENTS, application_reads, batched_reads
+from cctestbed.kernel.columns import BATCHED_READ_SEGMENTS, KEPT_READS, application_reads, batched_reads, missed_reads
 
 TRIAL = parse_trial({"name": "r", "duration": "2s", "link": {"capacity": "500Mbit", "rtt": "10ms", "queue": "1bdp"},
                      "flows": [{"cc": "cubic"}, {"cc": "cubic", "read_interval": "500us"}]})
@@ -38,3 +38,13 @@ def test_only_a_default_reader_that_batched_gets_the_note():
     assert batched_reads(TRIAL, application_reads(TRIAL, [sink(0, [round(spr * 100 * mss)], 100),
                                                           sink(1, [2100 * mss], 100)])) is None
     assert batched_reads(TRIAL, None) is None
+
+
+def test_a_paced_sink_that_missed_its_read_times_is_named():
+    # flow 1 reads every 500 us for 2 s: 4000 read times
+    mss = TRIAL.mss
+    kept = application_reads(TRIAL, [sink(0, [400 * mss], 100), sink(1, [2100 * mss], round(KEPT_READS * 4000) + 10)])
+    assert missed_reads(TRIAL, kept) is None
+    late = application_reads(TRIAL, [sink(0, [400 * mss], 100), sink(1, [2100 * mss], 2000)])
+    note = missed_reads(TRIAL, late)
+    assert note is not None and note.startswith("the sink read flow 1 at 50 % of its read times (every 500 us)")

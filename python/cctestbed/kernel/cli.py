@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[bool]) -> Any:
     """Runs the trial on the kernel with a status line; exits 2 or 1 on the errors above."""
     from .checks import KernelUnavailable, TrialRefused
-    from .columns import batched_reads
+    from .columns import batched_reads, missed_reads
     from .routerstats import EMULATOR_LATE_P99_US, emulator_late_p99_us, frames_lost_outside_the_link, stall_overflow
     from .run import KernelRunError, run_kernel_trial
 
@@ -60,6 +60,9 @@ def run_kernel(trial: Trial, link_emulator: Optional[str], capture: Optional[boo
     batched = batched_reads(trial, result.extra.get("sink_reads"))
     if batched:
         err.tagged("note", "cyan", batched)
+    missed = missed_reads(trial, result.extra.get("sink_reads"))
+    if missed:
+        err.tagged("warning", "yellow", missed)
     return result
 
 
