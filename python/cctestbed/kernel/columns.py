@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import polars as pl
 
+from .. import units
 from ..config import Trial
 from ..schema import Column, Labels, build_table, completions_frame, flow_columns, router_columns, trial_labels
 from .checks import kernel_cc
@@ -441,8 +442,8 @@ def missed_reads(trial: Trial, reads: Optional[dict[str, dict[str, Any]]]) -> Op
             worst = (kept, int(f), interval)
     if worst is None:
         return None
-    kept, f, interval = worst
-    return (f"the sink read flow {f} at {100 * kept:.0f} % of its read times (every {interval / 1000:g} us): the host "
+    share, flow, interval = worst
+    return (f"the sink read flow {flow} at {100 * share:.0f} % of its read times (every {units.human_time(interval)}): the host "
             "woke it too late, so its application read less often than the trial says; a longer read_interval, or "
             "a quieter host, keeps them")
 
