@@ -386,17 +386,25 @@ def reverse_router_columns(trial: Trial, col: Samples, counter: Callable[[str], 
 BATCHED_READ_SEGMENTS = 1.5
 
 
+def bytes_read(sink: list[Samples]) -> dict[int, int]:
+    """What each flow's application had read by its sink's last sample."""
+    read: dict[int, int] = {}
+    for d in sink:
+        if len(d.get("tick", [])) and "app_bytes" in d:
+            for f, b in zip(d["flow"].astype(int).tolist(), d["app_bytes"].astype(int).tolist()):
+                read[f] = max(read.get(f, 0), b)
+    return read
+
+
 def application_reads(trial: Trial, sink: list[Samples]) -> dict[str, dict[str, Any]]:
     """Each TCP flow's reads that returned data at its sink, the bytes they read, and the
     segments (of the trial's MSS) a read found on average: Linux ACKs once per read once
     data waits unread (``tcp_cleanup_rbuf``), so this sets the ACKs a segment."""
     out: dict[str, dict[str, Any]] = {}
+    read = bytes_read(sink)
     for d in sink:
         if "read_flow" not in d or not len(d.get("tick", [])):
             continue
-        read: dict[int, int] = {}
-        for f, b in zip(d["flow"].astype(int).tolist(), d["app_bytes"].astype(int).tolist()):
-            read[f] = max(read.get(f, 0), b)
         for f, n in zip(d["read_flow"].astype(int).tolist(), d["reads"].astype(int).tolist()):
             b = read.get(f, 0)
             out[str(f)] = {"reads": n, "bytes": b, "segments_per_read": round(b / trial.mss / n, 3) if n else None}
@@ -459,13 +467,10 @@ def build_completions(trial: Trial, sink: list[Samples], senders: dict[str, Any]
     for s in senders.values():
         connect.update({int(f): int(ns) for f, ns in (s.get("connect_ns") or {}).items()})
     done: dict[int, int] = {}
-    read: dict[int, int] = {}
     for d in sink:
         done.update(zip(d.get("done_flow", np.array([])).astype(int).tolist(),
                         d.get("done_ns", np.array([])).astype(int).tolist()))
-        if len(d.get("tick", [])) and "app_bytes" in d:
-            for f, b in zip(d["flow"].astype(int).tolist(), d["app_bytes"].astype(int).tolist()):
-                read[f] = max(read.get(f, 0), b)
+    read = bytes_read(sink)
     rows: dict[str, list[Any]] = {k: [] for k in ("flow", "start_s", "size_bytes", "delivered_bytes", "fct_ms")}
     for f, spec in enumerate(trial.flow_list()):
         if spec.size is None or trial.flows[spec.group].flow_kind != "tcp":
