@@ -98,8 +98,27 @@ const IN_TSORTED: u8 = 1 << 6;
 /// Any of these makes a segment's delivery more than counting (see `clean_rtx_queue`).
 const NOT_PLAIN: u8 = SACKED | LOST | RETRANS_IN_FLIGHT | EVER_RETRANS | RATE_USED;
 
+/// A segment in the scoreboard: its place in the time-sorted list, its flags, and the
+/// snapshot it was sent with ([`SendStamp`], by id). 20 bytes, so a window of segments
+/// streams through the cache as few lines as it can.
 #[derive(Debug, Clone, Copy)]
 struct Seg {
+    /// The list neighbours, as offsets from this segment's own sequence (0: none; a segment
+    /// is never its own neighbour, and neighbours are within one window, below 2^31).
+    prev: i32,
+    next: i32,
+    /// The id of its [`SendStamp`] (the low 32 bits; fewer than 2^32 are ever live).
+    stamp: u32,
+    in_flight_at_send: u32,
+    flags: u8,
+}
+
+/// What `tcp_rate_skb_sent` records as a segment leaves (Linux keeps it per skb), shared by
+/// every segment sent with the same snapshot: the segments of one train, and retransmissions
+/// sent one after another while nothing changed. At 100 Gbit/s a train is 44 segments, so the
+/// scoreboard keeps about a fifth of the bytes a copy per segment took.
+#[derive(Debug, Clone, Copy)]
+struct SendStamp {
     tx_time: Nanos,
     first_tx: Nanos,
     delivered_time: Nanos,
@@ -107,10 +126,55 @@ struct Seg {
     /// `tx.delivered_ce` (google/bbr): `delivered_ce` when sent.
     delivered_ce: u64,
     lost_at_send: u64,
-    prev: u64,
-    next: u64,
-    in_flight_at_send: u32,
-    flags: u8,
+    /// The highest sequence sent with it: once `snd_una` is past it no segment refers to it.
+    last_seq: u64,
+}
+
+impl Seg {
+    /// The list neighbour before this segment, `seq`, or NIL.
+    #[inline]
+    fn prev(&self, seq: u64) -> u64 {
+        neighbour(seq, self.prev)
+    }
+
+    #[inline]
+    fn next(&self, seq: u64) -> u64 {
+        neighbour(seq, self.next)
+    }
+
+    fn set_prev(&mut self, seq: u64, to: u64) {
+        self.prev = offset(seq, to);
+    }
+
+    fn set_next(&mut self, seq: u64, to: u64) {
+        self.next = offset(seq, to);
+    }
+}
+
+#[inline]
+fn neighbour(seq: u64, offset: i32) -> u64 {
+    if offset == 0 {
+        NIL
+    } else {
+        seq.wrapping_add(offset as i64 as u64)
+    }
+}
+
+#[inline]
+fn offset(seq: u64, to: u64) -> i32 {
+    if to == NIL {
+        return 0;
+    }
+    let d = to.wrapping_sub(seq) as i64;
+    debug_assert!(d != 0 && i32::try_from(d).is_ok());
+    d as i32
+}
+
+impl SendStamp {
+    fn same_snapshot(&self, o: &SendStamp) -> bool {
+        (self.tx_time, self.first_tx, self.delivered_time, self.delivered, self.delivered_ce, self.lost_at_send)
+            == (o.tx_time, o.first_tx, o.delivered_time, o.delivered, o.delivered_ce, o.lost_at_send)
+    }
 }
 
 /// RACK state (RFC 8985 section 6.1).
@@ -179,6 +243,10 @@ pub struct Sender {
     pub snd_una: u64,
     pub snd_nxt: u64,
     segs: VecDeque<Seg>,
+    /// The send snapshots the segments in `segs` refer to, oldest first; `stamp_base` is the
+    /// id of the front one.
+    stamps: VecDeque<SendStamp>,
+    stamp_base: u64,
     sacked: RangeSet,
     pub sacked_out: u32,
     pub lost_out: u32,
@@ -283,6 +351,8 @@ impl Sender {
             snd_una: 0,
             snd_nxt: 0,
             segs: VecDeque::new(),
+            stamps: VecDeque::new(),
+            stamp_base: 0,
             sacked: RangeSet::default(),
             sacked_out: 0,
             lost_out: 0,
@@ -356,6 +426,7 @@ impl Sender {
     /// window): a workload leaves thousands of finished flows behind. Changes nothing else.
     pub fn release_buffers(&mut self) {
         self.segs.shrink_to_fit();
+        self.stamps.shrink_to_fit();
         self.sacked.shrink_to_fit();
         self.lost_queue.shrink_to_fit();
         self.scratch.shrink_to_fit();
@@ -467,6 +538,36 @@ impl Sender {
         &mut self.segs[(seq - self.snd_una) as usize]
     }
 
+    /// The snapshot `s` was sent with.
+    #[inline]
+    fn stamp(&self, s: &Seg) -> &SendStamp {
+        &self.stamps[s.stamp.wrapping_sub(self.stamp_base as u32) as usize]
+    }
+
+    /// The snapshot segment `seq` was sent with.
+    fn stamp_of(&self, seq: u64) -> &SendStamp {
+        self.stamp(self.seg(seq))
+    }
+
+    /// The id of the snapshot for segment `seq` leaving at `now` (`tcp_rate_skb_sent`): the
+    /// newest one when nothing changed since it was taken, else a new one.
+    fn stamp_send(&mut self, now: Nanos, seq: u64) -> u32 {
+        let st = SendStamp {
+            tx_time: now,
+            first_tx: self.first_tx_time,
+            delivered_time: self.delivered_time,
+            delivered: self.delivered,
+            delivered_ce: self.delivered_ce,
+            lost_at_send: self.lost,
+            last_seq: seq,
+        };
+        match self.stamps.back_mut() {
+            Some(b) if b.same_snapshot(&st) => b.last_seq = b.last_seq.max(seq),
+            _ => self.stamps.push_back(st),
+        }
+        (self.stamp_base + self.stamps.len() as u64 - 1) as u32
+    }
+
     fn payload_of(&self, seq: u64) -> u32 {
         if seq == self.last_seq {
             self.last_payload
@@ -482,20 +583,12 @@ impl Sender {
         if s.flags & IN_TSORTED == 0 {
             return;
         }
-        if s.prev == NIL {
-            self.ts_head = s.next;
-        } else {
-            self.seg_mut(s.prev).next = s.next;
-        }
-        if s.next == NIL {
-            self.ts_tail = s.prev;
-        } else {
-            self.seg_mut(s.next).prev = s.prev;
-        }
+        let (prev, next) = (s.prev(seq), s.next(seq));
+        self.ts_splice_out(prev, next);
         let m = self.seg_mut(seq);
         m.flags &= !IN_TSORTED;
-        m.prev = NIL;
-        m.next = NIL;
+        m.prev = 0;
+        m.next = 0;
     }
 
     /// Unlinks segments `a..b`, which are about to leave the scoreboard, from the time-sorted
@@ -510,10 +603,10 @@ impl Sender {
                 continue;
             }
             let start = k;
-            while k + 1 < b && self.seg(k).next == k + 1 {
+            while k + 1 < b && self.seg(k).next == 1 {
                 k += 1;
             }
-            self.ts_splice_out(self.seg(start).prev, self.seg(k).next);
+            self.ts_splice_out(self.seg(start).prev(start), self.seg(k).next(k));
             k += 1;
         }
     }
@@ -523,12 +616,12 @@ impl Sender {
         if prev == NIL {
             self.ts_head = next;
         } else {
-            self.seg_mut(prev).next = next;
+            self.seg_mut(prev).set_next(prev, next);
         }
         if next == NIL {
             self.ts_tail = prev;
         } else {
-            self.seg_mut(next).prev = prev;
+            self.seg_mut(next).set_prev(next, prev);
         }
     }
 
@@ -537,14 +630,14 @@ impl Sender {
         let head = self.ts_head;
         {
             let m = self.seg_mut(seq);
-            m.prev = NIL;
-            m.next = head;
+            m.prev = 0;
+            m.set_next(seq, head);
             m.flags |= IN_TSORTED;
         }
         if head == NIL {
             self.ts_tail = seq;
         } else {
-            self.seg_mut(head).prev = seq;
+            self.seg_mut(head).set_prev(head, seq);
         }
         self.ts_head = seq;
     }
@@ -554,14 +647,14 @@ impl Sender {
         let tail = self.ts_tail;
         {
             let m = self.seg_mut(seq);
-            m.prev = tail;
-            m.next = NIL;
+            m.set_prev(seq, tail);
+            m.next = 0;
             m.flags |= IN_TSORTED;
         }
         if tail == NIL {
             self.ts_head = seq;
         } else {
-            self.seg_mut(tail).next = seq;
+            self.seg_mut(tail).set_next(tail, seq);
         }
         self.ts_tail = seq;
     }
@@ -669,7 +762,7 @@ impl Sender {
             TCP_TIMEOUT_INIT
         };
         // tcp_rto_delta_us: how far in the future the RTO of the oldest packet is.
-        let rto_delta = if advancing_rto { self.rtt.rto() } else { self.seg(self.snd_una).tx_time + self.rtt.rto() - now };
+        let rto_delta = if advancing_rto { self.rtt.rto() } else { self.stamp_of(self.snd_una).tx_time + self.rtt.rto() - now };
         if rto_delta > 0 {
             timeout = timeout.min(rto_delta);
         }
@@ -891,7 +984,7 @@ impl Sender {
             return false;
         }
         let srtt = self.rtt.srtt;
-        let expected_ack = self.seg(self.snd_una).tx_time + srtt;
+        let expected_ack = self.stamp_of(self.snd_una).tx_time + srtt;
         let threshold = (srtt / 2).min(NSEC_PER_MSEC);
         if expected_ack - now > threshold {
             return false;
@@ -925,8 +1018,9 @@ impl Sender {
         }
         debug_assert!(self.timers[TimerKind::Rto as usize].deadline().is_some());
         let mut in_flight_at_send = self.packets_in_flight();
-        let mut seg = self.send_record(now, in_flight_at_send);
-        seg.flags |= IN_TSORTED;
+        // the first segment's snapshot, which nothing since has changed
+        let seg = Seg { flags: self.send_flags() | IN_TSORTED, ..*self.seg(first) };
+        debug_assert!(self.stamp(&seg).same_snapshot(&SendStamp { tx_time: now, first_tx: self.first_tx_time, delivered_time: self.delivered_time, delivered: self.delivered, delivered_ce: self.delivered_ce, lost_at_send: self.lost, last_seq: first }));
         let ecn = if self.ecn { self.ect } else { Ecn::NotEct };
         let hdr = self.mtu - self.mss;
         let pkt = DataPacket { flow: self.flow, seq: first, size: self.mss + hdr, payload: self.mss, sent_at: now, ecn, cwr: false, ts_echo: self.ts_recent };
@@ -934,15 +1028,16 @@ impl Sender {
         self.segs.reserve(n as usize - 1);
         io.out.reserve(n as usize - 1);
         // The tail (the first segment) now points on to the rest.
-        self.seg_mut(first).next = first + 1;
+        self.seg_mut(first).next = 1;
         let mut payload_bytes = 0u64;
         for seq in first + 1..=last {
             in_flight_at_send += 1;
-            self.segs.push_back(Seg { prev: seq - 1, next: if seq == last { NIL } else { seq + 1 }, in_flight_at_send, ..seg });
+            self.segs.push_back(Seg { prev: -1, next: if seq == last { 0 } else { 1 }, in_flight_at_send, ..seg });
             let payload = self.payload_of(seq);
             payload_bytes += payload as u64;
             io.out.push(DataPacket { seq, size: payload + hdr, payload, ..pkt });
         }
+        self.stamps.back_mut().expect("the first segment's").last_seq = last;
         let k = n - 1;
         self.snd_nxt = last + 1;
         self.ts_tail = last;
@@ -956,19 +1051,12 @@ impl Sender {
         bytes
     }
 
-    /// A segment's record as it leaves at `now` (tcp_rate_skb_sent's snapshot), unlinked.
-    fn send_record(&self, now: Nanos, in_flight_at_send: u32) -> Seg {
-        Seg {
-            tx_time: now,
-            first_tx: self.first_tx_time,
-            delivered_time: self.delivered_time,
-            delivered: self.delivered,
-            delivered_ce: self.delivered_ce,
-            lost_at_send: self.lost,
-            prev: NIL,
-            next: NIL,
-            in_flight_at_send,
-            flags: if self.app_limited != 0 { APP_LIMITED } else { 0 },
+    /// The flags a segment leaves with.
+    fn send_flags(&self) -> u8 {
+        if self.app_limited != 0 {
+            APP_LIMITED
+        } else {
+            0
         }
     }
 
@@ -982,7 +1070,7 @@ impl Sender {
         }
         let retrans = seq < self.snd_nxt;
         self.last_send_time = now;
-        let seg = self.send_record(now, self.packets_in_flight() + 1);
+        let seg = Seg { prev: 0, next: 0, stamp: self.stamp_send(now, seq), in_flight_at_send: self.packets_in_flight() + 1, flags: self.send_flags() };
         if retrans {
             let s = self.seg_mut(seq);
             let keep = s.flags & (LOST | EVER_RETRANS | IN_TSORTED);
@@ -1029,6 +1117,7 @@ impl Sender {
             // Already counted when SACKed; leaving the scoreboard now.
             return;
         }
+        let st = *self.stamp(&s);
         self.delivered += 1;
         acc.delivered += 1;
         // FLAG_ORIG_SACK_ACKED: never-retransmitted data from before high_seq delivered.
@@ -1049,13 +1138,13 @@ impl Sender {
         }
         // RTT (Karn: never from a retransmitted segment, and no ACK-timed sample at all from a
         // cumulative ACK that covers one, FLAG_RETRANS_DATA_ACKED).
-        let newest = |t: Option<Nanos>| Some(t.map_or(s.tx_time, |t: Nanos| t.max(s.tx_time)));
+        let newest = |t: Option<Nanos>| Some(t.map_or(st.tx_time, |t: Nanos| t.max(st.tx_time)));
         if s.flags & EVER_RETRANS == 0 {
             if sacked {
-                acc.first_sackt.get_or_insert(s.tx_time);
+                acc.first_sackt.get_or_insert(st.tx_time);
                 acc.last_sackt = newest(acc.last_sackt);
             } else {
-                acc.first_ackt.get_or_insert(s.tx_time);
+                acc.first_ackt.get_or_insert(st.tx_time);
                 acc.last_ackt = newest(acc.last_ackt);
             }
         } else {
@@ -1065,13 +1154,13 @@ impl Sender {
         // RACK: skip likely-spurious retransmission timing (tcp_rack_advance), and a segment
         // cumulatively ACKed for an earlier transmission than its last, as the echoed
         // timestamp shows (tcp_clean_rtx_queue's tcp_skb_spurious_retrans).
-        let rtt = now - s.tx_time;
+        let rtt = now - st.tx_time;
         let spurious = !sacked
             && s.flags & EVER_RETRANS != 0
-            && echo_before(acc.tsecr, s.tx_time);
+            && echo_before(acc.tsecr, st.tx_time);
         if !spurious && !(s.flags & EVER_RETRANS != 0 && rtt < self.rtt.min_rtt) {
-            if !self.rack.valid || sent_after(s.tx_time, seq, self.rack.xmit_ts, self.rack.end_seq) {
-                self.rack.xmit_ts = s.tx_time;
+            if !self.rack.valid || sent_after(st.tx_time, seq, self.rack.xmit_ts, self.rack.end_seq) {
+                self.rack.xmit_ts = st.tx_time;
                 self.rack.end_seq = seq;
             }
             self.rack.rtt = rtt;
@@ -1079,17 +1168,17 @@ impl Sender {
         }
         // Rate sample: keep the most recently sent packet (google/bbr, Linux >= 6.1).
         if s.flags & RATE_USED == 0 {
-            if acc.rs_prior_time.is_none() || sent_after(s.tx_time, seq, self.first_tx_time, acc.last_end_seq) {
-                acc.rs.prior_delivered = s.delivered;
-                acc.rs_prior_time = Some(s.delivered_time);
+            if acc.rs_prior_time.is_none() || sent_after(st.tx_time, seq, self.first_tx_time, acc.last_end_seq) {
+                acc.rs.prior_delivered = st.delivered;
+                acc.rs_prior_time = Some(st.delivered_time);
                 acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
                 acc.rs.is_retrans = s.flags & EVER_RETRANS != 0;
                 acc.rs.tx_in_flight = s.in_flight_at_send;
-                acc.rs.lost = self.lost - s.lost_at_send;
-                acc.prior_delivered_ce = s.delivered_ce;
+                acc.rs.lost = self.lost - st.lost_at_send;
+                acc.prior_delivered_ce = st.delivered_ce;
                 acc.last_end_seq = seq;
-                self.first_tx_time = s.tx_time;
-                acc.snd_interval = s.tx_time - s.first_tx;
+                self.first_tx_time = st.tx_time;
+                acc.snd_interval = st.tx_time - st.first_tx;
             }
         }
         let m = self.seg_mut(seq);
@@ -1127,18 +1216,23 @@ impl Sender {
             // one stretch of the time-sorted list (each the list successor of the one before).
             let mut run = self.segs.range((i - base) as usize..(ack - base) as usize);
             let s0 = run.next().expect("i < ack");
-            let (first_tx, head_prev) = (s0.tx_time, s0.prev);
+            let (first_tx, head_prev) = (self.stamp(s0).tx_time, s0.prev(i));
             let (mut newest_tx, mut newest, mut last_tx) = (first_tx, i, first_tx);
             let mut chained = s0.flags & IN_TSORTED != 0;
-            let mut link = s0.next;
+            let mut link = s0.next(i);
+            let mut stamp = s0.stamp;
             let mut j = i + 1;
             for s in run {
                 if s.flags & NOT_PLAIN != 0 {
                     break;
                 }
                 chained &= link == j;
-                link = s.next;
-                last_tx = s.tx_time;
+                link = s.next(j);
+                // a train's segments share their snapshot: look it up once per train
+                if s.stamp != stamp {
+                    stamp = s.stamp;
+                    last_tx = self.stamp(s).tx_time;
+                }
                 if last_tx >= newest_tx {
                     newest_tx = last_tx;
                     newest = j;
@@ -1167,16 +1261,17 @@ impl Sender {
             self.rack.valid = true;
             if acc.rs_prior_time.is_none() || sent_after(newest_tx, newest, self.first_tx_time, acc.last_end_seq) {
                 let s = *self.seg(newest);
-                acc.rs.prior_delivered = s.delivered;
-                acc.rs_prior_time = Some(s.delivered_time);
+                let st = *self.stamp(&s);
+                acc.rs.prior_delivered = st.delivered;
+                acc.rs_prior_time = Some(st.delivered_time);
                 acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
                 acc.rs.is_retrans = false;
                 acc.rs.tx_in_flight = s.in_flight_at_send;
-                acc.rs.lost = self.lost - s.lost_at_send;
-                acc.prior_delivered_ce = s.delivered_ce;
+                acc.rs.lost = self.lost - st.lost_at_send;
+                acc.prior_delivered_ce = st.delivered_ce;
                 acc.last_end_seq = newest;
-                self.first_tx_time = s.tx_time;
-                acc.snd_interval = s.tx_time - s.first_tx;
+                self.first_tx_time = st.tx_time;
+                acc.snd_interval = st.tx_time - st.first_tx;
             }
             i = j;
         }
@@ -1190,6 +1285,10 @@ impl Sender {
         }
         self.segs.drain(..n as usize);
         self.snd_una = ack;
+        while self.stamps.front().is_some_and(|st| st.last_seq < ack) {
+            self.stamps.pop_front();
+            self.stamp_base += 1;
+        }
         bytes
     }
 
@@ -1366,15 +1465,16 @@ impl Sender {
         let mut seq = self.ts_head;
         while seq != NIL {
             let s = *self.seg(seq);
-            if !sent_after(self.rack.xmit_ts, self.rack.end_seq, s.tx_time, seq) {
+            let tx_time = self.stamp(&s).tx_time;
+            if !sent_after(self.rack.xmit_ts, self.rack.end_seq, tx_time, seq) {
                 break;
             }
-            let remaining = self.rack.rtt + reo_wnd - (now - s.tx_time);
+            let remaining = self.rack.rtt + reo_wnd - (now - tx_time);
             if remaining > 0 {
                 self.arm(TimerKind::Reorder, now + remaining, io);
                 break;
             }
-            let next = s.next;
+            let next = s.next(seq);
             self.mark_lost(now, seq);
             seq = next;
         }
@@ -1401,7 +1501,7 @@ impl Sender {
         let s = *self.seg(seq);
         let pkt = LostPacket {
             tx_in_flight: s.in_flight_at_send,
-            tx_lost: s.lost_at_send,
+            tx_lost: self.stamp(&s).lost_at_send,
             is_app_limited: s.flags & APP_LIMITED != 0,
         };
         let info = self.info(now);
@@ -1578,7 +1678,7 @@ impl Sender {
                 if f & LOST != 0 {
                     self.seg_mut(seq).flags &= !LOST;
                     if f & IN_TSORTED == 0 {
-                        back.push((self.seg(seq).tx_time, seq));
+                        back.push((self.stamp_of(seq).tx_time, seq));
                     }
                 }
             }
@@ -1711,7 +1811,7 @@ impl Sender {
             if s.flags & SACKED != 0 {
                 continue;
             }
-            if seq != self.snd_una && self.rack.rtt - (now - s.tx_time) > 0 {
+            if seq != self.snd_una && self.rack.rtt - (now - self.stamp(&s).tx_time) > 0 {
                 continue;
             }
             if s.flags & LOST == 0 || s.flags & RETRANS_IN_FLIGHT != 0 {
@@ -2000,7 +2100,7 @@ mod tests {
                 t = s.timers[TimerKind::Rto as usize].deadline().unwrap();
                 s.on_timer(t, TimerKind::Rto, &mut io);
             }
-            let last_rexmit = s.seg(0).tx_time;
+            let last_rexmit = s.stamp_of(0).tx_time;
             assert_eq!(last_rexmit, t);
             let retrans_before = s.stats.retrans_segs;
             let tsecr = if echo_last_retransmission { last_rexmit } else { t0 };
