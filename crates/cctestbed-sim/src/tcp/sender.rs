@@ -99,7 +99,7 @@ const IN_TSORTED: u8 = 1 << 6;
 const NOT_PLAIN: u8 = SACKED | LOST | RETRANS_IN_FLIGHT | EVER_RETRANS | RATE_USED;
 
 /// A segment in the scoreboard: its place in the time-sorted list, its flags, and the
-/// snapshot it was sent with ([`SendStamp`], by id). 20 bytes, so a window of segments
+/// snapshot it was sent with ([`SendStamp`], by id). 16 bytes, so a window of segments
 /// streams through the cache as few lines as it can.
 #[derive(Debug, Clone, Copy)]
 struct Seg {
@@ -109,14 +109,14 @@ struct Seg {
     next: i32,
     /// The id of its [`SendStamp`] (the low 32 bits; fewer than 2^32 are ever live).
     stamp: u32,
-    in_flight_at_send: u32,
     flags: u8,
 }
 
 /// What `tcp_rate_skb_sent` records as a segment leaves (Linux keeps it per skb), shared by
-/// every segment sent with the same snapshot: the segments of one train, and retransmissions
-/// sent one after another while nothing changed. At 100 Gbit/s a train is 44 segments, so the
-/// scoreboard keeps about a fifth of the bytes a copy per segment took.
+/// every segment of a run sent with the same snapshot, each one more in flight than the one
+/// before: the segments of one train, and back-to-back trains or retransmissions while nothing
+/// changed. At 100 Gbit/s a train is 44 segments, so the scoreboard keeps under a quarter of
+/// the bytes a copy per segment took.
 #[derive(Debug, Clone, Copy)]
 struct SendStamp {
     tx_time: Nanos,
@@ -126,8 +126,12 @@ struct SendStamp {
     /// `tx.delivered_ce` (google/bbr): `delivered_ce` when sent.
     delivered_ce: u64,
     lost_at_send: u64,
-    /// The highest sequence sent with it: once `snd_una` is past it no segment refers to it.
+    /// The run's first and last segments: segment `s` of it left with `first_in_flight +
+    /// (s - first_seq)` packets in flight (itself included); once `snd_una` is past
+    /// `last_seq` no segment refers to the stamp.
+    first_seq: u64,
     last_seq: u64,
+    first_in_flight: u32,
 }
 
 impl Seg {
@@ -171,6 +175,10 @@ fn offset(seq: u64, to: u64) -> i32 {
 }
 
 impl SendStamp {
+    fn in_flight_at(&self, seq: u64) -> u32 {
+        self.first_in_flight.wrapping_add(seq.wrapping_sub(self.first_seq) as u32)
+    }
+
     fn same_snapshot(&self, o: &SendStamp) -> bool {
         (self.tx_time, self.first_tx, self.delivered_time, self.delivered, self.delivered_ce, self.lost_at_send)
             == (o.tx_time, o.first_tx, o.delivered_time, o.delivered, o.delivered_ce, o.lost_at_send)
@@ -599,7 +607,7 @@ impl Sender {
 
     /// The id of the snapshot for segment `seq` leaving at `now` (`tcp_rate_skb_sent`): the
     /// newest one when nothing changed since it was taken, else a new one.
-    fn stamp_send(&mut self, now: Nanos, seq: u64) -> u32 {
+    fn stamp_send(&mut self, now: Nanos, seq: u64, in_flight: u32) -> u32 {
         let st = SendStamp {
             tx_time: now,
             first_tx: self.first_tx_time,
@@ -607,13 +615,20 @@ impl Sender {
             delivered: self.delivered,
             delivered_ce: self.delivered_ce,
             lost_at_send: self.lost,
+            first_seq: seq,
             last_seq: seq,
+            first_in_flight: in_flight,
         };
         match self.stamps.back_mut() {
-            Some(b) if b.same_snapshot(&st) => b.last_seq = b.last_seq.max(seq),
+            Some(b) if b.same_snapshot(&st) && seq == b.last_seq + 1 && b.in_flight_at(seq) == in_flight => b.last_seq = seq,
             _ => self.stamps.push_back(st),
         }
         (self.stamp_base + self.stamps.len() as u64 - 1) as u32
+    }
+
+    /// Packets in flight when segment `seq` (`s`) left, itself included (`tx.in_flight`).
+    fn in_flight_at_send(&self, seq: u64, s: &Seg) -> u32 {
+        self.stamp(s).in_flight_at(seq)
     }
 
     fn payload_of(&self, seq: u64) -> u32 {
@@ -1065,10 +1080,11 @@ impl Sender {
             return bytes;
         }
         debug_assert!(self.timers[TimerKind::Rto as usize].deadline().is_some());
-        let mut in_flight_at_send = self.packets_in_flight();
         // the first segment's snapshot, which nothing since has changed
         let seg = Seg { flags: self.send_flags() | IN_TSORTED, ..*self.seg(first) };
-        debug_assert!(self.stamp(&seg).same_snapshot(&SendStamp { tx_time: now, first_tx: self.first_tx_time, delivered_time: self.delivered_time, delivered: self.delivered, delivered_ce: self.delivered_ce, lost_at_send: self.lost, last_seq: first }));
+        debug_assert!(self.stamp(&seg).same_snapshot(&SendStamp { tx_time: now, first_tx: self.first_tx_time, delivered_time: self.delivered_time, delivered: self.delivered, delivered_ce: self.delivered_ce, lost_at_send: self.lost, first_seq: first, last_seq: first, first_in_flight: 0 }));
+        debug_assert_eq!(self.stamp(&seg).last_seq, first);
+        debug_assert_eq!(self.in_flight_at_send(first, &seg), self.packets_in_flight());
         let ecn = if self.ecn { self.ect } else { Ecn::NotEct };
         let hdr = self.mtu - self.mss;
         let pkt = DataPacket { flow: self.flow, seq: first, size: self.mss + hdr, payload: self.mss, sent_at: now, ecn, cwr: false, ts_echo: self.ts_recent };
@@ -1079,8 +1095,7 @@ impl Sender {
         self.seg_mut(first).next = 1;
         let mut payload_bytes = 0u64;
         for seq in first + 1..=last {
-            in_flight_at_send += 1;
-            self.segs.push_back(Seg { prev: -1, next: if seq == last { 0 } else { 1 }, in_flight_at_send, ..seg });
+            self.segs.push_back(Seg { prev: -1, next: if seq == last { 0 } else { 1 }, ..seg });
             let payload = self.payload_of(seq);
             payload_bytes += payload as u64;
             io.out.push(DataPacket { seq, size: payload + hdr, payload, ..pkt });
@@ -1118,7 +1133,8 @@ impl Sender {
         }
         let retrans = seq < self.snd_nxt;
         self.last_send_time = now;
-        let seg = Seg { prev: 0, next: 0, stamp: self.stamp_send(now, seq), in_flight_at_send: self.packets_in_flight() + 1, flags: self.send_flags() };
+        let in_flight = self.packets_in_flight() + 1;
+        let seg = Seg { prev: 0, next: 0, stamp: self.stamp_send(now, seq, in_flight), flags: self.send_flags() };
         if retrans {
             let s = self.seg_mut(seq);
             let keep = s.flags & (LOST | EVER_RETRANS | IN_TSORTED);
@@ -1221,7 +1237,7 @@ impl Sender {
                 acc.rs_prior_time = Some(st.delivered_time);
                 acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
                 acc.rs.is_retrans = s.flags & EVER_RETRANS != 0;
-                acc.rs.tx_in_flight = s.in_flight_at_send;
+                acc.rs.tx_in_flight = st.in_flight_at(seq);
                 acc.rs.lost = self.lost - st.lost_at_send;
                 acc.prior_delivered_ce = st.delivered_ce;
                 acc.last_end_seq = seq;
@@ -1314,7 +1330,7 @@ impl Sender {
                 acc.rs_prior_time = Some(st.delivered_time);
                 acc.rs.is_app_limited = s.flags & APP_LIMITED != 0;
                 acc.rs.is_retrans = false;
-                acc.rs.tx_in_flight = s.in_flight_at_send;
+                acc.rs.tx_in_flight = st.in_flight_at(newest);
                 acc.rs.lost = self.lost - st.lost_at_send;
                 acc.prior_delivered_ce = st.delivered_ce;
                 acc.last_end_seq = newest;
@@ -1548,7 +1564,7 @@ impl Sender {
         self.lost_queue.push(seq);
         let s = *self.seg(seq);
         let pkt = LostPacket {
-            tx_in_flight: s.in_flight_at_send,
+            tx_in_flight: self.in_flight_at_send(seq, &s),
             tx_lost: self.stamp(&s).lost_at_send,
             is_app_limited: s.flags & APP_LIMITED != 0,
         };
