@@ -2179,4 +2179,58 @@ mod tests {
         let (state, lost, _, _) = run(true);
         assert_eq!((state, lost), (CaState::Loss, 10), "an ACK of the retransmission advances RACK: the rest of the flight and the probe are lost");
     }
+
+    /// The send snapshot is kept once per run of segments: the initial window leaves in two
+    /// trains at time 0 with nothing delivered in between, so one record serves all ten, and
+    /// each segment still reads its own packets in flight (1 to 10) from it. A record goes
+    /// once snd_una has passed its last segment, not before.
+    #[test]
+    fn a_window_sent_at_once_shares_one_send_record_until_acked() {
+        let cc = crate::cc::build("reno", &Default::default()).unwrap();
+        let mut s = Sender::new(0, &FlowConfig::bulk("reno"), 1448, 1500, cc);
+        let (mut out, mut timers) = (Vec::new(), Vec::new());
+        let mut io = Io { out: &mut out, timers: &mut timers };
+        s.start(0, &mut io);
+        assert_eq!(s.snd_nxt, 10);
+        assert_eq!(s.stamps.len(), 1);
+        for seq in 0..10 {
+            assert_eq!(s.in_flight_at_send(seq, s.seg(seq)), seq as u32 + 1);
+            assert_eq!(s.stamp_of(seq).tx_time, 0);
+        }
+        s.on_ack(50_000_000, &ack(4, None, 0), &mut io);
+        let sent_after_ack = s.snd_nxt;
+        assert!(sent_after_ack > 10, "the ACK sends more");
+        assert_eq!(s.stamp_of(9).last_seq, 9, "the first window's record stays while 4..10 are out");
+        for seq in 4..10 {
+            assert_eq!(s.in_flight_at_send(seq, s.seg(seq)), seq as u32 + 1);
+        }
+        for seq in 10..sent_after_ack {
+            assert_eq!(s.stamp_of(seq).tx_time, 50_000_000);
+        }
+        s.on_ack(60_000_000, &ack(10, None, 0), &mut io);
+        assert!(s.stamps.iter().all(|st| st.last_seq >= 10), "records of acknowledged segments are gone");
+    }
+
+    proptest::proptest! {
+        /// Lost segments come out lowest first, as from one min-heap, whatever the order
+        /// they were marked in.
+        #[test]
+        fn lost_queue_pops_as_a_min_heap(ops in proptest::collection::vec(proptest::option::of(0u64..50), 1..200)) {
+            let mut q = LostQueue::default();
+            let mut heap = BinaryHeap::new();
+            for op in ops {
+                match op {
+                    Some(seq) => {
+                        q.push(seq);
+                        heap.push(Reverse(seq));
+                    }
+                    None => {
+                        q.pop();
+                        heap.pop();
+                    }
+                }
+                proptest::prop_assert_eq!(q.peek(), heap.peek().map(|r| r.0));
+            }
+        }
+    }
 }
