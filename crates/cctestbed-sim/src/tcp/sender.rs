@@ -214,16 +214,10 @@ impl LostQueue {
 
     /// Removes the lowest sequence queued.
     fn pop(&mut self) {
-        match (self.ascending.front(), self.rest.peek()) {
-            (Some(&a), Some(&Reverse(b))) if b < a => {
-                self.rest.pop();
-            }
-            (Some(_), _) => {
-                self.ascending.pop_front();
-            }
-            (None, _) => {
-                self.rest.pop();
-            }
+        if self.ascending.front().is_some_and(|&a| self.rest.peek().is_none_or(|&Reverse(b)| a <= b)) {
+            self.ascending.pop_front();
+        } else {
+            self.rest.pop();
         }
     }
 
@@ -608,7 +602,18 @@ impl Sender {
     /// The id of the snapshot for segment `seq` leaving at `now` (`tcp_rate_skb_sent`): the
     /// newest one when nothing changed since it was taken, else a new one.
     fn stamp_send(&mut self, now: Nanos, seq: u64, in_flight: u32) -> u32 {
-        let st = SendStamp {
+        let st = self.snapshot(now, seq, in_flight);
+        match self.stamps.back_mut() {
+            Some(b) if b.same_snapshot(&st) && seq == b.last_seq + 1 && b.in_flight_at(seq) == in_flight => b.last_seq = seq,
+            _ => self.stamps.push_back(st),
+        }
+        (self.stamp_base + self.stamps.len() as u64 - 1) as u32
+    }
+
+    /// The record of segment `seq` leaving at `now` with `in_flight` packets in flight, as a
+    /// run of its own.
+    fn snapshot(&self, now: Nanos, seq: u64, in_flight: u32) -> SendStamp {
+        SendStamp {
             tx_time: now,
             first_tx: self.first_tx_time,
             delivered_time: self.delivered_time,
@@ -618,12 +623,7 @@ impl Sender {
             first_seq: seq,
             last_seq: seq,
             first_in_flight: in_flight,
-        };
-        match self.stamps.back_mut() {
-            Some(b) if b.same_snapshot(&st) && seq == b.last_seq + 1 && b.in_flight_at(seq) == in_flight => b.last_seq = seq,
-            _ => self.stamps.push_back(st),
         }
-        (self.stamp_base + self.stamps.len() as u64 - 1) as u32
     }
 
     /// Packets in flight when segment `seq` (`s`) left, itself included (`tx.in_flight`).
@@ -1082,7 +1082,7 @@ impl Sender {
         debug_assert!(self.timers[TimerKind::Rto as usize].deadline().is_some());
         // the first segment's snapshot, which nothing since has changed
         let seg = Seg { flags: self.send_flags() | IN_TSORTED, ..*self.seg(first) };
-        debug_assert!(self.stamp(&seg).same_snapshot(&SendStamp { tx_time: now, first_tx: self.first_tx_time, delivered_time: self.delivered_time, delivered: self.delivered, delivered_ce: self.delivered_ce, lost_at_send: self.lost, first_seq: first, last_seq: first, first_in_flight: 0 }));
+        debug_assert!(self.stamp(&seg).same_snapshot(&self.snapshot(now, first, 0)));
         debug_assert_eq!(self.stamp(&seg).last_seq, first);
         debug_assert_eq!(self.in_flight_at_send(first, &seg), self.packets_in_flight());
         let ecn = if self.ecn { self.ect } else { Ecn::NotEct };
