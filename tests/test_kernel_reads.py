@@ -48,3 +48,33 @@ def test_a_paced_sink_that_missed_its_read_times_is_named():
     late = application_reads(TRIAL, [sink(0, [400 * mss], 100), sink(1, [2100 * mss], 2000)])
     note = missed_reads(TRIAL, late)
     assert note is not None and note.startswith("the sink read flow 1 at 50 % of its read times (every 500 us)")
+
+
+# /proc/net/snmp and /proc/net/netstat as Linux 6.18 lays them out (a name line, then a value
+# line, per table; other tables between them), shortened
+SNMP = """Ip: Forwarding DefaultTTL InReceives
+Ip: 1 64 1733
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs
+Tcp: 1 200 120000 -1 8 0 0 0 8 1248 1729 319
+Udp: InDatagrams NoPorts
+Udp: 0 0
+"""
+NETSTAT = """TcpExt: SyncookiesSent DelayedACKs TCPTimeouts TCPLossProbes TCPDSACKRecv
+TcpExt: 0 7 25 18 22
+IpExt: InNoRoutes InTruncatedPkts
+IpExt: 0 0
+"""
+
+
+def test_the_kernels_tcp_counters_are_read_by_name_and_differenced():
+    from cctestbed.kernel.topology import counter_deltas, parse_mib
+
+    mib = parse_mib(SNMP + NETSTAT, ("Tcp", "TcpExt"))
+    assert mib["Tcp.RetransSegs"] == 319 and mib["Tcp.OutSegs"] == 1729 and mib["Tcp.MaxConn"] == -1
+    assert mib["TcpExt.TCPTimeouts"] == 25 and mib["TcpExt.TCPDSACKRecv"] == 22
+    assert not any(k.startswith(("Ip.", "Udp.", "IpExt.")) for k in mib)
+    later = dict(mib, **{"Tcp.RetransSegs": 330, "Tcp.CurrEstab": 0, "TcpExt.TCPTimeouts": 27})
+    # what grew, by how much; unchanged counters and gauges (CurrEstab fell to 0) are left out
+    assert counter_deltas({"snd0": mib}, {"snd0": later}) == {"snd0": {"Tcp.RetransSegs": 11, "TcpExt.TCPTimeouts": 2}}
+    # a host first read after the start counts from zero
+    assert counter_deltas({}, {"rcv0": {"TcpExt.DelayedACKs": 3}}) == {"rcv0": {"TcpExt.DelayedACKs": 3}}

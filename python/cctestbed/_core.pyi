@@ -23,6 +23,10 @@ class FlowFinal(TypedDict):
     sent_segs: int
     lost_segs: int
     rto_count: int
+    #: tail loss probes sent (Linux: TcpExt TCPLossProbes)
+    tlp_count: int
+    #: congestion-window reductions undone as spurious
+    undo_count: int
 
 @type_check_only
 class Final(TypedDict):

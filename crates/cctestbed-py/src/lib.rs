@@ -297,7 +297,7 @@ fn to_python(py: Python<'_>, out: SimOutput) -> PyResult<PyObject> {
         let d = PyDict::new_bound(py);
         fields!(d, ff, [
             sent_pkts, delivered_pkts, dropped_pkts, marked_pkts, queued_pkts, in_transit_pkts, delivered_bytes,
-            retrans_segs, sent_segs, lost_segs, rto_count,
+            retrans_segs, sent_segs, lost_segs, rto_count, tlp_count, undo_count,
         ]);
         flows_fin.append(d)?;
     }

@@ -59,6 +59,11 @@ pub struct FlowFinal {
     pub sent_segs: u64,
     pub lost_segs: u64,
     pub rto_count: u64,
+    /// Tail loss probes sent (Linux counts them as TcpExt TCPLossProbes).
+    pub tlp_count: u64,
+    /// Congestion-window reductions undone as spurious (TcpExt TCPFullUndo, TCPPartialUndo,
+    /// TCPLossUndo, TCPDSACKUndo and TCPSpuriousRTOs between them).
+    pub undo_count: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -865,6 +870,8 @@ impl Simulation {
             f.sent_segs = s.stats.sent_pkts;
             f.lost_segs = s.stats.lost_segs;
             f.rto_count = s.stats.rto_count;
+            f.tlp_count = s.stats.tlp_count;
+            f.undo_count = s.stats.undo_count;
             if let Some(d) = &self.datagrams[i] {
                 f.sent_pkts = d.sent_pkts;
                 f.delivered_pkts = d.received.pkts;

@@ -308,6 +308,7 @@ def run_kernel_trial(
         run.wait_ready(procs)
         if capture:
             time.sleep(0.5)  # tcpdump has no ready signal; give it time to open the interface
+        counters_at_start = topology.tcp_counters()
         t0 = time.monotonic_ns() + 200_000_000
         if emu_stats is not None:
             from .routerstats import EmuStats
@@ -325,14 +326,26 @@ def run_kernel_trial(
         steal_at_start = host_cpu_steal_ms()
         say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
         end = t0 + trial.duration
+        steady_at = t0 + trial.steady_ns[0]
+        counters_at_steady = counters_at_start if trial.steady_ns[0] == 0 else None
         while time.monotonic_ns() < end + 3_000_000_000:
             time.sleep(0.1)
+            if counters_at_steady is None and time.monotonic_ns() >= steady_at:
+                counters_at_steady = topology.tcp_counters()
             dead = [p for p in run.procs if p.popen.poll() is not None and p.popen.returncode != 0]
             if dead:
                 raise KernelRunError(f"{dead[0].name} failed ({dead[0].popen.returncode}): {run.tail(dead[0])}")
             if time.monotonic_ns() > end and all(p.popen.poll() is not None for p in procs):
                 break
         sched.stop()
+        counters_at_end = topology.tcp_counters()
+        run.info["tcp_counters"] = {
+            "note": "each host's Tcp and TcpExt counters (/proc/net/snmp, /proc/net/netstat) gained over the "
+                    "trial (from before the flows connect) and from the steady window's start (read within "
+                    "0.1 s of it) to the trial's end",
+            "trial": topo.counter_deltas(counters_at_start, counters_at_end),
+            "steady": topo.counter_deltas(counters_at_steady or counters_at_start, counters_at_end),
+        }
         run.info["host_cpu_steal_ms"] = host_cpu_steal_ms() - steal_at_start
         unfinished = [p.name for p in procs if p.popen.poll() is None]
         if unfinished:
@@ -542,6 +555,7 @@ def _collect(run: Run, topology: topo.Topology) -> KernelTrialResult:
         "rx_steering": run.info.get("rx_steering"),
         "senders": raw.senders,
         "sink_reads": application_reads(trial, raw.sink),
+        "tcp_counters": run.info.get("tcp_counters"),
     }
     files: dict[str, bytes] = {}
     emu = wd / "linkemu.json"

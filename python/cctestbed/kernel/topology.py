@@ -83,6 +83,36 @@ def nsexec(ns: str, *args: str) -> list[str]:
     return ["ip", "netns", "exec", ns, *args]
 
 
+def parse_mib(text: str, tables: Sequence[str]) -> dict[str, int]:
+    """/proc/net/snmp and /proc/net/netstat: each table is a line of names then a line of values,
+    both led by ``Table:``. Returns ``{"Table.Name": value}`` for the tables asked for."""
+    out: dict[str, int] = {}
+    header: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        table, _, rest = line.partition(":")
+        if table not in tables:
+            continue
+        fields = rest.split()
+        if table not in header:
+            header[table] = fields
+            continue
+        for name, value in zip(header.pop(table), fields):
+            try:
+                out[f"{table}.{name}"] = int(value)
+            except ValueError:
+                pass
+    return out
+
+
+def counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """What each host's counters gained between two snapshots (nonzero ones only; gauges such as
+    ``Tcp.CurrEstab`` are not counters and are left out)."""
+    gauges = {"Tcp.CurrEstab", "Tcp.RtoAlgorithm", "Tcp.RtoMin", "Tcp.RtoMax", "Tcp.MaxConn"}
+    return {host: {k: v - before.get(host, {}).get(k, 0) for k, v in sorted(now.items())
+                   if k not in gauges and v != before.get(host, {}).get(k, 0)}
+            for host, now in after.items()}
+
+
 def tc_rate(capacity_bps: int, mtu: int) -> int:
     """htb rate in bit/s of Ethernet frames for an IP-level capacity (see the module doc)."""
     return round(capacity_bps * (mtu + ETH_HEADER) / mtu)
@@ -474,6 +504,18 @@ class Topology:
         gro = next((line.split(":", 1)[1].split()[0] for line in features.splitlines()
                     if line.startswith("generic-receive-offload:")), None)
         return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values, "receiver_gro": gro}
+
+    def tcp_counters(self) -> dict[str, dict[str, int]]:
+        """Each end host's TCP counters as its namespace's /proc/net/snmp (``Tcp:``) and
+        /proc/net/netstat (``TcpExt:``) give them: ``{"snd0": {"TcpExt.TCPTimeouts": 3, ...}}``.
+        The kernel's own account of what its stacks did (timeouts, loss probes, undos, SACK and
+        DSACK events), for a trial where its state machines cannot be traced."""
+        n, out = self.names, {}
+        for k in range(n.groups):
+            for role, ns in (("snd", n.snd(k)), ("rcv", n.rcv(k))):
+                r = sh(nsexec(ns, "cat", "/proc/net/snmp", "/proc/net/netstat"), check=False)
+                out[f"{role}{k}"] = parse_mib(r.stdout, ("Tcp", "TcpExt"))
+        return out
 
     def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
                        change: bool = False, dev: Optional[str] = None) -> dict[str, Any]:
