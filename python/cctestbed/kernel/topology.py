@@ -525,8 +525,12 @@ class Topology:
         dev = dev or n.right
         frame = self.mtu + ETH_HEADER
         rate = tc_rate(capacity_bps, self.mtu)
-        # A small bucket, as on the thesis testbed: two frames, or 100 us at the rate if larger.
-        burst = max(2 * frame, rate // 8 // 10_000)
+        # A small bucket, as on the thesis testbed: two frames, or 100 us at the rate if larger;
+        # but never more than 10 ms at the rate. htb sends while its tokens are not negative, so a
+        # full bucket of two frames lets three frames leave back to back: at 128 kbit/s that put
+        # a flow's first packets 190 ms ahead of a real link's and its first bandwidth samples at
+        # 179 kbit/s, which BBR's max filter then held for the whole trial.
+        burst = max(min(2 * frame, rate // 8 // 100), rate // 8 // 10_000)
         cls = ["rate", f"{rate}bit", "ceil", f"{rate}bit", "burst", str(burst), "cburst", str(burst),
                "quantum", str(frame)]
         if change:
