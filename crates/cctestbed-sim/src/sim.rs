@@ -61,8 +61,9 @@ pub struct FlowFinal {
     pub rto_count: u64,
     /// Tail loss probes sent (Linux counts them as TcpExt TCPLossProbes).
     pub tlp_count: u64,
-    /// Congestion-window reductions undone as spurious (TcpExt TCPFullUndo, TCPPartialUndo,
-    /// TCPLossUndo, TCPDSACKUndo and TCPSpuriousRTOs between them).
+    /// Congestion-window reductions undone as spurious (Linux: TcpExt TCPFullUndo,
+    /// TCPPartialUndo, TCPLossUndo and TCPDSACKUndo between them; an F-RTO undo counts in
+    /// TCPLossUndo and again in TCPSpuriousRTOs).
     pub undo_count: u64,
 }
 

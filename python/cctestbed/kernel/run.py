@@ -326,12 +326,16 @@ def run_kernel_trial(
         steal_at_start = host_cpu_steal_ms()
         say(f"running for {trial.duration / 1e9:g} s ({mode} link emulator)")
         end = t0 + trial.duration
-        steady_at = t0 + trial.steady_ns[0]
-        counters_at_steady = counters_at_start if trial.steady_ns[0] == 0 else None
+        # the hosts' TCP counters at the steady window's edges, read as the loop passes them
+        # (an edge at the trial's end is the final read)
+        steady = dict(zip(("start", "end"), trial.steady_ns))
+        at_edge: dict[str, tuple[int, Any]] = {"start": (0, counters_at_start)} if steady["start"] == 0 else {}
         while time.monotonic_ns() < end + 3_000_000_000:
             time.sleep(0.1)
-            if counters_at_steady is None and time.monotonic_ns() >= steady_at:
-                counters_at_steady = topology.tcp_counters()
+            now = time.monotonic_ns()
+            for edge, at in steady.items():
+                if edge not in at_edge and at < trial.duration and now >= t0 + at:
+                    at_edge[edge] = (now - t0, topology.tcp_counters())
             dead = [p for p in run.procs if p.popen.poll() is not None and p.popen.returncode != 0]
             if dead:
                 raise KernelRunError(f"{dead[0].name} failed ({dead[0].popen.returncode}): {run.tail(dead[0])}")
@@ -339,12 +343,16 @@ def run_kernel_trial(
                 break
         sched.stop()
         counters_at_end = topology.tcp_counters()
+        at_edge.setdefault("end", (time.monotonic_ns() - t0, counters_at_end))
+        edges = [at_edge.get(e) for e in ("start", "end")]
         run.info["tcp_counters"] = {
             "note": "each host's Tcp and TcpExt counters (/proc/net/snmp, /proc/net/netstat) gained over the "
-                    "trial (from before the flows connect) and from the steady window's start (read within "
-                    "0.1 s of it) to the trial's end",
+                    "trial (read before the flows connect and after they close) and over the steady window "
+                    "(read as the run passed its edges, at steady_read_s after the start); snd<k> and rcv<k> "
+                    "are group k's hosts (a reverse group's data leaves rcv<k>); null where a read failed",
             "trial": topo.counter_deltas(counters_at_start, counters_at_end),
-            "steady": topo.counter_deltas(counters_at_steady or counters_at_start, counters_at_end),
+            "steady": topo.counter_deltas(edges[0][1], edges[1][1]) if edges[0] and edges[1] else None,
+            "steady_read_s": [round(e[0] / 1e9, 3) if e else None for e in edges],
         }
         run.info["host_cpu_steal_ms"] = host_cpu_steal_ms() - steal_at_start
         unfinished = [p.name for p in procs if p.popen.poll() is None]

@@ -104,13 +104,17 @@ def parse_mib(text: str, tables: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+def counter_deltas(before: dict[str, Optional[dict[str, int]]],
+                   after: dict[str, Optional[dict[str, int]]]) -> dict[str, Optional[dict[str, int]]]:
     """What each host's counters gained between two snapshots (nonzero ones only; gauges such as
-    ``Tcp.CurrEstab`` are not counters and are left out)."""
+    ``Tcp.CurrEstab`` are not counters and are left out). None for a host either read missed."""
     gauges = {"Tcp.CurrEstab", "Tcp.RtoAlgorithm", "Tcp.RtoMin", "Tcp.RtoMax", "Tcp.MaxConn"}
-    return {host: {k: v - before.get(host, {}).get(k, 0) for k, v in sorted(now.items())
-                   if k not in gauges and v != before.get(host, {}).get(k, 0)}
-            for host, now in after.items()}
+    out: dict[str, Optional[dict[str, int]]] = {}
+    for host, now in after.items():
+        then = before.get(host)
+        out[host] = None if now is None or then is None else {
+            k: v - then.get(k, 0) for k, v in sorted(now.items()) if k not in gauges and v != then.get(k, 0)}
+    return out
 
 
 def tc_rate(capacity_bps: int, mtu: int) -> int:
@@ -505,16 +509,17 @@ class Topology:
                     if line.startswith("generic-receive-offload:")), None)
         return {"sender_qdisc": qdisc[1] if len(qdisc) > 1 else None, "sysctl": values, "receiver_gro": gro}
 
-    def tcp_counters(self) -> dict[str, dict[str, int]]:
+    def tcp_counters(self) -> dict[str, Optional[dict[str, int]]]:
         """Each end host's TCP counters as its namespace's /proc/net/snmp (``Tcp:``) and
         /proc/net/netstat (``TcpExt:``) give them: ``{"snd0": {"TcpExt.TCPTimeouts": 3, ...}}``.
         The kernel's own account of what its stacks did (timeouts, loss probes, undos, SACK and
         DSACK events), for a trial where its state machines cannot be traced."""
-        n, out = self.names, {}
+        n = self.names
+        out: dict[str, Optional[dict[str, int]]] = {}
         for k in range(n.groups):
             for role, ns in (("snd", n.snd(k)), ("rcv", n.rcv(k))):
                 r = sh(nsexec(ns, "cat", "/proc/net/snmp", "/proc/net/netstat"), check=False)
-                out[f"{role}{k}"] = parse_mib(r.stdout, ("Tcp", "TcpExt"))
+                out[f"{role}{k}"] = parse_mib(r.stdout, ("Tcp", "TcpExt")) if r.returncode == 0 else None
         return out
 
     def set_bottleneck(self, capacity_bps: int, limit_bytes: Optional[int], limit_packets: Optional[int],
@@ -535,7 +540,7 @@ class Topology:
                "quantum", str(frame)]
         if change:
             sh(nsexec(n.rtr, "tc", "class", "change", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *cls))
-            return {"rate_tc_bps": rate}
+            return {"rate_tc_bps": rate, "burst_bytes": burst}
         sh(nsexec(n.rtr, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"))
         sh(nsexec(n.rtr, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *cls))
         if limit_bytes is not None:
