@@ -105,6 +105,8 @@ def bench_sweep(n: int, tmp: Path) -> None:
             fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
         except OSError:
             break
+        if "VmRSS" not in fields:  # exited since poll(): a zombie's status has no memory lines
+            break
         rss, peak = float(fields["VmRSS"].split()[0]) / 1024, float(fields["VmHWM"].split()[0]) / 1024
         done = len(os.listdir(out / "trials")) if (out / "trials").is_dir() else 0
         for frac in (0.1, 0.5, 1.0):
