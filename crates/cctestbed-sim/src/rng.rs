@@ -21,6 +21,9 @@ pub mod stream {
     pub const CC_BASE: u64 = 1 << 32;
     /// The phase of the kernel's tick clock against the trial's start (`jiffies::TickClock`).
     pub const TICK_PHASE: u64 = 5;
+    /// The kernel's jiffies count at the trial's start, for the timer wheel's coarse levels
+    /// (`jiffies::TickClock::wheel_base`).
+    pub const TIMER_WHEEL: u64 = 6;
 }
 
 #[derive(Clone, Debug)]

@@ -139,8 +139,9 @@ fn the_handshake_seeds_the_rtt_and_data_follows_the_syn_ack() {
     assert_eq!(s.stats.sent_pkts, 10, "the initial window leaves with the final ACK");
 }
 
-/// A SYN lost at the bottleneck is sent again after TCP_TIMEOUT_INIT (1 s), and data starts
-/// once that SYN's handshake completes.
+/// A SYN lost at the bottleneck is sent again after TCP_TIMEOUT_INIT (1 s, 250 jiffies: on the
+/// timer wheel's second level, so at the next 8-jiffy boundary after it, up to 36 ms late), and
+/// data starts once that SYN's handshake completes.
 #[test]
 fn a_lost_syn_is_sent_again_after_one_second() {
     let trial = |seed: u64| {
@@ -160,16 +161,20 @@ fn a_lost_syn_is_sent_again_after_one_second() {
             first_lost && sim.senders[0].stats.sent_pkts > 0
         })
         .expect("some seed loses only the first SYN");
+    let resend = ccsim::jiffies::TickClock::from_seed(seed).wheel_fire_time(0, S, ccsim::jiffies::CONFIG_HZ);
+    assert!((S..=S + 36 * MS).contains(&resend), "{resend}");
     let mut sim = trial(seed);
     sim.run_until(S - 1);
     assert_eq!(sim.senders[0].stats.handshake_pkts, 1, "no second SYN before 1 s");
-    sim.run_until(S);
-    assert_eq!(sim.senders[0].stats.handshake_pkts, 2, "the SYN is sent again at 1 s");
-    sim.run_until(S + 49 * MS);
+    sim.run_until(resend - 1);
+    assert_eq!(sim.senders[0].stats.handshake_pkts, 1, "no second SYN before its timer fires");
+    sim.run_until(resend);
+    assert_eq!(sim.senders[0].stats.handshake_pkts, 2, "the SYN is sent again when the timer fires");
+    sim.run_until(resend + 49 * MS);
     assert_eq!(sim.senders[0].stats.sent_pkts, 0, "no data before the second SYN's SYN-ACK");
-    sim.run_until(S + 51 * MS);
+    sim.run_until(resend + 51 * MS);
     let s = &sim.senders[0];
-    println!("measured: seed {seed}: first SYN lost, {} handshake packets, {} data segments at 1.051 s", s.stats.handshake_pkts, s.stats.sent_pkts);
+    println!("measured: seed {seed}: first SYN lost, resent at {resend} ns, {} handshake packets, {} data segments 51 ms later", s.stats.handshake_pkts, s.stats.sent_pkts);
     assert_eq!(s.stats.handshake_pkts, 3, "two SYNs and the final ACK");
     assert_eq!(s.stats.sent_pkts, 10, "the initial window after one SYN retransmission");
 }

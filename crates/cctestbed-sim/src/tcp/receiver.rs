@@ -205,6 +205,9 @@ pub struct Receiver {
     now: Nanos,
     /// Delayed-ACK timer expiry (`icsk_ack.timeout`), in jiffies.
     delack_j: Option<i64>,
+    /// The jiffy whose tick fires it: the timer wheel's bucket after the expiry's
+    /// (`jiffies::TickClock::wheel_expiry`; the tick after it, as delays are under 63 jiffies).
+    delack_fire_j: Option<i64>,
     compressed_ack: u32,
     compressed_ack_rcv_nxt: u64,
     dup_ack_counter: u32,
@@ -305,6 +308,7 @@ impl Receiver {
             ooo_segs: 0,
             now: 0,
             delack_j: None,
+            delack_fire_j: None,
             compressed_ack: 0,
             compressed_ack_rcv_nxt: 0,
             dup_ack_counter: 0,
@@ -649,10 +653,11 @@ impl Receiver {
                 }
             }
         }
-        if let Some(t) = self.delack_j {
+        if let Some(t) = self.delack_fire_j {
             if self.ticks.tick_start(t, jiffies::CONFIG_HZ) <= now {
                 // tcp_delack_timer_handler
                 self.delack_j = None;
+                self.delack_fire_j = None;
                 if self.compressed_ack > 0 {
                     return Some(self.send_ack(true));
                 }
@@ -671,7 +676,7 @@ impl Receiver {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let d = self.delack_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
+        let d = self.delack_fire_j.map(|j| self.ticks.tick_start(j, jiffies::CONFIG_HZ));
         earlier(earlier(d, self.comp_at), self.read_at)
     }
 
@@ -791,6 +796,7 @@ impl Receiver {
             timeout = timeout.min(old);
         }
         self.delack_j = Some(timeout);
+        self.delack_fire_j = Some(self.ticks.wheel_expiry(now_j as u64, timeout as u64) as i64);
         None
     }
 
@@ -807,6 +813,7 @@ impl Receiver {
             }
         }
         self.delack_j = None;
+        self.delack_fire_j = None;
         self.ack_sched = false;
         self.ack_now = false;
         self.rcv_wup = self.rcv_nxt;
@@ -1016,7 +1023,8 @@ mod tests {
         let mut r = rx(1);
         assert!(r.on_data(0, &data(0)).ack.is_some());
         assert!(r.on_data(0, &data(1)).ack.is_none());
-        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        // ato 10 jiffies: expiry jiffy 10, fired as tick 11 begins (the timer wheel).
+        assert_eq!(r.timer_deadline(), Some(44 * MS));
         let a = r.on_data(0, &data(2)).ack.expect("second unacked segment must be ACKed at once");
         assert_eq!(a.ack, 3);
         assert_eq!(r.timer_deadline(), None, "an ACK sent cancels the delayed-ACK timer");
@@ -1042,9 +1050,11 @@ mod tests {
         }
         // Inter-arrival 30 jiffies: ato 10 (40 ms); fired -> 20 (80 ms); fired -> 40, then
         // 40/2 + 30 = 50 > TCP_DELACK_MIN so the srtt bound (25 jiffies) applies; fired -> 75
-        // (the rto); 75/2 + 30 = 67 -> 100 ms; and so on.
+        // (the rto); 75/2 + 30 = 67 -> 100 ms; and so on. Each fires one jiffy after its
+        // expiry (the timer wheel's level 0), as the kernel's do: a kernel receiver's delayed
+        // ACKs at 256 kbit/s came 40-44 ms and 104-108 ms after the segment.
         assert_eq!(atos, vec![10, 20, 50, 67, 67, 67, 67]);
-        assert_eq!(delays, vec![40, 80, 100, 100, 100, 100, 100]);
+        assert_eq!(delays, vec![44, 84, 104, 104, 104, 104, 104]);
     }
 
     #[test]
@@ -1054,8 +1064,8 @@ mod tests {
         // Arrival 3 ms later (0 jiffies apart, m <= TCP_ATO_MIN/2): ato = 10/2 + 5 = 10.
         assert!(r.on_data(3 * MS, &data(1)).ack.is_none());
         assert_eq!(r.ato_jiffies(), 10);
-        // Timer at jiffy 0 + 10 = 40 ms, not 43 ms.
-        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        // Expiry at jiffy 0 + 10, fired as tick 11 begins: 44 ms, not 47 ms.
+        assert_eq!(r.timer_deadline(), Some(44 * MS));
     }
 
     #[test]
@@ -1193,12 +1203,13 @@ mod tests {
         assert!(r.on_data(0, &data(1)).ack.is_none());
         let _ = run_timer(&mut r, 100 * MS).unwrap(); // ato 20
         assert!(r.on_data(100 * MS, &data(2)).ack.is_none());
-        // m = 25 jiffies, not < 20: ato stays 20; timer at jiffy 25 + 20 = 45.
-        assert_eq!(r.timer_deadline(), Some(180 * MS));
-        let _ = r.on_timer(180 * MS).unwrap(); // ato 40
+        // m = 25 jiffies, not < 20: ato stays 20; expiry jiffy 25 + 20 = 45, fired at 46.
+        assert_eq!(r.timer_deadline(), Some(184 * MS));
+        let _ = r.on_timer(184 * MS).unwrap(); // ato 40
         assert!(r.on_data(200 * MS, &data(3)).ack.is_none());
-        // m = 25 < 40: ato = 20 + 25 = 45 -> delay min(45, srtt 25) = 25 jiffies: jiffy 75.
-        assert_eq!(r.timer_deadline(), Some(300 * MS));
+        // m = 25 < 40: ato = 20 + 25 = 45 -> delay min(45, srtt 25) = 25 jiffies: jiffy 75,
+        // fired at 76.
+        assert_eq!(r.timer_deadline(), Some(304 * MS));
     }
 
     #[test]
@@ -1209,10 +1220,10 @@ mod tests {
         let mut r = Receiver::new(0, c.clone(), 1448, Some(65160), 100 * MS, 6 << 20);
         let _ = r.on_data(0, &data(0)).ack;
         assert!(r.on_data(0, &data(1)).ack.is_none());
-        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        assert_eq!(r.timer_deadline(), Some(44 * MS));
         // At jiffy 2: ato = 10/2 + 5 = 10, new timeout jiffy 12; the earlier one (10) is kept.
         assert!(r.on_data(8 * MS, &data(2)).ack.is_none());
-        assert_eq!(r.timer_deadline(), Some(40 * MS));
+        assert_eq!(r.timer_deadline(), Some(44 * MS));
         let mut r = Receiver::new(0, c, 1448, Some(65160), 100 * MS, 6 << 20);
         let _ = r.on_data(0, &data(0)).ack;
         assert!(r.on_data(0, &data(1)).ack.is_none());

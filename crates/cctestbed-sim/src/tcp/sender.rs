@@ -73,7 +73,7 @@ use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::FlowConfig;
 use crate::event::{Timer, TimerKind};
-use crate::jiffies::TickClock;
+use crate::jiffies::{TickClock, CONFIG_HZ};
 use crate::packet::{AckPacket, DataPacket, Ecn};
 use crate::ranges::RangeSet;
 use crate::time::Nanos;
@@ -732,8 +732,7 @@ impl Sender {
         let backoff = self.syns_sent.min(20);
         self.syns_sent += 1;
         self.stats.handshake_pkts += 1;
-        let at = now + TCP_TIMEOUT_INIT.saturating_mul(1 << backoff).min(TCP_RTO_MAX);
-        self.arm_rto(at, io);
+        self.arm_rto(now, TCP_TIMEOUT_INIT.saturating_mul(1 << backoff).min(TCP_RTO_MAX), io);
     }
 
     /// The ACK's timestamp (`tcp_replace_ts_recent`: a pure ACK always sits at `rcv_wup`; PAWS
@@ -760,7 +759,7 @@ impl Sender {
         }
         self.timers[TimerKind::Rto as usize].cancel();
         if let Some(ts) = ack.tsecr {
-            self.rtt.on_sample(now - ts);
+            self.rtt.on_sample(now - ts, self.snd_una, self.snd_nxt);
         }
         self.take_window(ack, true);
         if self.syns_sent > 2 {
@@ -800,13 +799,14 @@ impl Sender {
             self.timers[TimerKind::Rto as usize].cancel();
             self.xmit_probe = false;
         } else {
-            let at = now + self.rtt.rto();
-            self.arm_rto(at, io);
+            self.arm_rto(now, self.rtt.rto(), io);
         }
     }
 
-    fn arm_rto(&mut self, at: Nanos, io: &mut Io) {
+    /// The retransmission timer, `timeout` from `now` on the kernel's timer wheel.
+    fn arm_rto(&mut self, now: Nanos, timeout: Nanos, io: &mut Io) {
         self.xmit_probe = false;
+        let at = self.ticks.wheel_fire_time(now, timeout, CONFIG_HZ);
         self.arm(TimerKind::Rto, at, io);
     }
 
@@ -829,7 +829,8 @@ impl Sender {
         if rto_delta > 0 {
             timeout = timeout.min(rto_delta);
         }
-        self.arm(TimerKind::Rto, now + timeout, io);
+        let at = self.ticks.wheel_fire_time(now, timeout, CONFIG_HZ);
+        self.arm(TimerKind::Rto, at, io);
         self.xmit_probe = true;
         true
     }
@@ -1165,8 +1166,7 @@ impl Sender {
         };
         io.out.push(DataPacket { flow: self.flow, seq, size, payload, sent_at: now, ecn, cwr, ts_echo: self.ts_recent });
         if !self.timers[TimerKind::Rto as usize].deadline().is_some() || retrans && seq == self.snd_una {
-            let at = now + self.rtt.rto();
-            self.arm_rto(at, io);
+            self.arm_rto(now, self.rtt.rto(), io);
         }
     }
 
@@ -1393,7 +1393,7 @@ impl Sender {
         // RTT from the most recently sent one (ca_rtt_us).
         let (seq_rtt, ca_rtt) = self.ack_rtt(now, &acc, una_advanced, ack.tsecr);
         if let (Some(r), Some(ca)) = (seq_rtt, ca_rtt) {
-            self.rtt.on_sample(r);
+            self.rtt.on_sample(r, self.snd_una, self.snd_nxt);
             self.stats.rtt_sum += r as f64;
             self.stats.rtt_n += 1;
             if ca < self.rtt.min_rtt {
@@ -1526,6 +1526,11 @@ impl Sender {
         } else {
             (self.rtt.min_rtt / 4).min(self.rtt.srtt)
         };
+        // Every packet sent before the most recently delivered one is lost once its reordering
+        // window has passed; the timer waits for the last of the others (the kernel records
+        // the maximum wait) plus TCP_TIMEOUT_MIN_US (`tcp_rack_mark_lost`).
+        const TCP_TIMEOUT_MIN_US: Nanos = 2_000_000;
+        let mut wait: Nanos = 0;
         let mut seq = self.ts_head;
         while seq != NIL {
             let s = *self.seg(seq);
@@ -1534,13 +1539,17 @@ impl Sender {
                 break;
             }
             let remaining = self.rack.rtt + reo_wnd - (now - tx_time);
-            if remaining > 0 {
-                self.arm(TimerKind::Reorder, now + remaining, io);
-                break;
-            }
             let next = s.next(seq);
-            self.mark_lost(now, seq);
+            if remaining > 0 {
+                wait = wait.max(remaining);
+            } else {
+                self.mark_lost(now, seq);
+            }
             seq = next;
+        }
+        if wait > 0 {
+            let at = self.ticks.wheel_fire_time(now, wait + TCP_TIMEOUT_MIN_US, CONFIG_HZ);
+            self.arm(TimerKind::Reorder, at, io);
         }
     }
 
@@ -1906,8 +1915,7 @@ impl Sender {
         self.rack.valid = false;
         self.rtt.backoff += 1;
         self.tlp_high_seq = None;
-        let at = now + self.rtt.rto();
-        self.arm_rto(at, io);
+        self.arm_rto(now, self.rtt.rto(), io);
         self.next_send_time = now;
         self.try_send(now, io);
     }
@@ -2105,7 +2113,7 @@ mod tests {
     }
 
     /// RFC 8985 TLP: with the tail of a window unacknowledged, the timer is a probe 2 srtt +
-    /// 2 ms away (not the RTO); the probe sends one new segment past cwnd; its SACK lets RACK
+    /// 2 ms away (not the RTO), on the kernel's timer wheel; the probe sends one new segment past cwnd; its SACK lets RACK
     /// mark the tail lost and fast recovery repair it, with no timeout.
     #[test]
     fn a_tail_loss_is_probed_and_recovered_without_a_timeout() {
@@ -2123,7 +2131,11 @@ mod tests {
         assert_eq!(s.snd_nxt, 26);
         assert!(s.xmit_probe, "the retransmission timer should hold the loss probe");
         let pto = s.timers[TimerKind::Rto as usize].deadline().unwrap();
-        assert_eq!(pto, t1 + 2 * s.rtt.srtt + 2_000_000);
+        // 2 srtt + 2 ms, in whole jiffies on the timer wheel: fired as the tick after its
+        // expiry begins (156 ms here, against 152 ms exactly).
+        let timeout = 2 * s.rtt.srtt + 2_000_000;
+        assert_eq!(pto, s.ticks.wheel_fire_time(t1, timeout, CONFIG_HZ));
+        assert!((t1 + timeout..=t1 + timeout + 8_000_000).contains(&pto), "{pto}");
         // Segments 10-25 are lost too: nothing comes back; the probe fires.
         s.on_timer(pto, TimerKind::Rto, &mut io);
         assert_eq!((s.stats.tlp_count, s.stats.rto_count), (1, 0));
@@ -2158,7 +2170,7 @@ mod tests {
             s.start(t0, &mut io);
             assert_eq!(s.snd_nxt, 10);
             // the SYN's RTT stands for the path: 100 ms
-            s.rtt.on_sample(100_000_000);
+            s.rtt.on_sample(100_000_000, 0, 0);
             let mut t = t0;
             while s.stats.rto_count < 3 {
                 t = s.timers[TimerKind::Rto as usize].deadline().unwrap();
