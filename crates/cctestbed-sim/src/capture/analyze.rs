@@ -50,6 +50,7 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, PcapError, TsResolution};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::tcp::TCP_TS_TICK as TS_TICK;
 use crate::telemetry::{ColumnData, Scalar};
 
 /// How a file was captured.
@@ -88,6 +89,9 @@ pub struct Packet {
     /// MSS option (SYN only) and whether the timestamps option is present.
     pub mss_opt: u16,
     pub ts: bool,
+    /// The timestamps option's TSval and TSecr (0 and 0 without it).
+    pub tsval: u32,
+    pub tsecr: u32,
 }
 
 /// A capture file as read: its format, frames and TCP packets counted, first and last times.
@@ -245,10 +249,16 @@ impl Decoder {
             sacks: [(0, 0); 4],
             mss_opt: 0,
             ts: false,
+            tsval: 0,
+            tsecr: 0,
         };
         for o in tcp.options_iterator() {
             match o {
-                Ok(TcpOptionElement::Timestamp(..)) => p.ts = true,
+                Ok(TcpOptionElement::Timestamp(val, ecr)) => {
+                    p.ts = true;
+                    p.tsval = val;
+                    p.tsecr = ecr;
+                }
                 Ok(TcpOptionElement::MaximumSegmentSize(m)) => p.mss_opt = m,
                 Ok(TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
                     p.sacks[0] = first;
@@ -722,6 +732,10 @@ struct SenderView {
     rtt_sum: f64,
     rtt_n: u64,
     min_rtt: i64,
+    /// The sender's timestamp clock against capture time: TSval less the capture time in
+    /// milliseconds, from its latest data segment (Linux's TS clock ticks in ms, from an offset
+    /// of its own).
+    ts_offset: Option<i64>,
 }
 
 impl SenderView {
@@ -733,6 +747,11 @@ impl SenderView {
                 self.ranges.insert(at, r);
             }
         }
+    }
+
+    /// A data segment's TSval: where the sender's timestamp clock stands against capture time.
+    fn tsval(&mut self, t: i64, tsval: u32) {
+        self.ts_offset = Some(tsval as i64 - t.div_euclid(TS_TICK));
     }
 
     fn data(&mut self, t: i64, s: i64, e: i64, mss: u32) {
@@ -759,15 +778,22 @@ impl SenderView {
         }
     }
 
-    /// An ACK at `t`; returns the RTT sample it gives, if any.
-    fn ack(&mut self, t: i64, a: i64, sacks: &[(i64, i64)]) -> Option<i64> {
+    /// An ACK at `t` echoing `tsecr` (0: none); returns the RTT sample it gives, if any, as
+    /// `tcp_clean_rtx_queue` and `tcp_ack_update_rtt` take it: from the oldest newly ACKed
+    /// segment's send time unless the ACK covers retransmitted data (Karn, for the whole ACK),
+    /// else from the oldest newly SACKed one, else, when snd_una advances, from the echoed
+    /// timestamp (`tcp_rtt_tsopt_us`: whole milliseconds, at least one).
+    fn ack(&mut self, t: i64, a: i64, sacks: &[(i64, i64)], tsecr: u32) -> Option<i64> {
         if a > self.nxt {
             return None;
         }
         let mut first_ackt = None;
         let mut first_sackt = None;
-        let mut last = None::<i64>;
-        if a > self.una {
+        let mut last_ackt = None::<i64>;
+        let mut last_sackt = None::<i64>;
+        let mut retrans_acked = false;
+        let una_advanced = a > self.una;
+        if una_advanced {
             self.split(a);
             // every range starts at or above una: those below a are the first ones
             while let Some(entry) = self.ranges.first_entry() {
@@ -775,11 +801,12 @@ impl SenderView {
                     break;
                 }
                 let (s, r) = entry.remove_entry();
+                retrans_acked |= r.retrans;
                 if r.sacked {
                     self.sacked -= r.end - s;
                 } else if !r.retrans {
                     first_ackt.get_or_insert(r.tx);
-                    last = Some(last.map_or(r.tx, |l| l.max(r.tx)));
+                    last_ackt = Some(last_ackt.map_or(r.tx, |l| l.max(r.tx)));
                 }
             }
             self.una = a;
@@ -797,18 +824,30 @@ impl SenderView {
                     self.sacked += g.end - s;
                     if !g.retrans {
                         first_sackt.get_or_insert(g.tx);
-                        last = Some(last.map_or(g.tx, |x| x.max(g.tx)));
+                        last_sackt = Some(last_sackt.map_or(g.tx, |x| x.max(g.tx)));
                     }
                 }
             }
         }
-        if let Some(l) = last {
-            let ca = (t - l).max(1);
+        let since = |tx: Option<i64>| tx.map(|tx| (t - tx).max(1));
+        let (mut sample, mut ca) = if retrans_acked { (None, None) } else { (since(first_ackt), since(last_ackt)) };
+        if first_sackt.is_some() {
+            ca = since(last_sackt);
+            sample = sample.or(since(first_sackt));
+        }
+        if let (None, true, Some(off)) = (sample, una_advanced && tsecr != 0, self.ts_offset) {
+            let now = (t.div_euclid(TS_TICK) + off) as u32;
+            let ticks = now.wrapping_sub(tsecr) as i32;
+            if ticks >= 0 {
+                sample = Some(ticks.max(1) as i64 * TS_TICK);
+                ca = sample;
+            }
+        }
+        if let Some(ca) = ca {
             if self.min_rtt == 0 || ca < self.min_rtt {
                 self.min_rtt = ca;
             }
         }
-        let sample = first_ackt.or(first_sackt).map(|tx| (t - tx).max(1));
         if let Some(r) = sample {
             self.rtt_sum += r as f64;
             self.rtt_n += 1;
@@ -1268,6 +1307,9 @@ pub fn analyze_checked(
                         if p.up == up && p.payload > 0 {
                             r.started = true;
                             let s = r.seq.rel(p.seq);
+                            if p.ts {
+                                r.v.tsval(p.t, p.tsval);
+                            }
                             r.v.data(p.t, s, s + p.payload as i64, conns[fl].mss);
                         } else if p.up != up && p.has_ack && r.started {
                             let a = r.ackn.rel(p.ack);
@@ -1277,7 +1319,7 @@ pub fn analyze_checked(
                                 let rr = a + (rr.wrapping_sub(p.ack) as i32 as i64);
                                 sacks.push((l, rr));
                             }
-                            r.v.ack(p.t, a, &sacks);
+                            r.v.ack(p.t, a, &sacks, p.tsecr);
                         }
                     }
                 }
@@ -1778,15 +1820,34 @@ mod tests {
         v.data(50, 0, 1000, 1000); // retransmission of the first
         assert_eq!(v.retrans_segs, 1);
         // cumulative ACK of the retransmitted segment alone: no sample (Karn)
-        assert_eq!(v.ack(100, 1000, &[]), None);
+        assert_eq!(v.ack(100, 1000, &[], 0), None);
         // SACK of the third: a sample from its send time
-        assert_eq!(v.ack(110, 1000, &[(2000, 3000)]), Some(90));
+        assert_eq!(v.ack(110, 1000, &[(2000, 3000)], 0), Some(90));
         assert_eq!(v.sacked, 1000);
         // cumulative ACK over the second (never retransmitted) and the SACKed third: the
         // oldest newly ACKed that was neither retransmitted nor SACKed gives the sample
-        assert_eq!(v.ack(120, 3000, &[]), Some(110));
+        assert_eq!(v.ack(120, 3000, &[], 0), Some(110));
         assert_eq!((v.sacked, v.una, v.nxt), (0, 3000, 3000));
         assert_eq!(v.min_rtt, 90);
+    }
+
+    /// An ACK that covers a retransmission gives no sample from its timing even for the
+    /// never-retransmitted data it also covers (Karn for the whole ACK, `FLAG_RETRANS_DATA_ACKED`);
+    /// when it moves snd_una, its echoed timestamp gives one in whole milliseconds.
+    #[test]
+    fn an_ack_over_a_retransmission_samples_only_its_timestamp() {
+        const MS: i64 = 1_000_000;
+        let run = |tsecr: u32| {
+            let mut v = SenderView::default();
+            v.tsval(0, 5_000); // the sender's TS clock reads 5,000 at capture time 0
+            v.data(0, 0, 1000, 1000);
+            v.data(10 * MS, 1000, 2000, 1000);
+            v.data(300 * MS, 0, 1000, 1000); // the first, retransmitted
+            v.ack(340 * MS, 2000, &[], tsecr)
+        };
+        assert_eq!(run(0), None, "no timestamp: no sample");
+        // echoing the retransmission's TSval (5,300) at 5,340: 40 ms
+        assert_eq!(run(5_300), Some(40 * MS));
     }
 
     #[test]
@@ -1794,10 +1855,10 @@ mod tests {
         let mut v = SenderView::default();
         v.data(0, 0, 3000, 1000); // a 3-segment super-packet (TSO as captured)
         assert_eq!(v.sent_segs, 3);
-        assert_eq!(v.ack(40, 1000, &[]), Some(40));
+        assert_eq!(v.ack(40, 1000, &[], 0), Some(40));
         assert_eq!(v.ranges.len(), 1);
         assert_eq!(v.ranges.keys().next(), Some(&1000));
-        assert_eq!(v.ack(45, 3000, &[]), Some(45));
+        assert_eq!(v.ack(45, 3000, &[], 0), Some(45));
         assert!(v.ranges.is_empty());
     }
 
