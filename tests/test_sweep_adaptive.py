@@ -32,8 +32,8 @@ cc = "reno"
 [[base.flows]]
 cc = "bbr"
 [axes]
-# (0.5 BDP: BBR holds about 94 % in every seed, so three seeds meet the rule; at 4 BDP its
-# share varies from 0.65 to 0.79 with the seed)
+# (0.5 BDP: BBR holds 91-96 % in every seed, so five seeds meet the rule; at 4 BDP its
+# share varies from 0.61 to 0.84 with the seed)
 "link.queue" = ["0.5bdp", "4bdp"]
 '''
 
@@ -98,7 +98,7 @@ def test_one_point_converges_in_few_seeds_the_other_not_within_max_seeds(tmp_pat
     f = tmp_path / "adaptive.toml"
     f.write_text(ADAPTIVE_SWEEP)
     out = tmp_path / "out"
-    args = ["sweep", str(f), "-o", str(out), "--workers", "2", "--until", RULE, "--max-seeds", "5"]
+    args = ["sweep", str(f), "-o", str(out), "--workers", "2", "--until", RULE, "--max-seeds", "6"]
     r = CliRunner().invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "sweep.json").read_text())["adaptive"]
@@ -117,10 +117,10 @@ def test_one_point_converges_in_few_seeds_the_other_not_within_max_seeds(tmp_pat
         for k in range(2, n):
             assert ci95_half_width(vals[:k]) > 0.03
     conv, wide = pts["0.5bdp"], pts["4bdp"]
-    assert conv["status"] == "converged" and conv["half_width"] <= 0.03 and conv["seeds"] < 5
-    assert wide["status"] == "not converged" and wide["half_width"] > 0.03 and wide["seeds"] == 5
+    assert conv["status"] == "converged" and conv["half_width"] <= 0.03 and conv["seeds"] < 6
+    assert wide["status"] == "not converged" and wide["half_width"] > 0.03 and wide["seeds"] == 6
     assert doc["converged"] == 1 and doc["not_converged"] == 1
-    assert doc["seeds_total"] == conv["seeds"] + 5 == len(table)
+    assert doc["seeds_total"] == conv["seeds"] + 6 == len(table)
     assert "1 of 2 point(s) converged" in r.output and "not converged" in r.output
     # the report lists the seeds each point needed
     r2 = CliRunner().invoke(app, ["report", str(out)], catch_exceptions=False)
