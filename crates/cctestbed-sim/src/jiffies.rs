@@ -101,7 +101,8 @@ impl TickClock {
         jiffies(now.max(0) + self.phase_ns, hz)
     }
 
-    /// Simulated time at which tick `j` begins (a timer armed for jiffy `j` fires then).
+    /// Simulated time at which tick `j` begins (the timer wheel fires a timer as the tick after
+    /// its expiry begins: [`Self::wheel_expiry`]).
     pub fn tick_start(self, j: i64, hz: u64) -> Nanos {
         j * jiffy_ns(hz) - self.phase_ns
     }

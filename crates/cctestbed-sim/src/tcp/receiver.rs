@@ -30,7 +30,8 @@
 //!   by HZ/2 (TCP_DELACK_MAX when ICSK_ACK_PUSHED or pingpong) and by the smoothed RTT (at least
 //!   TCP_DELACK_MIN), then by `tcp_delack_max()` = min(TCP_DELACK_MAX, rto_min - 1 jiffy) =
 //!   196 ms. An armed timer is kept if earlier, and if it would expire within `ato/4` the ACK
-//!   goes out at once. The timer fires on a jiffy boundary (`jiffies + ato`).
+//!   goes out at once. The timer expires at `jiffies + ato` and fires, on the kernel's timer
+//!   wheel, as the tick after it begins.
 //! - `tcp_delack_timer_handler` (tcp_timer.c): a pending compressed SACK is sent as is; else a
 //!   delayed ACK that fires inflates `ato` to `min(2 * ato, rto)` ("Delayed ACK missed").
 //! - `tcp_compressed_ack_kick` (tcp_timer.c) sends the compressed SACK; `tcp_event_ack_sent`
