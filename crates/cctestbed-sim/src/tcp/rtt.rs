@@ -15,8 +15,10 @@
 //! - Initial RTO 1 s (TCP_TIMEOUT_INIT); at most TCP_RTO_MAX (120 s); doubling backoff on
 //!   each timeout, cleared by a new RTT sample (`tcp_ack_update_rtt`).
 //!
-//! Deviations: nanoseconds where the kernel counts microseconds, and the RTO is not rounded
-//! up to whole jiffies (`usecs_to_jiffies`, at most 4 ms at HZ 250).
+//! Deviations: nanoseconds where the kernel counts microseconds. The RTO is kept exact here and
+//! rounded up to whole jiffies where its timer is armed (`jiffies::TickClock::wheel_fire_time`),
+//! where the kernel rounds `icsk_rto` itself before a backoff doubles it (a difference of under
+//! a jiffy per doubling).
 
 use crate::time::Nanos;
 
