@@ -50,6 +50,7 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, PcapError, TsResolution};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::tcp::rtt::AckedSendTimes;
 use crate::tcp::TCP_TS_TICK as TS_TICK;
 use crate::telemetry::{ColumnData, Scalar};
 
@@ -787,11 +788,8 @@ impl SenderView {
         if a > self.nxt {
             return None;
         }
-        let mut first_ackt = None;
-        let mut first_sackt = None;
-        let mut last_ackt = None::<i64>;
-        let mut last_sackt = None::<i64>;
-        let mut retrans_acked = false;
+        let mut times = AckedSendTimes::default();
+        let newest = |l: Option<i64>, tx: i64| Some(l.map_or(tx, |l| l.max(tx)));
         let una_advanced = a > self.una;
         if una_advanced {
             self.split(a);
@@ -801,12 +799,12 @@ impl SenderView {
                     break;
                 }
                 let (s, r) = entry.remove_entry();
-                retrans_acked |= r.retrans;
+                times.retrans_data_acked |= r.retrans;
                 if r.sacked {
                     self.sacked -= r.end - s;
                 } else if !r.retrans {
-                    first_ackt.get_or_insert(r.tx);
-                    last_ackt = Some(last_ackt.map_or(r.tx, |l| l.max(r.tx)));
+                    times.first_ackt.get_or_insert(r.tx);
+                    times.last_ackt = newest(times.last_ackt, r.tx);
                 }
             }
             self.una = a;
@@ -823,26 +821,20 @@ impl SenderView {
                     g.sacked = true;
                     self.sacked += g.end - s;
                     if !g.retrans {
-                        first_sackt.get_or_insert(g.tx);
-                        last_sackt = Some(last_sackt.map_or(g.tx, |x| x.max(g.tx)));
+                        times.first_sackt.get_or_insert(g.tx);
+                        times.last_sackt = newest(times.last_sackt, g.tx);
                     }
                 }
             }
         }
-        let since = |tx: Option<i64>| tx.map(|tx| (t - tx).max(1));
-        let (mut sample, mut ca) = if retrans_acked { (None, None) } else { (since(first_ackt), since(last_ackt)) };
-        if first_sackt.is_some() {
-            ca = since(last_sackt);
-            sample = sample.or(since(first_sackt));
-        }
-        if let (None, true, Some(off)) = (sample, una_advanced && tsecr != 0, self.ts_offset) {
-            let now = (t.div_euclid(TS_TICK) + off) as u32;
-            let ticks = now.wrapping_sub(tsecr) as i32;
-            if ticks >= 0 {
-                sample = Some(ticks.max(1) as i64 * TS_TICK);
-                ca = sample;
-            }
-        }
+        // the TS clock's ticks since the echoed value, where the sender's clock is known
+        let ts_ticks = self
+            .ts_offset
+            .filter(|_| tsecr != 0)
+            .map(|off| ((t.div_euclid(TS_TICK) + off) as u32).wrapping_sub(tsecr) as i32 as i64)
+            .filter(|&ticks| ticks >= 0);
+        let (sample, ca) = times.rtt_samples(t, una_advanced, ts_ticks);
+        let (sample, ca) = (sample.map(|r| r.max(1)), ca.map(|r| r.max(1)));
         if let Some(ca) = ca {
             if self.min_rtt == 0 || ca < self.min_rtt {
                 self.min_rtt = ca;

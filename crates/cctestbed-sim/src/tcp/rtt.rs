@@ -89,6 +89,41 @@ impl RttEstimator {
     }
 }
 
+/// The send times one ACK newly covers, never-retransmitted packets only: the oldest and newest
+/// cumulatively ACKed (`tcp_clean_rtx_queue`'s first_ackt, last_ackt) and SACKed
+/// (`tcp_sacktag_write_queue`'s first_sackt, last_sackt); and whether it cumulatively ACKed a
+/// retransmitted packet (`FLAG_RETRANS_DATA_ACKED`). The sender and the capture analysis fill it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AckedSendTimes {
+    pub first_ackt: Option<Nanos>,
+    pub last_ackt: Option<Nanos>,
+    pub first_sackt: Option<Nanos>,
+    pub last_sackt: Option<Nanos>,
+    pub retrans_data_acked: bool,
+}
+
+impl AckedSendTimes {
+    /// The (seq_rtt, ca_rtt) the ACK yields at `now`, as `tcp_clean_rtx_queue` and
+    /// `tcp_ack_update_rtt` take them: from ACK timing (Karn: none from the cumulative part when
+    /// it covers retransmitted data), else, when the ACK advances snd_una (`FLAG_ACKED`), from
+    /// the echoed timestamp (`tcp_rtt_tsopt_us`: `ts_ticks`, the TS clock's ticks since the
+    /// echoed value, taken as at least one).
+    pub fn rtt_samples(&self, now: Nanos, una_advanced: bool, ts_ticks: Option<i64>) -> (Option<Nanos>, Option<Nanos>) {
+        let since = |t: Option<Nanos>| t.map(|t| now - t);
+        let (mut seq_rtt, mut ca_rtt) =
+            if self.retrans_data_acked { (None, None) } else { (since(self.first_ackt), since(self.last_ackt)) };
+        if self.first_sackt.is_some() {
+            ca_rtt = since(self.last_sackt);
+            seq_rtt = seq_rtt.or(since(self.first_sackt));
+        }
+        if let (None, true, Some(ticks)) = (seq_rtt, una_advanced, ts_ticks) {
+            seq_rtt = Some(ticks.max(1) * super::TCP_TS_TICK);
+            ca_rtt = seq_rtt;
+        }
+        (seq_rtt, ca_rtt)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,7 +68,7 @@
 //! segment is the unit of the scoreboard, so skb boundaries (and `tcp_fragment`) are not
 //! tracked; the receive window is fixed.
 
-use super::rtt::{RttEstimator, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
+use super::rtt::{AckedSendTimes, RttEstimator, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
 use super::tso;
 use crate::cc::{AckSample, CaEvent, CaState, CongestionControl, ConnInfo, LostPacket, RateSample, Window};
 use crate::config::FlowConfig;
@@ -83,6 +83,10 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::TCP_TS_TICK;
 
 const NIL: u64 = u64::MAX;
+
+/// TCP_TIMEOUT_MIN_US (include/net/tcp.h): the 2 ms a loss probe's timer adds to 2 srtt and
+/// RACK's reordering timer to its wait.
+const TCP_TIMEOUT_MIN_US: Nanos = 2_000_000;
 
 // Per-segment flags (Linux TCPCB_* in `sacked`).
 const SACKED: u8 = 1 << 0;
@@ -794,6 +798,13 @@ impl Sender {
         }
     }
 
+    /// A kernel `timer_list` (the retransmission-family timers): `timeout` from `now`, fired on
+    /// the kernel's timer wheel.
+    fn arm_on_wheel(&mut self, kind: TimerKind, now: Nanos, timeout: Nanos, io: &mut Io) {
+        let at = self.ticks.wheel_fire_time(now, timeout, CONFIG_HZ);
+        self.arm(kind, at, io);
+    }
+
     fn rearm_rto(&mut self, now: Nanos, io: &mut Io) {
         if self.packets_out() == 0 {
             self.timers[TimerKind::Rto as usize].cancel();
@@ -806,21 +817,19 @@ impl Sender {
     /// The retransmission timer, `timeout` from `now` on the kernel's timer wheel.
     fn arm_rto(&mut self, now: Nanos, timeout: Nanos, io: &mut Io) {
         self.xmit_probe = false;
-        let at = self.ticks.wheel_fire_time(now, timeout, CONFIG_HZ);
-        self.arm(TimerKind::Rto, at, io);
+        self.arm_on_wheel(TimerKind::Rto, now, timeout, io);
     }
 
     /// `tcp_schedule_loss_probe` (RFC 8985 TLP, `sysctl_tcp_early_retrans` = 3): in Open
     /// with data outstanding, the retransmission timer becomes a probe timer of 2 srtt plus
-    /// 2 ms (TCP_TIMEOUT_MIN), or plus TCP_RTO_MIN when a single packet is out (a delayed ACK
-    /// may hold it), or 1 s before any RTT sample; never later than the RTO would fire.
+    /// 2 ms (TCP_TIMEOUT_MIN_US), or plus TCP_RTO_MIN when a single packet is out (a delayed
+    /// ACK may hold it), or 1 s before any RTT sample; never later than the RTO would fire.
     fn schedule_loss_probe(&mut self, now: Nanos, advancing_rto: bool, io: &mut Io) -> bool {
-        const TCP_TIMEOUT_MIN: Nanos = 2_000_000;
         if self.packets_out() == 0 || !matches!(self.ca_state, CaState::Open | CaState::Cwr) {
             return false;
         }
         let mut timeout = if self.rtt.srtt > 0 {
-            2 * self.rtt.srtt + if self.packets_out() == 1 { super::rtt::TCP_RTO_MIN } else { TCP_TIMEOUT_MIN }
+            2 * self.rtt.srtt + if self.packets_out() == 1 { super::rtt::TCP_RTO_MIN } else { TCP_TIMEOUT_MIN_US }
         } else {
             TCP_TIMEOUT_INIT
         };
@@ -829,8 +838,7 @@ impl Sender {
         if rto_delta > 0 {
             timeout = timeout.min(rto_delta);
         }
-        let at = self.ticks.wheel_fire_time(now, timeout, CONFIG_HZ);
-        self.arm(TimerKind::Rto, at, io);
+        self.arm_on_wheel(TimerKind::Rto, now, timeout, io);
         self.xmit_probe = true;
         true
     }
@@ -1205,15 +1213,15 @@ impl Sender {
         let newest = |t: Option<Nanos>| Some(t.map_or(st.tx_time, |t: Nanos| t.max(st.tx_time)));
         if s.flags & EVER_RETRANS == 0 {
             if sacked {
-                acc.first_sackt.get_or_insert(st.tx_time);
-                acc.last_sackt = newest(acc.last_sackt);
+                acc.times.first_sackt.get_or_insert(st.tx_time);
+                acc.times.last_sackt = newest(acc.times.last_sackt);
             } else {
-                acc.first_ackt.get_or_insert(st.tx_time);
-                acc.last_ackt = newest(acc.last_ackt);
+                acc.times.first_ackt.get_or_insert(st.tx_time);
+                acc.times.last_ackt = newest(acc.times.last_ackt);
             }
         } else {
             acc.retrans_acked = true;
-            acc.retrans_data_acked |= !sacked;
+            acc.times.retrans_data_acked |= !sacked;
         }
         // RACK: skip likely-spurious retransmission timing (tcp_rack_advance), and a segment
         // cumulatively ACKed for an earlier transmission than its last, as the echoed
@@ -1271,7 +1279,7 @@ impl Sender {
                 if flags & SACKED != 0 {
                     self.sacked_out -= 1;
                     // FLAG_RETRANS_DATA_ACKED counts SACKed packets leaving the queue too.
-                    acc.retrans_data_acked |= flags & EVER_RETRANS != 0;
+                    acc.times.retrans_data_acked |= flags & EVER_RETRANS != 0;
                 }
                 i += 1;
                 continue;
@@ -1315,8 +1323,8 @@ impl Sender {
             if i < self.high_seq {
                 acc.orig_acked = true;
             }
-            acc.first_ackt.get_or_insert(first_tx);
-            acc.last_ackt = Some(acc.last_ackt.map_or(newest_tx, |t| t.max(newest_tx)));
+            acc.times.first_ackt.get_or_insert(first_tx);
+            acc.times.last_ackt = Some(acc.times.last_ackt.map_or(newest_tx, |t| t.max(newest_tx)));
             if !self.rack.valid || sent_after(newest_tx, newest, self.rack.xmit_ts, self.rack.end_seq) {
                 self.rack.xmit_ts = newest_tx;
                 self.rack.end_seq = newest;
@@ -1430,7 +1438,7 @@ impl Sender {
             && prior_sacked_out == 0
             && una_bytes < self.mss as u64
             && !acc.retrans_acked
-            && acc.first_ackt.is_some()
+            && acc.times.first_ackt.is_some()
             && acc.rs.prior_delivered + 1 == self.delivered;
 
         // Rate sample (tcp_rate_gen).
@@ -1529,7 +1537,6 @@ impl Sender {
         // Every packet sent before the most recently delivered one is lost once its reordering
         // window has passed; the timer waits for the last of the others (the kernel records
         // the maximum wait) plus TCP_TIMEOUT_MIN_US (`tcp_rack_mark_lost`).
-        const TCP_TIMEOUT_MIN_US: Nanos = 2_000_000;
         let mut wait: Nanos = 0;
         let mut seq = self.ts_head;
         while seq != NIL {
@@ -1548,8 +1555,7 @@ impl Sender {
             seq = next;
         }
         if wait > 0 {
-            let at = self.ticks.wheel_fire_time(now, wait + TCP_TIMEOUT_MIN_US, CONFIG_HZ);
-            self.arm(TimerKind::Reorder, at, io);
+            self.arm_on_wheel(TimerKind::Reorder, now, wait + TCP_TIMEOUT_MIN_US, io);
         }
     }
 
@@ -1718,26 +1724,12 @@ impl Sender {
         }
     }
 
-    /// The (seq_rtt, ca_rtt) one ACK yields, as `tcp_clean_rtx_queue` and `tcp_ack_update_rtt`
-    /// take them: from ACK timing (Karn: none when retransmitted data was cumulatively ACKed),
-    /// else, when the ACK advances snd_una (`FLAG_ACKED`), from the echoed timestamp
-    /// (`tcp_rtt_tsopt_us`: millisecond ticks, at least one). So a flow whose ACKs cover only
+    /// The (seq_rtt, ca_rtt) one ACK yields ([`AckedSendTimes::rtt_samples`]), the echoed
+    /// timestamp counted in the sender's millisecond TS ticks. So a flow whose ACKs cover only
     /// retransmissions, as in a recovery that holds the whole window, still samples the path:
     /// BBR's PROBE_RTT refreshes its min_rtt there, as on Linux.
     fn ack_rtt(&self, now: Nanos, acc: &AckAccum, una_advanced: bool, tsecr: Option<Nanos>) -> (Option<Nanos>, Option<Nanos>) {
-        let since = |t: Option<Nanos>| t.map(|t| now - t);
-        let (mut seq_rtt, mut ca_rtt) =
-            if acc.retrans_data_acked { (None, None) } else { (since(acc.first_ackt), since(acc.last_ackt)) };
-        if acc.first_sackt.is_some() {
-            ca_rtt = since(acc.last_sackt);
-            seq_rtt = seq_rtt.or(since(acc.first_sackt));
-        }
-        if let (None, true, Some(ts)) = (seq_rtt, una_advanced, tsecr) {
-            let ticks = (now / TCP_TS_TICK - ts / TCP_TS_TICK).max(1);
-            seq_rtt = Some(ticks * TCP_TS_TICK);
-            ca_rtt = seq_rtt;
-        }
-        (seq_rtt, ca_rtt)
+        acc.times.rtt_samples(now, una_advanced, tsecr.map(|ts| now / TCP_TS_TICK - ts / TCP_TS_TICK))
     }
 
     /// `tcp_undo_cwnd_reduction`: restore cwnd (the algorithm's `undo_cwnd`) and ssthresh;
@@ -1926,16 +1918,11 @@ impl Sender {
 struct AckAccum {
     delivered: u32,
     pkts_acked: u32,
-    /// Send times of the oldest and newest never-retransmitted packets newly ACKed
-    /// cumulatively, and newly SACKed.
-    first_ackt: Option<Nanos>,
-    last_ackt: Option<Nanos>,
-    first_sackt: Option<Nanos>,
-    last_sackt: Option<Nanos>,
+    /// Send times of the never-retransmitted packets newly ACKed and SACKed, and
+    /// FLAG_RETRANS_DATA_ACKED: what the RTT samples come from.
+    times: AckedSendTimes,
     /// A packet ever retransmitted was (S)ACKed.
     retrans_acked: bool,
-    /// FLAG_RETRANS_DATA_ACKED: one was cumulatively ACKed.
-    retrans_data_acked: bool,
     orig_acked: bool,
     data_sacked: bool,
     rs: RateSample,
@@ -2113,8 +2100,9 @@ mod tests {
     }
 
     /// RFC 8985 TLP: with the tail of a window unacknowledged, the timer is a probe 2 srtt +
-    /// 2 ms away (not the RTO), on the kernel's timer wheel; the probe sends one new segment past cwnd; its SACK lets RACK
-    /// mark the tail lost and fast recovery repair it, with no timeout.
+    /// 2 ms away (not the RTO), on the kernel's timer wheel; the probe sends one new segment
+    /// past cwnd; its SACK lets RACK mark the tail lost and fast recovery repair it, with no
+    /// timeout.
     #[test]
     fn a_tail_loss_is_probed_and_recovered_without_a_timeout() {
         let mut cfg = FlowConfig::bulk("cubic");
