@@ -762,6 +762,11 @@ impl Sender {
             return;
         }
         self.timers[TimerKind::Rto as usize].cancel();
+        // The SYN-ACK acknowledges the SYN, one packet of the retransmission queue, which
+        // tcp_clean_rtx_queue counts as delivered (tcp_count_delivered): Linux's tp->delivered
+        // is 1 when data starts. Only absolute uses see it, BBR's `tp->delivered <
+        // TCP_INIT_CWND` growth rule among them.
+        self.delivered += 1;
         if let Some(ts) = ack.tsecr {
             self.rtt.on_sample(now - ts, self.snd_una, self.snd_nxt);
         }
