@@ -406,21 +406,18 @@ impl Simulation {
                 }
             }
             Event::AccessHead(f) => {
-                let line = &mut self.access[f as usize];
-                while let Some(p) = line.pop_due(now) {
+                while let Some(p) = self.access[f as usize].pop_due(now) {
                     if let Some(c) = self.capture.as_mut() {
                         c.data_ingress(now, &p);
                     }
                     self.bottleneck.arrive(now, p);
+                    // The first packet of a burst that finds the link idle goes into service
+                    // before the next is queued, as a qdisc dequeues after each enqueue: it
+                    // does not count against the queue's limit.
+                    self.start_forward(now);
                 }
                 if let Some(at) = self.access[f as usize].head_time() {
                     self.q.push(at, Event::AccessHead(f));
-                }
-                if self.bottleneck_wake.is_none() {
-                    if let Some(at) = self.bottleneck.try_begin(now) {
-                        self.bottleneck_wake = Some(at);
-                        self.q.push(at, Event::BottleneckWake);
-                    }
                 }
                 if self.capture.is_some() {
                     self.note_service(now);
@@ -727,6 +724,17 @@ impl Simulation {
         }
     }
 
+    /// Starts the forward bottleneck if it is idle and a packet waits.
+    #[inline]
+    fn start_forward(&mut self, now: Nanos) {
+        if self.bottleneck_wake.is_none() {
+            if let Some(at) = self.bottleneck.try_begin(now) {
+                self.bottleneck_wake = Some(at);
+                self.q.push(at, Event::BottleneckWake);
+            }
+        }
+    }
+
     /// Starts the reverse bottleneck if it is idle and a packet waits.
     fn start_reverse(&mut self, now: Nanos) {
         if self.rev_wake.is_none() {
@@ -750,12 +758,7 @@ impl Simulation {
                 let carrier = DataPacket::ack_carrier(ack.flow, id, now);
                 if reverse {
                     self.bottleneck.arrive(now, carrier);
-                    if self.bottleneck_wake.is_none() {
-                        if let Some(at) = self.bottleneck.try_begin(now) {
-                            self.bottleneck_wake = Some(at);
-                            self.q.push(at, Event::BottleneckWake);
-                        }
-                    }
+                    self.start_forward(now);
                 } else {
                     self.rev_bottleneck.as_mut().expect("checked").arrive(now, carrier);
                     self.start_reverse(now);
