@@ -789,7 +789,6 @@ impl SenderView {
             return None;
         }
         let mut times = AckedSendTimes::default();
-        let newest = |l: Option<i64>, tx: i64| Some(l.map_or(tx, |l| l.max(tx)));
         let una_advanced = a > self.una;
         if una_advanced {
             self.split(a);
@@ -803,8 +802,7 @@ impl SenderView {
                 if r.sacked {
                     self.sacked -= r.end - s;
                 } else if !r.retrans {
-                    times.first_ackt.get_or_insert(r.tx);
-                    times.last_ackt = newest(times.last_ackt, r.tx);
+                    times.acked(r.tx, r.tx);
                 }
             }
             self.una = a;
@@ -821,8 +819,7 @@ impl SenderView {
                     g.sacked = true;
                     self.sacked += g.end - s;
                     if !g.retrans {
-                        times.first_sackt.get_or_insert(g.tx);
-                        times.last_sackt = newest(times.last_sackt, g.tx);
+                        times.sacked(g.tx);
                     }
                 }
             }

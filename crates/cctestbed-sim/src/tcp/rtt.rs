@@ -103,6 +103,21 @@ pub struct AckedSendTimes {
 }
 
 impl AckedSendTimes {
+    /// Never-retransmitted packets sent from `first_tx` to `newest_tx`, in the order ACKed,
+    /// newly covered by the cumulative ACK.
+    #[inline]
+    pub fn acked(&mut self, first_tx: Nanos, newest_tx: Nanos) {
+        self.first_ackt.get_or_insert(first_tx);
+        self.last_ackt = Some(self.last_ackt.map_or(newest_tx, |t| t.max(newest_tx)));
+    }
+
+    /// A never-retransmitted packet sent at `tx`, newly SACKed.
+    #[inline]
+    pub fn sacked(&mut self, tx: Nanos) {
+        self.first_sackt.get_or_insert(tx);
+        self.last_sackt = Some(self.last_sackt.map_or(tx, |t| t.max(tx)));
+    }
+
     /// The (seq_rtt, ca_rtt) the ACK yields at `now`, as `tcp_clean_rtx_queue` and
     /// `tcp_ack_update_rtt` take them: from ACK timing (Karn: none from the cumulative part when
     /// it covers retransmitted data), else, when the ACK advances snd_una (`FLAG_ACKED`), from

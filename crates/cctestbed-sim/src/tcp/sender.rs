@@ -1215,14 +1215,11 @@ impl Sender {
         }
         // RTT (Karn: never from a retransmitted segment, and no ACK-timed sample at all from a
         // cumulative ACK that covers one, FLAG_RETRANS_DATA_ACKED).
-        let newest = |t: Option<Nanos>| Some(t.map_or(st.tx_time, |t: Nanos| t.max(st.tx_time)));
         if s.flags & EVER_RETRANS == 0 {
             if sacked {
-                acc.times.first_sackt.get_or_insert(st.tx_time);
-                acc.times.last_sackt = newest(acc.times.last_sackt);
+                acc.times.sacked(st.tx_time);
             } else {
-                acc.times.first_ackt.get_or_insert(st.tx_time);
-                acc.times.last_ackt = newest(acc.times.last_ackt);
+                acc.times.acked(st.tx_time, st.tx_time);
             }
         } else {
             acc.retrans_acked = true;
@@ -1328,8 +1325,7 @@ impl Sender {
             if i < self.high_seq {
                 acc.orig_acked = true;
             }
-            acc.times.first_ackt.get_or_insert(first_tx);
-            acc.times.last_ackt = Some(acc.times.last_ackt.map_or(newest_tx, |t| t.max(newest_tx)));
+            acc.times.acked(first_tx, newest_tx);
             if !self.rack.valid || sent_after(newest_tx, newest, self.rack.xmit_ts, self.rack.end_seq) {
                 self.rack.xmit_ts = newest_tx;
                 self.rack.end_seq = newest;
