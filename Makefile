@@ -14,14 +14,45 @@ $(VENV)/.deps: Makefile pyproject.toml
 	$(PY) -m pip install --quiet $(PY_DEPS)
 	touch $@
 
-# cargo rebuilds only what changed; maturin then reinstalls the extension into the venv.
-build: venv kernel-deps
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+# cargo rebuilds only what changed; maturin then reinstalls the extension into the venv. Every
+# release build (the extension, the link emulator, the benchmark) takes the simulator's profile
+# (PGO_FLAGS, below) when there is one.
+build: venv kernel-deps pgo-profile
+	VIRTUAL_ENV=$(abspath $(VENV)) RUSTFLAGS="$(PGO_FLAGS)" $(VENV)/bin/maturin develop --release --quiet
 	@# the package's bytecode, so that commands start without compiling it, also where
 	@# PYTHONDONTWRITEBYTECODE keeps Python from writing it (a newer source is compiled anew)
 	$(PY) -m compileall -q python/cctestbed > /dev/null
-	cargo build --release --quiet -p cctestbed-linkemu
+	RUSTFLAGS="$(PGO_FLAGS)" cargo build --release --quiet -p cctestbed-linkemu
 	@$(MAKE) --no-print-directory bpf
+
+# Profile-guided optimisation of the simulator core. An instrumented build of the extension
+# (target/pgo/gen) runs bench/pgo_train.py, about 15 s of trials (the examples, Table 1's operating
+# points, 10 and 100 Gbit/s), and the counts it leaves (target/pgo/core.profdata, redone only when
+# that build changed) tell the compiler which branches the simulator takes, so it lays out and
+# inlines for them: the same outputs bit for bit, 10-17 % less time per packet (docs/validation.md,
+# Speed). llvm-profdata, which merges the counts, comes with rustup's llvm-tools component, added
+# here when missing; without it (no rustup) the core is built without a profile, and says so.
+PGO         := target/pgo
+PGO_PROFILE := $(PGO)/core.profdata
+PGO_FLAGS    = $$(test -e $(PGO_PROFILE) && echo -Cprofile-use=$(abspath $(PGO_PROFILE)))
+.PHONY: pgo-profile
+pgo-profile: venv
+	@profdata="$$(rustc --print sysroot)/lib/rustlib/$$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata"; \
+	[ -x "$$profdata" ] || rustup component add llvm-tools >/dev/null 2>&1 || true; \
+	if [ ! -x "$$profdata" ]; then \
+	  echo "llvm-profdata not found (rustup component add llvm-tools): the simulator core is built without a profile"; \
+	  rm -f $(PGO_PROFILE); exit 0; \
+	fi; \
+	set -e; \
+	CARGO_TARGET_DIR=$(PGO)/gen \
+	  RUSTFLAGS="-Cprofile-generate=$(abspath $(PGO))/raw" $(VENV)/bin/maturin build --release --quiet -o $(PGO)/wheels > /dev/null; \
+	if [ ! -e $(PGO_PROFILE) ] || [ $(PGO)/gen/release/lib_core.so -nt $(PGO)/trained ]; then \
+	  rm -rf $(PGO)/raw; \
+	  $(PY) bench/pgo_train.py $(PGO)/gen/release/lib_core.so; \
+	  "$$profdata" merge -o $(PGO_PROFILE).tmp $(PGO)/raw; \
+	  if cmp -s $(PGO_PROFILE).tmp $(PGO_PROFILE); then rm $(PGO_PROFILE).tmp; else mv $(PGO_PROFILE).tmp $(PGO_PROFILE); fi; \
+	  touch $(PGO)/trained; \
+	fi
 
 # The BPF congestion controls (bpf/*.bpf.c: the BPF port of BBR with the thesis' variants, the
 # README's Reno), compiled against a vmlinux.h that bpftool generates from the running kernel's
@@ -140,7 +171,10 @@ fidelity-check: build
 # The simulator's speed, then the harness around it: validate, the overhead of run beyond the
 # simulation, the sweep driver's memory (bench/harness.py --sweep-trials 20000 for the README's figure).
 bench: build
-	cargo run --release -p cctestbed-sim --bin ccsim-bench
+	@# built beside the extension's package so that both link the same simulator crate, the one
+	@# the profile was taken from
+	RUSTFLAGS="$(PGO_FLAGS)" cargo build --release --quiet -p cctestbed-py -p cctestbed-sim --bin ccsim-bench
+	target/release/ccsim-bench
 	$(PY) bench/harness.py
 
 clean:
