@@ -17,21 +17,21 @@ $(VENV)/.deps: Makefile pyproject.toml
 # cargo rebuilds only what changed; maturin then reinstalls the extension into the venv. Every
 # release build (the extension, the link emulator, the benchmark) takes the simulator's profile
 # (PGO_FLAGS, below) when there is one.
-build: venv kernel-deps pgo-profile
+build: venv kernel-deps bpf pgo-profile
 	VIRTUAL_ENV=$(abspath $(VENV)) RUSTFLAGS="$(PGO_FLAGS)" $(VENV)/bin/maturin develop --release --quiet
 	@# the package's bytecode, so that commands start without compiling it, also where
 	@# PYTHONDONTWRITEBYTECODE keeps Python from writing it (a newer source is compiled anew)
 	$(PY) -m compileall -q python/cctestbed > /dev/null
 	RUSTFLAGS="$(PGO_FLAGS)" cargo build --release --quiet -p cctestbed-linkemu
-	@$(MAKE) --no-print-directory bpf
 
 # Profile-guided optimisation of the simulator core. An instrumented build of the extension
-# (target/pgo/gen) runs bench/pgo_train.py, about 15 s of trials (the examples, Table 1's operating
-# points, 10 and 100 Gbit/s), and the counts it leaves (target/pgo/core.profdata, redone only when
-# that build changed) tell the compiler which branches the simulator takes, so it lays out and
-# inlines for them: the same outputs bit for bit, 10-17 % less time per packet (docs/validation.md,
-# Speed). llvm-profdata, which merges the counts, comes with rustup's llvm-tools component, added
-# here when missing; without it (no rustup) the core is built without a profile, and says so.
+# (target/pgo/gen) runs bench/pgo_train.py, a few seconds of trials (the examples, Table 1's
+# operating points, 10 and 100 Gbit/s, the BPF port of BBR), and the counts it leaves
+# (target/pgo/core.profdata, redone when that build or the training changed) tell the compiler
+# which branches the simulator takes, so it lays out and inlines for them: the same outputs bit
+# for bit, 8-16 % less time per packet (docs/validation.md, Speed). llvm-profdata, which merges
+# the counts, comes with rustup's llvm-tools component, added here when missing; without it (no
+# rustup) the core is built without a profile, and says so.
 PGO         := target/pgo
 PGO_PROFILE := $(PGO)/core.profdata
 PGO_FLAGS    = $$(test -e $(PGO_PROFILE) && echo -Cprofile-use=$(abspath $(PGO_PROFILE)))
@@ -46,7 +46,8 @@ pgo-profile: venv
 	set -e; \
 	CARGO_TARGET_DIR=$(PGO)/gen \
 	  RUSTFLAGS="-Cprofile-generate=$(abspath $(PGO))/raw" $(VENV)/bin/maturin build --release --quiet -o $(PGO)/wheels > /dev/null; \
-	if [ ! -e $(PGO_PROFILE) ] || [ $(PGO)/gen/release/lib_core.so -nt $(PGO)/trained ]; then \
+	if [ ! -e $(PGO_PROFILE) ] || [ $(PGO)/gen/release/lib_core.so -nt $(PGO)/trained ] || \
+	   [ bench/pgo_train.py -nt $(PGO)/trained ]; then \
 	  rm -rf $(PGO)/raw; \
 	  $(PY) bench/pgo_train.py $(PGO)/gen/release/lib_core.so; \
 	  "$$profdata" merge -o $(PGO_PROFILE).tmp $(PGO)/raw; \

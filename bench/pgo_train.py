@@ -3,7 +3,8 @@
 Loads an instrumented build of the extension from the path given and runs trials through it,
 so that the compiler learns which branches the simulator takes: every example trial file
 (shortened), the thesis' Table 1 operating points (the sweeps users run most) and the data-transfer
-rates (10 and 100 Gbit/s with the receiving NIC's coalescing). About 15 s on one core.
+rates (10 and 100 Gbit/s with the receiving NIC's coalescing), and the BPF port of BBR when it is
+built (the interpreter and its compiled programs). A few seconds on one core.
 
     python bench/pgo_train.py target/pgo/gen/release/lib_core.so
 """
@@ -46,6 +47,12 @@ def trials() -> list[tuple[str, dict[str, Any]]]:
         out.append((f"16 bbr3 {cap}", {"name": "train", "duration": secs, "flows": [{"cc": "bbr3", "count": 16}],
                                        "link": {"capacity": cap, "rtt": "88ms", "queue": "0.15bdp",
                                                 "receiver_nic": {"coalesce": "8us"}}}))
+    bbr_object = ROOT / "target" / "bpf" / "bbr.bpf.o"  # the BPF port of BBR, when make bpf built it
+    if bbr_object.exists():
+        for queue in ("0.5bdp", "2bdp"):
+            out.append((f"4 bpf:bbr {queue}", {"name": "train", "duration": "10s",
+                                               "flows": [{"cc": f"bpf:{bbr_object}", "count": 4}],
+                                               "link": {"capacity": "80Mbit", "rtt": "25ms", "queue": queue}}))
     return out
 
 
