@@ -29,9 +29,11 @@ build: venv kernel-deps bpf pgo-profile
 # operating points, 10 and 100 Gbit/s, the BPF port of BBR), and the counts it leaves
 # (target/pgo/core.profdata, redone when that build or the training changed) tell the compiler
 # which branches the simulator takes, so it lays out and inlines for them: the same outputs bit
-# for bit, 8-16 % less time per packet (docs/validation.md, Speed). llvm-profdata, which merges
-# the counts, comes with rustup's llvm-tools component, added here when missing; without it (no
-# rustup) the core is built without a profile, and says so.
+# for bit, 8-16 % less time per packet (docs/validation.md, Speed; the counts differ a little
+# from one training run to the next, so the build is not byte for byte reproducible, though its
+# outputs are). llvm-profdata, which merges the counts, comes with rustup's llvm-tools
+# component, added here when missing; without it (no rustup) the core is built without a
+# profile, and says so.
 PGO         := target/pgo
 PGO_PROFILE := $(PGO)/core.profdata
 PGO_FLAGS    = $$(test -e $(PGO_PROFILE) && echo -Cprofile-use=$(abspath $(PGO_PROFILE)))
@@ -46,12 +48,11 @@ pgo-profile: venv
 	set -e; \
 	CARGO_TARGET_DIR=$(PGO)/gen \
 	  RUSTFLAGS="-Cprofile-generate=$(abspath $(PGO))/raw" $(VENV)/bin/maturin build --release --quiet -o $(PGO)/wheels > /dev/null; \
-	if [ ! -e $(PGO_PROFILE) ] || [ $(PGO)/gen/release/lib_core.so -nt $(PGO)/trained ] || \
-	   [ bench/pgo_train.py -nt $(PGO)/trained ]; then \
+	if [ ! -e $(PGO_PROFILE) ] || [ ! -e $(PGO)/trained ] || \
+	   [ $(PGO)/gen/release/lib_core.so -nt $(PGO)/trained ] || [ bench/pgo_train.py -nt $(PGO)/trained ]; then \
 	  rm -rf $(PGO)/raw; \
 	  $(PY) bench/pgo_train.py $(PGO)/gen/release/lib_core.so; \
-	  "$$profdata" merge -o $(PGO_PROFILE).tmp $(PGO)/raw; \
-	  if cmp -s $(PGO_PROFILE).tmp $(PGO_PROFILE); then rm $(PGO_PROFILE).tmp; else mv $(PGO_PROFILE).tmp $(PGO_PROFILE); fi; \
+	  "$$profdata" merge -o $(PGO_PROFILE) $(PGO)/raw; \
 	  touch $(PGO)/trained; \
 	fi
 

@@ -15,7 +15,7 @@ import importlib.util
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,29 +31,37 @@ def load_core(path: Path) -> Any:
     return core
 
 
-def trials() -> list[tuple[str, dict[str, Any]]]:
-    out: list[tuple[str, dict[str, Any]]] = []
+def trials() -> Iterator[Any]:
+    """The training trials, validated (`cctestbed.config.Trial`)."""
+    from cctestbed.config import ConfigError, load_trial
+
     for f in sorted((ROOT / "examples").glob("*.toml")):
         d = tomllib.loads(f.read_text())
         if "axes" in d or "base" in d:  # a sweep file
             continue
-        out.append((f.name, d))
+        # An example as written, for at most 10 s: the profile needs its paths through the code,
+        # not its length; one whose schedule reaches past 10 s runs whole.
+        trial = load_trial(f)
+        if trial.duration > 10 * 10**9:
+            try:
+                trial = load_trial({**d, "duration": "10s"})
+            except ConfigError:
+                pass
+        yield trial
     for cap in ("40Mbit", "120Mbit"):
         for queue in ("0.25bdp", "1bdp", "8bdp"):
             for flows in ([{"cc": "bbr", "count": 8}], [{"cc": "bbr", "count": 2}, {"cc": "cubic", "count": 2}]):
-                out.append((f"table1 {cap} {queue}", {"name": "train", "duration": "20s", "flows": flows,
-                                                      "link": {"capacity": cap, "rtt": "25ms", "queue": queue}}))
+                yield load_trial({"name": "train", "duration": "20s", "flows": flows,
+                                  "link": {"capacity": cap, "rtt": "25ms", "queue": queue}})
     for cap, secs in (("10Gbit", "1s"), ("100Gbit", "0.2s")):
-        out.append((f"16 bbr3 {cap}", {"name": "train", "duration": secs, "flows": [{"cc": "bbr3", "count": 16}],
-                                       "link": {"capacity": cap, "rtt": "88ms", "queue": "0.15bdp",
-                                                "receiver_nic": {"coalesce": "8us"}}}))
+        yield load_trial({"name": "train", "duration": secs, "flows": [{"cc": "bbr3", "count": 16}],
+                          "link": {"capacity": cap, "rtt": "88ms", "queue": "0.15bdp",
+                                   "receiver_nic": {"coalesce": "8us"}}})
     bbr_object = ROOT / "target" / "bpf" / "bbr.bpf.o"  # the BPF port of BBR, when make bpf built it
     if bbr_object.exists():
         for queue in ("0.5bdp", "2bdp"):
-            out.append((f"4 bpf:bbr {queue}", {"name": "train", "duration": "10s",
-                                               "flows": [{"cc": f"bpf:{bbr_object}", "count": 4}],
-                                               "link": {"capacity": "80Mbit", "rtt": "25ms", "queue": queue}}))
-    return out
+            yield load_trial({"name": "train", "duration": "10s", "flows": [{"cc": f"bpf:{bbr_object}", "count": 4}],
+                              "link": {"capacity": "80Mbit", "rtt": "25ms", "queue": queue}})
 
 
 def main() -> None:
@@ -61,19 +69,7 @@ def main() -> None:
         raise SystemExit(__doc__)
     core = load_core(Path(sys.argv[1]))
     sys.path.insert(0, str(ROOT / "python"))
-    from cctestbed.config import ConfigError, load_trial
-
-    for name, d in trials():
-        if name.endswith(".toml"):
-            # An example file as written, for at most 10 s: the profile needs its paths through
-            # the code, not its length; one whose schedule reaches past 10 s runs whole.
-            trial = load_trial(ROOT / "examples" / name)
-            try:
-                trial = load_trial({**d, "duration": "10s"}) if trial.duration > 10 * 10**9 else trial
-            except ConfigError:
-                pass
-        else:
-            trial = load_trial(d)
+    for trial in trials():
         core.simulate(trial.to_core_json(), core.StopFlag())
 
 
