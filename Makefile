@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 # Python packages the venv gets; keep in step with pyproject.toml ([project] dependencies, [test]).
 PY_DEPS := maturin "pydantic>=2" "polars>=1.0" pyarrow numpy "matplotlib>=3.7" typer rich "dask[distributed]" pytest hypothesis mypy
 
-.PHONY: venv build demo test bench clean browser tshark
+.PHONY: venv build core demo test bench clean browser tshark
 
 venv: $(VENV)/.deps
 
@@ -16,8 +16,11 @@ $(VENV)/.deps: Makefile pyproject.toml
 
 # cargo rebuilds only what changed; maturin then reinstalls the extension into the venv. Every
 # release build (the extension, the link emulator, the benchmark) takes the simulator's profile
-# (PGO_FLAGS, below) when there is one.
-build: venv kernel-deps bpf pgo-profile
+# (PGO_FLAGS, below) when there is one; `build` trains it first (pgo-profile), `core` builds with
+# the profile there is, or none.
+build: venv kernel-deps bpf pgo-profile core
+
+core: venv kernel-deps bpf
 	VIRTUAL_ENV=$(abspath $(VENV)) RUSTFLAGS="$(PGO_FLAGS)" $(VENV)/bin/maturin develop --release --quiet
 	@# the package's bytecode, so that commands start without compiling it, also where
 	@# PYTHONDONTWRITEBYTECODE keeps Python from writing it (a newer source is compiled anew)
@@ -152,7 +155,11 @@ tshark:
 # Every suite always runs; the target fails if any does: the Rust tests, the type check of the
 # Python package (mypy, settings in pyproject.toml), pytest, and last the simulator side of the
 # fidelity suite against the checked-in kernel reference (docs/fidelity.md).
-test: build browser tshark kernel-selftests
+# The core is built with the profile a `make build` left, and without one in a fresh clone:
+# training it is a second compilation of the core (about 2 minutes of CI's 25), and the profile
+# changes how fast the core runs, never what it computes (docs/validation.md, Speed: the same
+# outputs bit for bit), so every test asserts the same with or without it.
+test: core browser tshark kernel-selftests
 	@status=0; \
 	cargo test --profile test-release --workspace --no-fail-fast || status=1; \
 	$(PY) -m mypy || status=1; \
