@@ -169,7 +169,9 @@ def mathis(tcp: pl.DataFrame, summary: dict[str, Any], info: TrialInfo, core: di
 
 
 def cubic(tcp: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str, Any]:
-    cub = tcp.filter(pl.col("cc") == "cubic")
+    # the columns it reads, before any filter: the frame has some forty
+    cols = ["flow", "time_s", "ca_state", "cwnd_pkts", "cc.w_max_pkts", "min_rtt_ms", "cc.k_s"]
+    cub = tcp.select(c for c in ("cc", "kind", *cols) if c in tcp.columns).filter(pl.col("cc") == "cubic")
     if "kind" in cub.columns:
         cub = cub.filter(pl.col("kind") == "tcp")
     if cub.is_empty():
@@ -177,8 +179,7 @@ def cubic(tcp: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str,
     if "cc.w_max_pkts" not in cub.columns or "ca_state" not in cub.columns:
         return _not("the backend reports no CUBIC state (cc.w_max_pkts, ca_state)")
     per: list[dict[str, Any]] = []
-    cols = ["flow", "time_s", "ca_state", "cwnd_pkts", "cc.w_max_pkts", "min_rtt_ms"]
-    cols += ["cc.k_s"] if "cc.k_s" in cub.columns else []
+    cols = [c for c in cols if c in cub.columns]
     for f in cub.select(cols).filter(pl.col("time_s") > t0 - 1.0).partition_by("flow", maintain_order=True):
         fid = int(f["flow"][0])
         f = f.sort("time_s")
@@ -235,7 +236,8 @@ def cubic(tcp: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str,
 
 
 def bbr_inflight_cap(tcp: pl.DataFrame, info: TrialInfo, core: dict[str, Any], t0: float, t1: float) -> dict[str, Any]:
-    bbr = tcp.filter(pl.col("cc").str.starts_with("bbr"))
+    cols = ("cc", "kind", "flow", "time_s", "state", "inflight_bytes", "cwnd_bytes", "cc.btlbw_bps", "cc.rtprop_ms", "cc.cwnd_gain")
+    bbr = tcp.select(c for c in cols if c in tcp.columns).filter(pl.col("cc").str.starts_with("bbr"))
     if "kind" in bbr.columns:
         bbr = bbr.filter(pl.col("kind") == "tcp")
     if bbr.is_empty():

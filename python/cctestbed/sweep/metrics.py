@@ -140,8 +140,7 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
     delays = [c for c in ("rtt_ms", "owd_ms") if c in flows.columns]
     inside = {key[0]: part for key, part in
               window(flows.select("time_s", "group", *delays), t0, t1).partition_by("group", as_dict=True).items()}
-    group_flows = {key[0]: part["flow"].unique()
-                   for key, part in flows.select("group", "flow").partition_by("group", as_dict=True).items()}
+    group_flows = dict(flows.group_by("group").agg(pl.col("flow").unique()).iter_rows())
     have_lost = len(flows) > 0 and {"sent_segs", "lost_segs"} <= set(flows.columns)
     lost = counter_deltas(flows, ["sent_segs", "lost_segs"], t0, t1, by="flow") if have_lost else None
     groups: dict[str, Any] = {}
@@ -162,7 +161,7 @@ def sweep_metrics(flows: pl.DataFrame, router: pl.DataFrame, info: TrialInfo, wi
             if len(owd):
                 g["owd_p50_ms"], g["owd_p95_ms"] = (_num(x) for x in np.percentile(owd, [50, 95]))
         if lost is not None:
-            mine = lost.filter(pl.col("flow").is_in(group_flows[label].implode()))
+            mine = lost.filter(pl.col("flow").is_in(group_flows[label]))
             sent = float(mine["sent_segs"].sum())
             g["lost_pct"] = 100.0 * float(mine["lost_segs"].sum()) / sent if sent > 0 else None
         groups[str(label)] = g
