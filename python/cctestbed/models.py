@@ -169,7 +169,7 @@ def mathis(tcp: pl.DataFrame, summary: dict[str, Any], info: TrialInfo, core: di
 
 
 def cubic(tcp: pl.DataFrame, info: TrialInfo, t0: float, t1: float) -> dict[str, Any]:
-    # the columns it reads, before any filter: the frame has some forty
+    # the columns it reads, before any filter: the frame has thirty-odd
     cols = ["flow", "time_s", "ca_state", "cwnd_pkts", "cc.w_max_pkts", "min_rtt_ms", "cc.k_s"]
     cub = tcp.select(c for c in ("cc", "kind", *cols) if c in tcp.columns).filter(pl.col("cc") == "cubic")
     if "kind" in cub.columns:
