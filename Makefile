@@ -18,7 +18,7 @@ $(VENV)/.deps: Makefile pyproject.toml
 # release build (the extension, the link emulator, the benchmark) takes the simulator's profile
 # (PGO_FLAGS, below) when there is one; `build` trains it first (pgo-profile), `core` builds with
 # the profile there is, or none.
-build: venv kernel-deps bpf pgo-profile core
+build: pgo-profile core
 
 core: venv kernel-deps bpf
 	VIRTUAL_ENV=$(abspath $(VENV)) RUSTFLAGS="$(PGO_FLAGS)" $(VENV)/bin/maturin develop --release --quiet
@@ -41,7 +41,7 @@ PGO         := target/pgo
 PGO_PROFILE := $(PGO)/core.profdata
 PGO_FLAGS    = $$(test -e $(PGO_PROFILE) && echo -Cprofile-use=$(abspath $(PGO_PROFILE)))
 .PHONY: pgo-profile
-pgo-profile: venv
+pgo-profile: venv kernel-deps bpf
 	@profdata="$$(rustc --print sysroot)/lib/rustlib/$$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata"; \
 	[ -x "$$profdata" ] || rustup component add llvm-tools >/dev/null 2>&1 || true; \
 	if [ ! -x "$$profdata" ]; then \

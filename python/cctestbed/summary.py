@@ -156,11 +156,12 @@ def counter_deltas(
     # telemetry comes in time order (then by flow): a stable sort by time alone would change nothing
     times = df["time_s"]
     in_time_order = times.is_sorted()
+    sorted_times = times.to_numpy() if in_time_order else None
 
     def last_at(t: float) -> pl.DataFrame:
-        if in_time_order:
+        if sorted_times is not None:
             # the rows at or before t are a prefix: found by bisection, not by a pass over them all
-            n = int(np.searchsorted(times.to_numpy(), t + EPS, side="right"))
+            n = int(np.searchsorted(sorted_times, t + EPS, side="right"))
             if not by:
                 return df.select(columns).slice(n - 1, 1) if n else pl.DataFrame()
             sub = df.select(*keys, *columns).head(n)
